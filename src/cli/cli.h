@@ -1,0 +1,18 @@
+/* cli.h: the stitch command-line tool. One file per command group; each
+ * command takes argc/argv after its own name and returns the exit status. */
+#ifndef STITCH_CLI_H
+#define STITCH_CLI_H
+
+#include "stitch.h"
+
+int cmd_view(int argc, char **argv);
+int cmd_delta(int argc, char **argv);
+int cmd_apply(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_digest(int argc, char **argv);
+
+/* Prints "stitch: error: MSG" and returns 1 (the exit status for errors). */
+int cli_fail(int err, const stitch_diag *d);
+int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

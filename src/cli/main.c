@@ -1,0 +1,58 @@
+/* main.c: dispatch for the stitch CLI. Exit 0 on success, 1 on a failed
+ * operation, 2 on a usage error. */
+#include "cli/cli.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+  const char *name;
+  int (*fn)(int, char **);
+  const char *help;
+} commands[] = {
+    {"view", cmd_view, "view --to bf16|fp8|nvfp4 [--prev PREV] IN OUT"},
+    {"delta", cmd_delta, "delta OLD NEW -o OUT [--stats] [--json]"},
+    {"apply", cmd_apply, "apply OLD DELTA -o OUT"},
+    {"inspect", cmd_inspect, "inspect FILE [--json]"},
+    {"digest", cmd_digest, "digest FILE [--tensors]"},
+};
+
+int cli_fail(int err, const stitch_diag *d) {
+  const char *msg = d != NULL && d->msg[0] ? d->msg : stitch_strerror(err);
+  fprintf(stderr, "stitch: error: %s\n", msg);
+  return 1;
+}
+
+int cli_usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("stitch: usage: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  return 2;
+}
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: stitch COMMAND [ARGS]\n\ncommands:\n");
+  for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+    fprintf(f, "  stitch %s\n", commands[i].help);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+    if (strcmp(argv[1], commands[i].name) == 0)
+      return commands[i].fn(argc - 2, argv + 2);
+  fprintf(stderr, "stitch: usage: unknown command '%s'\n", argv[1]);
+  usage(stderr);
+  return 2;
+}

@@ -1,0 +1,128 @@
+/* digest.c: the leaf-tree tensor digest and the view digest.
+ * Domain bytes keep leaves, tensor roots and views from ever colliding. */
+#include "stitch/digest.h"
+
+#include "common/diag.h"
+
+#include <sodium.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void put_u64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
+}
+
+int stitch_tensor_digest(stitch_dtype dtype, int ndim, const uint64_t *shape,
+                         const uint8_t *data, uint64_t nbytes,
+                         stitch_digest *out) {
+  if (ndim < 0 || ndim > STITCH_MAX_DIMS || stitch_dtype_size(dtype) == 0)
+    return STITCH_EINVAL;
+  crypto_generichash_state root;
+  crypto_generichash_init(&root, NULL, 0, STITCH_DIGEST_BYTES);
+  static const uint8_t tag[] = "\x01stitch-tensor-v1";
+  crypto_generichash_update(&root, tag, sizeof(tag) - 1);
+  const char *dn = stitch_dtype_name(dtype);
+  crypto_generichash_update(&root, (const uint8_t *)dn, strlen(dn) + 1);
+  uint8_t b8[8];
+  uint8_t nd = (uint8_t)ndim;
+  crypto_generichash_update(&root, &nd, 1);
+  for (int i = 0; i < ndim; i++) {
+    put_u64(b8, shape[i]);
+    crypto_generichash_update(&root, b8, 8);
+  }
+  put_u64(b8, nbytes);
+  crypto_generichash_update(&root, b8, 8);
+  for (uint64_t off = 0, i = 0; off < nbytes; off += STITCH_DIGEST_LEAF, i++) {
+    uint64_t n = nbytes - off < STITCH_DIGEST_LEAF ? nbytes - off
+                                                   : STITCH_DIGEST_LEAF;
+    uint8_t hdr[9] = {0x00};
+    put_u64(hdr + 1, i);
+    crypto_generichash_state leaf;
+    uint8_t lh[STITCH_DIGEST_BYTES];
+    crypto_generichash_init(&leaf, NULL, 0, sizeof(lh));
+    crypto_generichash_update(&leaf, hdr, sizeof(hdr));
+    crypto_generichash_update(&leaf, data + off, (unsigned long long)n);
+    crypto_generichash_final(&leaf, lh, sizeof(lh));
+    crypto_generichash_update(&root, lh, sizeof(lh));
+  }
+  crypto_generichash_final(&root, out->b, STITCH_DIGEST_BYTES);
+  return 0;
+}
+
+typedef struct named {
+  const char *name;
+  const stitch_digest *dg;
+} named;
+
+static int cmp_named(const void *a, const void *b) {
+  return strcmp(((const named *)a)->name, ((const named *)b)->name);
+}
+
+int stitch_view_digest_from(size_t n, const char *const *names,
+                            const stitch_digest *tensor_digests,
+                            stitch_digest *out) {
+  named *v = malloc((n ? n : 1) * sizeof(*v));
+  if (v == NULL)
+    return STITCH_ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    v[i].name = names[i];
+    v[i].dg = &tensor_digests[i];
+  }
+  qsort(v, n, sizeof(*v), cmp_named);
+  crypto_generichash_state h;
+  crypto_generichash_init(&h, NULL, 0, STITCH_DIGEST_BYTES);
+  static const uint8_t tag[] = "\x02stitch-view-v1";
+  crypto_generichash_update(&h, tag, sizeof(tag) - 1);
+  uint8_t b8[8];
+  put_u64(b8, n);
+  crypto_generichash_update(&h, b8, 8);
+  for (size_t i = 0; i < n; i++) {
+    size_t nl = strlen(v[i].name);
+    uint8_t b4[4] = {(uint8_t)nl, (uint8_t)(nl >> 8), (uint8_t)(nl >> 16),
+                     (uint8_t)(nl >> 24)};
+    crypto_generichash_update(&h, b4, 4);
+    crypto_generichash_update(&h, (const uint8_t *)v[i].name, nl);
+    crypto_generichash_update(&h, v[i].dg->b, STITCH_DIGEST_BYTES);
+  }
+  crypto_generichash_final(&h, out->b, STITCH_DIGEST_BYTES);
+  free(v);
+  return 0;
+}
+
+int stitch_view_digest(const stitch_st *st, stitch_digest *out,
+                       stitch_digest *per_tensor) {
+  size_t n = stitch_st_count(st);
+  stitch_digest *dg = per_tensor;
+  const char **names = malloc((n ? n : 1) * sizeof(*names));
+  if (dg == NULL)
+    dg = malloc((n ? n : 1) * sizeof(*dg));
+  if (names == NULL || dg == NULL) {
+    free(names);
+    if (dg != per_tensor)
+      free(dg);
+    return STITCH_ENOMEM;
+  }
+  int rc = 0;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    const stitch_tensor *t = stitch_st_tensor(st, i);
+    names[i] = t->name;
+    rc = stitch_tensor_digest(t->dtype, t->ndim, t->shape, t->data, t->nbytes,
+                              &dg[i]);
+  }
+  if (rc == 0)
+    rc = stitch_view_digest_from(n, names, dg, out);
+  free(names);
+  if (dg != per_tensor)
+    free(dg);
+  return rc;
+}
+
+void stitch_digest_hex(const stitch_digest *dg, char out[65]) {
+  static const char hx[] = "0123456789abcdef";
+  for (int i = 0; i < STITCH_DIGEST_BYTES; i++) {
+    out[2 * i] = hx[dg->b[i] >> 4];
+    out[2 * i + 1] = hx[dg->b[i] & 15];
+  }
+  out[64] = 0;
+}

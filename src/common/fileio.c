@@ -1,0 +1,136 @@
+/* fileio.c: see fileio.h. POSIX only. */
+#define _GNU_SOURCE
+#include "common/fileio.h"
+
+#include "common/diag.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int stitch_map_open(const char *path, stitch_map *m, stitch_diag *d) {
+  m->data = NULL;
+  m->len = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  RETURN_IF(fd < 0, d, errno == ENOENT ? STITCH_ENOTFOUND : STITCH_EIO,
+            "%s: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    int e = errno;
+    close(fd);
+    return stitch_diag_set(d, STITCH_EIO, "%s: %s", path,
+                           e ? strerror(e) : "not a regular file");
+  }
+  if (st.st_size > 0) {
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      int e = errno;
+      close(fd);
+      return stitch_diag_set(d, STITCH_EIO, "%s: mmap: %s", path, strerror(e));
+    }
+    m->data = p;
+    m->len = (size_t)st.st_size;
+  }
+  close(fd);
+  return 0;
+}
+
+void stitch_map_close(stitch_map *m) {
+  if (m->data != NULL)
+    munmap(m->data, m->len);
+  m->data = NULL;
+  m->len = 0;
+}
+
+int stitch_tmpfile_open(stitch_tmpfile *t, const char *path, stitch_diag *d) {
+  t->fd = -1;
+  t->path = strdup(path);
+  t->tmp_path = NULL;
+  if (t->path == NULL)
+    return stitch_diag_set(d, STITCH_ENOMEM, "out of memory");
+  size_t n = strlen(path) + 32;
+  t->tmp_path = malloc(n);
+  if (t->tmp_path == NULL) {
+    stitch_tmpfile_abort(t);
+    return stitch_diag_set(d, STITCH_ENOMEM, "out of memory");
+  }
+  /* Same directory as the target, so rename() is atomic. */
+  snprintf(t->tmp_path, n, "%s.tmp.XXXXXX", path);
+  t->fd = mkostemp(t->tmp_path, O_CLOEXEC);
+  if (t->fd < 0) {
+    int e = errno;
+    free(t->tmp_path);
+    t->tmp_path = NULL;
+    stitch_tmpfile_abort(t);
+    return stitch_diag_set(d, STITCH_EIO, "%s: cannot create: %s", path,
+                           strerror(e));
+  }
+  fchmod(t->fd, 0644);
+  return 0;
+}
+
+int stitch_tmpfile_write(stitch_tmpfile *t, const void *buf, size_t len,
+                         stitch_diag *d) {
+  const uint8_t *p = buf;
+  while (len > 0) {
+    ssize_t w = write(t->fd, p, len);
+    if (w < 0 && errno == EINTR)
+      continue;
+    RETURN_IF(w <= 0, d, STITCH_EIO, "%s: write: %s", t->path,
+              w < 0 ? strerror(errno) : "no progress");
+    p += w;
+    len -= (size_t)w;
+  }
+  return 0;
+}
+
+static int fsync_dir_of(const char *path) {
+  char *copy = strdup(path);
+  if (copy == NULL)
+    return -1;
+  int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  free(copy);
+  if (fd < 0)
+    return -1;
+  int rc = fsync(fd);
+  close(fd);
+  return rc;
+}
+
+int stitch_tmpfile_commit(stitch_tmpfile *t, stitch_diag *d) {
+  if (fsync(t->fd) != 0) {
+    int e = errno;
+    stitch_tmpfile_abort(t);
+    return stitch_diag_set(d, STITCH_EIO, "fsync: %s", strerror(e));
+  }
+  close(t->fd);
+  t->fd = -1;
+  if (rename(t->tmp_path, t->path) != 0) {
+    int e = errno;
+    stitch_tmpfile_abort(t);
+    return stitch_diag_set(d, STITCH_EIO, "rename: %s", strerror(e));
+  }
+  int rc = fsync_dir_of(t->path);
+  free(t->tmp_path);
+  free(t->path);
+  t->tmp_path = t->path = NULL;
+  RETURN_IF(rc != 0, d, STITCH_EIO, "fsync of directory: %s", strerror(errno));
+  return 0;
+}
+
+void stitch_tmpfile_abort(stitch_tmpfile *t) {
+  if (t->fd >= 0)
+    close(t->fd);
+  t->fd = -1;
+  if (t->tmp_path != NULL)
+    unlink(t->tmp_path);
+  free(t->tmp_path);
+  free(t->path);
+  t->tmp_path = t->path = NULL;
+}

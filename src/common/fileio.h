@@ -1,0 +1,37 @@
+/* fileio.h: read-only mappings and crash-safe file creation.
+ *
+ * A new file is written to a temporary name in its final directory, fsynced,
+ * renamed over the final name and the directory fsynced, so a reader sees
+ * either nothing or the whole file, never a prefix. */
+#ifndef STITCH_COMMON_FILEIO_H
+#define STITCH_COMMON_FILEIO_H
+
+#include "stitch/error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct stitch_map {
+  uint8_t *data; /* NULL for an empty file */
+  size_t len;
+} stitch_map;
+
+int stitch_map_open(const char *path, stitch_map *m, stitch_diag *d);
+void stitch_map_close(stitch_map *m);
+
+typedef struct stitch_tmpfile {
+  int fd;          /* -1 when closed */
+  char *path;      /* final path, owned */
+  char *tmp_path;  /* temporary path, owned */
+} stitch_tmpfile;
+
+int stitch_tmpfile_open(stitch_tmpfile *t, const char *path, stitch_diag *d);
+/* Writes all of buf, retrying short writes. */
+int stitch_tmpfile_write(stitch_tmpfile *t, const void *buf, size_t len,
+                         stitch_diag *d);
+/* fsync, close, rename, fsync the directory. Frees t's strings. */
+int stitch_tmpfile_commit(stitch_tmpfile *t, stitch_diag *d);
+/* Closes and unlinks the temporary; safe to call twice. */
+void stitch_tmpfile_abort(stitch_tmpfile *t);
+
+#endif

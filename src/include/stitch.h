@@ -1,0 +1,11 @@
+/* stitch.h: the public API of libstitch. Programs include only this. */
+#ifndef STITCH_H
+#define STITCH_H
+
+#include "stitch/error.h"
+#include "stitch/safetensors.h"
+#include "stitch/digest.h"
+#include "stitch/view.h"
+#include "stitch/delta.h"
+
+#endif

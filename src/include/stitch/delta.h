@@ -1,0 +1,123 @@
+/* stitch/delta.h: the delta codec (proto/delta.md, docs/codec.md).
+ *
+ * A delta turns one checkpoint (the base) into another (the result), bit for
+ * bit. Each tensor is cut into blocks of 2^block_log2 symbols that decode
+ * independently. A block is unchanged, sparse (change mask and value steps,
+ * arithmetic-coded with contexts drawn from the base's own values), or dense
+ * (XOR with the base or the new bytes alone, split into byte planes, zstd),
+ * whichever is smallest. Every block and the index carry an XXH3-64 checksum;
+ * the delta names the view digests of its base and of its result, and apply
+ * refuses any other base and verifies the result. */
+#ifndef STITCH_DELTA_H
+#define STITCH_DELTA_H
+
+#include "stitch/digest.h"
+#include "stitch/safetensors.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STITCH_DELTA_FORMAT 1
+
+/* Block codings. */
+typedef enum stitch_coding {
+  STITCH_CODING_SAME = 0,   /* no change: no payload */
+  STITCH_CODING_SPARSE = 1, /* context-coded mask and steps */
+  STITCH_CODING_XOR = 2,    /* zstd(byte planes of new ^ base) */
+  STITCH_CODING_PLANES = 3, /* zstd(byte planes of new) */
+  STITCH_CODING_RAW = 4,    /* new bytes as they are */
+  STITCH_CODING_COUNT_
+} stitch_coding;
+
+const char *stitch_coding_name(int coding);
+
+typedef struct stitch_delta_opts {
+  uint32_t block_log2; /* symbols per block = 2^block_log2; 0: default (20) */
+  int zstd_level;      /* for dense blocks and the index; 0: default (3) */
+} stitch_delta_opts;
+
+/* What one tensor of a delta holds; filled by the encoder and by
+ * stitch_delta_tensor_info. Strings point into the owner. */
+typedef struct stitch_delta_tensor {
+  const char *name;
+  stitch_dtype dtype;
+  int ndim;
+  uint64_t shape[STITCH_MAX_DIMS];
+  uint64_t nbytes;
+  int is_new;          /* absent from the base: coded without it */
+  unsigned sym_bits;   /* 4 (packed nibbles), 8, 16, 32 or 64 */
+  uint64_t symbols;    /* numel, or 2 x bytes in nibble mode */
+  uint64_t changed;    /* symbols that differ from the base */
+  uint64_t encoded;    /* payload bytes */
+  uint32_t blocks;
+  uint32_t blocks_by_coding[STITCH_CODING_COUNT_];
+  /* Encoder only (0 when read from a file): the memoryless bound in bits,
+   * symbols*h(p) + changed*H(step), and the bytes of the int32-index plus
+   * raw-value layout trainers ship today. */
+  double bound_bits;
+  uint64_t idxval_bytes;
+} stitch_delta_tensor;
+
+typedef struct stitch_delta_stats {
+  uint64_t tensors;
+  uint64_t symbols;
+  uint64_t changed;
+  uint64_t delta_bytes;  /* whole file */
+  uint64_t result_bytes; /* the result checkpoint's file size */
+  double bound_bits;     /* sum of per-tensor memoryless bounds */
+  uint64_t idxval_bytes;
+  /* Per-tensor detail, owned by the stats; free with stitch_delta_stats_free.
+   * NULL unless requested by passing a stats pointer. */
+  stitch_delta_tensor *t;
+  char *names;
+} stitch_delta_stats;
+
+void stitch_delta_stats_free(stitch_delta_stats *s);
+
+/* Encodes BASE -> RESULT into a malloc'd buffer (*out, *out_len, caller
+ * frees). stats may be NULL. */
+int stitch_delta_encode(const stitch_st *base, const stitch_st *result,
+                        const stitch_delta_opts *opts, uint8_t **out,
+                        size_t *out_len, stitch_delta_stats *stats,
+                        stitch_diag *d);
+/* Same, written atomically to PATH. */
+int stitch_delta_encode_file(const stitch_st *base, const stitch_st *result,
+                             const stitch_delta_opts *opts, const char *path,
+                             stitch_delta_stats *stats, stitch_diag *d);
+
+/* A parsed, checksum-verified delta index. Does not copy BUF: it must
+ * outlive the handle. Block payloads are checked when decoded. */
+typedef struct stitch_delta stitch_delta;
+
+int stitch_delta_parse(const uint8_t *buf, size_t len, stitch_delta **out,
+                       stitch_diag *d);
+/* Maps PATH; the handle owns the mapping. */
+int stitch_delta_open(const char *path, stitch_delta **out, stitch_diag *d);
+void stitch_delta_free(stitch_delta *dl);
+
+size_t stitch_delta_count(const stitch_delta *dl);
+const stitch_delta_tensor *stitch_delta_tensor_at(const stitch_delta *dl,
+                                                  size_t i);
+const stitch_digest *stitch_delta_base_digest(const stitch_delta *dl);
+const stitch_digest *stitch_delta_result_digest(const stitch_delta *dl);
+/* The result's __metadata__ as JSON text, or NULL. */
+const char *stitch_delta_metadata(const stitch_delta *dl);
+
+/* Checks BASE's view digest against the delta, writes the result to PATH
+ * (temporary file, fsync, rename) and verifies the result's digest before
+ * the rename. On any error PATH is left untouched. */
+int stitch_delta_apply_file(const stitch_st *base, const stitch_delta *dl,
+                            const char *path, stitch_diag *d);
+
+/* Patches one tensor in place: DATA holds the base tensor's bytes (as listed
+ * by stitch_delta_tensor_at(dl, i)) and becomes the result's. For in-place
+ * appliers (mmap, engine adapters) that check digests themselves. On error
+ * DATA may be partly patched: callers journal or keep a copy. */
+int stitch_delta_apply_tensor(const stitch_delta *dl, size_t i, uint8_t *data,
+                              uint64_t nbytes, stitch_diag *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,40 @@
+/* stitch/digest.h: tensor and view digests (proto/digest.md).
+ *
+ * A tensor digest is a BLAKE2b-256 over its dtype, shape and the BLAKE2b-256
+ * hashes of its 1 MiB leaves, so CPU threads and GPU blocks can hash leaves in
+ * parallel and agree byte for byte. A view digest names a whole set of
+ * tensors: it hashes the (name, tensor digest) pairs sorted by name. */
+#ifndef STITCH_DIGEST_H
+#define STITCH_DIGEST_H
+
+#include "stitch/safetensors.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STITCH_DIGEST_BYTES 32
+#define STITCH_DIGEST_LEAF (1u << 20)
+
+typedef struct stitch_digest {
+  uint8_t b[STITCH_DIGEST_BYTES];
+} stitch_digest;
+
+int stitch_tensor_digest(stitch_dtype dtype, int ndim, const uint64_t *shape,
+                         const uint8_t *data, uint64_t nbytes,
+                         stitch_digest *out);
+/* Combines per-tensor digests; names need not be sorted. */
+int stitch_view_digest_from(size_t n, const char *const *names,
+                            const stitch_digest *tensor_digests,
+                            stitch_digest *out);
+/* Digest of every tensor in st. If per_tensor is not NULL it receives
+ * stitch_st_count(st) digests in file order. */
+int stitch_view_digest(const stitch_st *st, stitch_digest *out,
+                       stitch_digest *per_tensor);
+/* 64 hex digits and a NUL. */
+void stitch_digest_hex(const stitch_digest *dg, char out[65]);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

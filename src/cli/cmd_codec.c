@@ -1,6 +1,319 @@
-/* cmd_codec.c: placeholder */
+/* cmd_codec.c: stitch delta | apply | inspect | digest. */
 #include "cli/cli.h"
-int cmd_delta(int argc, char **argv) { return 2; }
-int cmd_apply(int argc, char **argv) { return 2; }
-int cmd_inspect(int argc, char **argv) { return 2; }
-int cmd_digest(int argc, char **argv) { return 2; }
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Splits argv into up to max positionals and the flags in spec; a flag
+ * ending in '=' takes a value. Returns the number of positionals or -1. */
+typedef struct flag {
+  const char *name;
+  int takes_value;
+  const char *value; /* "1" when given without a value */
+} flag;
+
+static int parse_args(int argc, char **argv, const char **pos, int max,
+                      flag *flags, int nflags) {
+  int n = 0;
+  for (int i = 0; i < argc; i++) {
+    if (argv[i][0] == '-' && argv[i][1] != 0) {
+      int k;
+      for (k = 0; k < nflags; k++)
+        if (strcmp(argv[i], flags[k].name) == 0)
+          break;
+      if (k == nflags) {
+        cli_usage_error("unknown option '%s'", argv[i]);
+        return -1;
+      }
+      if (flags[k].takes_value) {
+        if (i + 1 >= argc) {
+          cli_usage_error("option '%s' needs a value", argv[i]);
+          return -1;
+        }
+        flags[k].value = argv[++i];
+      } else {
+        flags[k].value = "1";
+      }
+    } else {
+      if (n == max) {
+        cli_usage_error("too many arguments");
+        return -1;
+      }
+      pos[n++] = argv[i];
+    }
+  }
+  return n;
+}
+
+static void print_stats_line(const stitch_delta_stats *s) {
+  double bound = s->bound_bits / 8.0;
+  double dens = s->symbols ? 100.0 * (double)s->changed / (double)s->symbols : 0;
+  printf("density %.4f%%  delta %llu B  bound %.0f B (x%.3f)  "
+         "int32+value %llu B (%.1fx smaller)  full %llu B (%.1fx smaller)\n",
+         dens, (unsigned long long)s->delta_bytes, bound,
+         bound > 0 ? (double)s->delta_bytes / bound : 0.0,
+         (unsigned long long)s->idxval_bytes,
+         s->delta_bytes ? (double)s->idxval_bytes / (double)s->delta_bytes : 0,
+         (unsigned long long)s->result_bytes,
+         s->delta_bytes ? (double)s->result_bytes / (double)s->delta_bytes : 0);
+}
+
+static json_t *tensor_json(const stitch_delta_tensor *t, int with_bound) {
+  json_t *o = json_object(), *sh = json_array(), *bc = json_object();
+  json_object_set_new(o, "name", json_string(t->name));
+  json_object_set_new(o, "dtype", json_string(stitch_dtype_name(t->dtype)));
+  for (int k = 0; k < t->ndim; k++)
+    json_array_append_new(sh, json_integer((json_int_t)t->shape[k]));
+  json_object_set_new(o, "shape", sh);
+  json_object_set_new(o, "new", json_boolean(t->is_new));
+  json_object_set_new(o, "symbol_bits", json_integer(t->sym_bits));
+  json_object_set_new(o, "symbols", json_integer((json_int_t)t->symbols));
+  json_object_set_new(o, "changed", json_integer((json_int_t)t->changed));
+  json_object_set_new(o, "density",
+                      json_real(t->symbols ? (double)t->changed /
+                                                 (double)t->symbols
+                                           : 0.0));
+  json_object_set_new(o, "encoded_bytes",
+                      json_integer((json_int_t)t->encoded));
+  for (int c = 0; c < STITCH_CODING_COUNT_; c++)
+    if (t->blocks_by_coding[c])
+      json_object_set_new(bc, stitch_coding_name(c),
+                          json_integer(t->blocks_by_coding[c]));
+  json_object_set_new(o, "blocks", bc);
+  if (with_bound) {
+    json_object_set_new(o, "bound_bytes", json_real(t->bound_bits / 8.0));
+    json_object_set_new(o, "int32_value_bytes",
+                        json_integer((json_int_t)t->idxval_bytes));
+  }
+  return o;
+}
+
+/* The coding a person would call it: the one coding used, or "mixed". */
+static const char *coding_summary(const stitch_delta_tensor *t) {
+  int used = -1;
+  for (int c = 0; c < STITCH_CODING_COUNT_; c++)
+    if (t->blocks_by_coding[c] && c != STITCH_CODING_SAME) {
+      if (used >= 0)
+        return "mixed";
+      used = c;
+    }
+  return used < 0 ? "same" : stitch_coding_name(used);
+}
+
+int cmd_delta(int argc, char **argv) {
+  const char *pos[2];
+  flag fl[] = {{"-o", 1, NULL},     {"--stats", 0, NULL}, {"--json", 0, NULL},
+               {"--block-log2", 1, NULL}, {"--level", 1, NULL}};
+  int n = parse_args(argc, argv, pos, 2, fl, 5);
+  if (n < 0)
+    return 2;
+  if (n != 2 || fl[0].value == NULL)
+    return cli_usage_error("stitch delta OLD NEW -o OUT [--stats] [--json] "
+                           "[--block-log2 N] [--level L]");
+  stitch_delta_opts o = {0};
+  if (fl[3].value)
+    o.block_log2 = (uint32_t)strtoul(fl[3].value, NULL, 10);
+  if (fl[4].value)
+    o.zstd_level = atoi(fl[4].value);
+  stitch_diag d = {{0}};
+  stitch_st *a = NULL, *b = NULL;
+  int rc = stitch_st_open(pos[0], &a, &d);
+  if (rc == 0)
+    rc = stitch_st_open(pos[1], &b, &d);
+  stitch_delta_stats s = {0};
+  int want = fl[1].value || fl[2].value;
+  if (rc == 0)
+    rc = stitch_delta_encode_file(a, b, &o, fl[0].value, want ? &s : NULL, &d);
+  if (rc == 0 && fl[2].value) {
+    json_t *root = json_object(), *ts = json_array();
+    json_object_set_new(root, "symbols", json_integer((json_int_t)s.symbols));
+    json_object_set_new(root, "changed", json_integer((json_int_t)s.changed));
+    json_object_set_new(root, "delta_bytes",
+                        json_integer((json_int_t)s.delta_bytes));
+    json_object_set_new(root, "bound_bytes", json_real(s.bound_bits / 8.0));
+    json_object_set_new(root, "int32_value_bytes",
+                        json_integer((json_int_t)s.idxval_bytes));
+    json_object_set_new(root, "full_bytes",
+                        json_integer((json_int_t)s.result_bytes));
+    for (size_t i = 0; i < s.tensors; i++)
+      json_array_append_new(ts, tensor_json(&s.t[i], 1));
+    json_object_set_new(root, "tensors", ts);
+    json_dumpf(root, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    putchar('\n');
+    json_decref(root);
+  } else if (rc == 0 && fl[1].value) {
+    print_stats_line(&s);
+  }
+  stitch_delta_stats_free(&s);
+  stitch_st_free(a);
+  stitch_st_free(b);
+  return rc == 0 ? 0 : cli_fail(rc, &d);
+}
+
+int cmd_apply(int argc, char **argv) {
+  const char *pos[2];
+  flag fl[] = {{"-o", 1, NULL}};
+  int n = parse_args(argc, argv, pos, 2, fl, 1);
+  if (n < 0)
+    return 2;
+  if (n != 2 || fl[0].value == NULL)
+    return cli_usage_error("stitch apply OLD DELTA -o OUT");
+  stitch_diag d = {{0}};
+  stitch_st *a = NULL;
+  stitch_delta *dl = NULL;
+  int rc = stitch_st_open(pos[0], &a, &d);
+  if (rc == 0)
+    rc = stitch_delta_open(pos[1], &dl, &d);
+  if (rc == 0)
+    rc = stitch_delta_apply_file(a, dl, fl[0].value, &d);
+  stitch_delta_free(dl);
+  stitch_st_free(a);
+  return rc == 0 ? 0 : cli_fail(rc, &d);
+}
+
+static int is_delta_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  char m[8] = {0};
+  int yes = f != NULL && fread(m, 1, 8, f) == 8 && memcmp(m, "STITCHDL", 8) == 0;
+  if (f)
+    fclose(f);
+  return yes;
+}
+
+static int inspect_delta(const char *path, int as_json) {
+  stitch_diag d = {{0}};
+  stitch_delta *dl;
+  int rc = stitch_delta_open(path, &dl, &d);
+  if (rc != 0)
+    return cli_fail(rc, &d);
+  char bh[65], rh[65];
+  stitch_digest_hex(stitch_delta_base_digest(dl), bh);
+  stitch_digest_hex(stitch_delta_result_digest(dl), rh);
+  size_t n = stitch_delta_count(dl);
+  if (as_json) {
+    json_t *root = json_object(), *ts = json_array();
+    json_object_set_new(root, "kind", json_string("delta"));
+    json_object_set_new(root, "base_digest", json_string(bh));
+    json_object_set_new(root, "result_digest", json_string(rh));
+    for (size_t i = 0; i < n; i++)
+      json_array_append_new(ts, tensor_json(stitch_delta_tensor_at(dl, i), 0));
+    json_object_set_new(root, "tensors", ts);
+    json_dumpf(root, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    putchar('\n');
+    json_decref(root);
+  } else {
+    printf("delta  base %s\n       result %s\n", bh, rh);
+    printf("%-48s %-8s %12s %10s %9s %12s  %s\n", "tensor", "dtype", "symbols",
+           "changed", "density", "encoded", "coding");
+    uint64_t sy = 0, ch = 0, en = 0;
+    for (size_t i = 0; i < n; i++) {
+      const stitch_delta_tensor *t = stitch_delta_tensor_at(dl, i);
+      printf("%-48s %-8s %12llu %10llu %8.4f%% %12llu  %s%s\n", t->name,
+             stitch_dtype_name(t->dtype), (unsigned long long)t->symbols,
+             (unsigned long long)t->changed,
+             t->symbols ? 100.0 * (double)t->changed / (double)t->symbols : 0,
+             (unsigned long long)t->encoded, coding_summary(t),
+             t->sym_bits == 4 ? " (nibbles)" : "");
+      sy += t->symbols;
+      ch += t->changed;
+      en += t->encoded;
+    }
+    printf("%-48s %-8s %12llu %10llu %8.4f%% %12llu\n", "total", "",
+           (unsigned long long)sy, (unsigned long long)ch,
+           sy ? 100.0 * (double)ch / (double)sy : 0, (unsigned long long)en);
+  }
+  stitch_delta_free(dl);
+  return 0;
+}
+
+static int inspect_checkpoint(const char *path, int as_json) {
+  stitch_diag d = {{0}};
+  stitch_st *st;
+  int rc = stitch_st_open(path, &st, &d);
+  if (rc != 0)
+    return cli_fail(rc, &d);
+  size_t n = stitch_st_count(st);
+  if (as_json) {
+    json_t *root = json_object(), *ts = json_array();
+    json_object_set_new(root, "kind", json_string("checkpoint"));
+    const char *m = stitch_st_metadata(st);
+    if (m != NULL)
+      json_object_set_new(root, "metadata", json_loads(m, 0, NULL));
+    for (size_t i = 0; i < n; i++) {
+      const stitch_tensor *t = stitch_st_tensor(st, i);
+      json_t *o = json_object(), *sh = json_array();
+      json_object_set_new(o, "name", json_string(t->name));
+      json_object_set_new(o, "dtype", json_string(stitch_dtype_name(t->dtype)));
+      for (int k = 0; k < t->ndim; k++)
+        json_array_append_new(sh, json_integer((json_int_t)t->shape[k]));
+      json_object_set_new(o, "shape", sh);
+      json_object_set_new(o, "bytes", json_integer((json_int_t)t->nbytes));
+      json_array_append_new(ts, o);
+    }
+    json_object_set_new(root, "tensors", ts);
+    json_dumpf(root, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    putchar('\n');
+    json_decref(root);
+  } else {
+    uint64_t total = 0;
+    printf("%-48s %-8s %14s  %s\n", "tensor", "dtype", "bytes", "shape");
+    for (size_t i = 0; i < n; i++) {
+      const stitch_tensor *t = stitch_st_tensor(st, i);
+      printf("%-48s %-8s %14llu  [", t->name, stitch_dtype_name(t->dtype),
+             (unsigned long long)t->nbytes);
+      for (int k = 0; k < t->ndim; k++)
+        printf("%s%llu", k ? ", " : "", (unsigned long long)t->shape[k]);
+      printf("]\n");
+      total += t->nbytes;
+    }
+    printf("%zu tensors, %llu bytes of data\n", n, (unsigned long long)total);
+  }
+  stitch_st_free(st);
+  return 0;
+}
+
+int cmd_inspect(int argc, char **argv) {
+  const char *pos[1];
+  flag fl[] = {{"--json", 0, NULL}};
+  int n = parse_args(argc, argv, pos, 1, fl, 1);
+  if (n < 0)
+    return 2;
+  if (n != 1)
+    return cli_usage_error("stitch inspect FILE [--json]");
+  int js = fl[0].value != NULL;
+  return is_delta_file(pos[0]) ? inspect_delta(pos[0], js)
+                               : inspect_checkpoint(pos[0], js);
+}
+
+int cmd_digest(int argc, char **argv) {
+  const char *pos[1];
+  flag fl[] = {{"--tensors", 0, NULL}};
+  int n = parse_args(argc, argv, pos, 1, fl, 1);
+  if (n < 0)
+    return 2;
+  if (n != 1)
+    return cli_usage_error("stitch digest FILE [--tensors]");
+  stitch_diag d = {{0}};
+  stitch_st *st;
+  int rc = stitch_st_open(pos[0], &st, &d);
+  if (rc != 0)
+    return cli_fail(rc, &d);
+  size_t cnt = stitch_st_count(st);
+  stitch_digest all, *per = calloc(cnt ? cnt : 1, sizeof(*per));
+  rc = per ? stitch_view_digest(st, &all, per) : STITCH_ENOMEM;
+  if (rc == 0) {
+    char hx[65];
+    stitch_digest_hex(&all, hx);
+    printf("%s\n", hx);
+    for (size_t i = 0; fl[0].value && i < cnt; i++) {
+      stitch_digest_hex(&per[i], hx);
+      printf("%s  %s\n", hx, stitch_st_tensor(st, i)->name);
+    }
+  }
+  free(per);
+  stitch_st_free(st);
+  return rc == 0 ? 0 : cli_fail(rc, &d);
+}

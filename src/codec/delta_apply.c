@@ -1,0 +1,413 @@
+/* delta_apply.c: parse a delta and apply it.
+ *
+ * Parsing checks the header, then the index checksum, then every field of
+ * the index against the bytes that are actually there: counts are compared
+ * with the bytes left before anything is allocated for them, and payload
+ * lengths must add up to the file exactly. Block payloads are checksummed
+ * when they are decoded, so a tensor's blocks can be applied in parallel
+ * and a bad block is named precisely. */
+#include "codec/delta_internal.h"
+#include "common/diag.h"
+#include "common/fileio.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#define FAIL(d, err, ...) (rc = stitch_diag_set((d), (err), __VA_ARGS__))
+
+static int read_header(stitch_delta *dl, uint64_t *stored, uint64_t *raw,
+                       uint64_t *ixsum, int *zst, stitch_diag *d) {
+  const uint8_t *b = dl->buf;
+  RETURN_IF(dl->len < DELTA_HEADER_BYTES, d, STITCH_ETRUNCATED,
+            "delta: %zu bytes, shorter than its %d-byte header", dl->len,
+            DELTA_HEADER_BYTES);
+  RETURN_IF(memcmp(b, DELTA_MAGIC, 8) != 0, d, STITCH_EFORMAT,
+            "not a stitch delta (bad magic)");
+  RETURN_IF(XXH3_64bits(b, 40) != le64(b + 40), d, STITCH_ECHECKSUM,
+            "delta: header checksum mismatch");
+  unsigned fmt = b[8] | b[9] << 8, flags = b[10] | b[11] << 8;
+  RETURN_IF(fmt != STITCH_DELTA_FORMAT, d, STITCH_EVERSION,
+            "delta: format %u, this build reads %d", fmt, STITCH_DELTA_FORMAT);
+  RETURN_IF(flags != 0 || b[12] > DELTA_INDEX_ZSTD || b[13] || b[14] || b[15],
+            d, STITCH_EVERSION, "delta: unknown flags");
+  *zst = b[12] == DELTA_INDEX_ZSTD;
+  *stored = le64(b + 16);
+  *raw = le64(b + 24);
+  *ixsum = le64(b + 32);
+  RETURN_IF(*stored > dl->len - DELTA_HEADER_BYTES, d, STITCH_ETRUNCATED,
+            "delta: index of %llu bytes runs past the file",
+            (unsigned long long)*stored);
+  RETURN_IF(*raw > DELTA_MAX_INDEX, d, STITCH_ELIMIT,
+            "delta: index of %llu bytes exceeds the %u-byte limit",
+            (unsigned long long)*raw, DELTA_MAX_INDEX);
+  RETURN_IF(!*zst && *raw != *stored, d, STITCH_EFORMAT,
+            "delta: index sizes disagree");
+  /* Names and checksums do not compress 64-fold; a larger claim is bogus. */
+  RETURN_IF(*zst && *raw > 64 * *stored + 4096, d, STITCH_ELIMIT,
+            "delta: index claims an implausible compression ratio");
+  return 0;
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int parse_tensor(stitch_delta *dl, rd *r, delta_entry *e, char **np,
+                        uint64_t *payload_at, stitch_diag *d) {
+  uint64_t nl, v;
+  const uint8_t *name;
+  uint8_t dt, nd;
+  RETURN_IF(rd_varint(r, &nl) || nl == 0 || nl > STITCH_ST_MAX_NAME ||
+                rd_bytes(r, (size_t)nl, &name) ||
+                memchr(name, 0, (size_t)nl) != NULL,
+            d, STITCH_EFORMAT, "delta index: bad tensor name");
+  memcpy(*np, name, (size_t)nl);
+  (*np)[nl] = 0;
+  stitch_delta_tensor *t = &e->pub;
+  t->name = *np;
+  *np += nl + 1;
+  RETURN_IF(rd_u8(r, &dt) || rd_u8(r, &nd), d, STITCH_ETRUNCATED,
+            "delta index: truncated at tensor '%s'", t->name);
+  t->dtype = (stitch_dtype)dt;
+  RETURN_IF(stitch_dtype_size(t->dtype) == 0, d, STITCH_EDTYPE,
+            "delta index: tensor '%s' has unknown dtype %u", t->name, dt);
+  RETURN_IF(nd > STITCH_MAX_DIMS, d, STITCH_EFORMAT,
+            "delta index: tensor '%s' has %u dims", t->name, nd);
+  t->ndim = nd;
+  uint64_t numel = 1;
+  for (int i = 0; i < nd; i++) {
+    RETURN_IF(rd_varint(r, &t->shape[i]), d, STITCH_ETRUNCATED,
+              "delta index: truncated at tensor '%s'", t->name);
+    RETURN_IF(t->shape[i] && numel > (UINT64_MAX / 16) / t->shape[i], d,
+              STITCH_ELIMIT, "delta index: tensor '%s' is too large", t->name);
+    numel *= t->shape[i];
+  }
+  t->nbytes = numel * stitch_dtype_size(t->dtype);
+  RETURN_IF(rd_u8(r, &e->flags) || e->flags & ~(DELTA_TF_NIBBLE | DELTA_TF_NEW),
+            d, STITCH_EFORMAT, "delta index: tensor '%s' has bad flags",
+            t->name);
+  int nibble = e->flags & DELTA_TF_NIBBLE;
+  t->is_new = (e->flags & DELTA_TF_NEW) != 0;
+  sym_fmt f;
+  RETURN_IF(sym_fmt_for(t->dtype, nibble, &f) != 0, d, STITCH_EFORMAT,
+            "delta index: tensor '%s' cannot be coded as nibbles", t->name);
+  t->sym_bits = f.bits;
+  t->symbols = nibble ? 2 * t->nbytes : numel;
+  uint64_t B = 1ull << dl->block_log2;
+  uint64_t nb = (t->symbols + B - 1) / B;
+  /* Each block takes at least one byte of index. */
+  RETURN_IF(nb > r->len - r->pos, d, STITCH_ETRUNCATED,
+            "delta index: tensor '%s' lists %llu blocks the index does not "
+            "hold",
+            t->name, (unsigned long long)nb);
+  t->blocks = (uint32_t)nb;
+  size_t n = nb ? (size_t)nb : 1;
+  e->coding = malloc(n);
+  e->payload_off = malloc(n * sizeof(uint64_t));
+  e->payload_len = malloc(n * sizeof(uint64_t));
+  e->blk_changed = malloc(n * sizeof(uint64_t));
+  e->checksum = malloc(n * sizeof(uint64_t));
+  RETURN_IF(!e->coding || !e->payload_off || !e->payload_len ||
+                !e->blk_changed || !e->checksum,
+            d, STITCH_ENOMEM, "out of memory");
+  for (uint64_t b = 0; b < nb; b++) {
+    uint8_t c;
+    uint64_t len = 0, ch = 0, sum = 0;
+    RETURN_IF(rd_u8(r, &c), d, STITCH_ETRUNCATED,
+              "delta index: truncated in tensor '%s'", t->name);
+    RETURN_IF(c >= STITCH_CODING_COUNT_, d, STITCH_EFORMAT,
+              "delta index: tensor '%s' block %llu has unknown coding %u",
+              t->name, (unsigned long long)b, c);
+    RETURN_IF(t->is_new && c != STITCH_CODING_PLANES && c != STITCH_CODING_RAW,
+              d, STITCH_EFORMAT,
+              "delta index: new tensor '%s' uses a coding that needs a base",
+              t->name);
+    if (c != STITCH_CODING_SAME) {
+      uint64_t bsyms = t->symbols - b * B < B ? t->symbols - b * B : B;
+      RETURN_IF(rd_varint(r, &len) || rd_varint(r, &ch) || rd_u64(r, &sum), d,
+                STITCH_ETRUNCATED, "delta index: truncated in tensor '%s'",
+                t->name);
+      RETURN_IF(ch > bsyms, d, STITCH_EFORMAT,
+                "delta index: tensor '%s' block %llu claims more changes than "
+                "symbols",
+                t->name, (unsigned long long)b);
+      RETURN_IF(len > dl->len - *payload_at, d, STITCH_ETRUNCATED,
+                "delta: tensor '%s' block %llu runs past the end of the file",
+                t->name, (unsigned long long)b);
+    }
+    e->coding[b] = c;
+    e->payload_off[b] = *payload_at;
+    e->payload_len[b] = len;
+    e->blk_changed[b] = ch;
+    e->checksum[b] = sum;
+    *payload_at += len;
+    t->blocks_by_coding[c]++;
+    t->changed += ch;
+    t->encoded += len;
+  }
+  (void)v;
+  return 0;
+}
+
+static int parse_index(stitch_delta *dl, const uint8_t *ix, size_t il,
+                       uint64_t payload_at, stitch_diag *d) {
+  rd r = {ix, il, 0};
+  const uint8_t *p;
+  uint64_t v, n;
+  RETURN_IF(rd_bytes(&r, 32, &p), d, STITCH_ETRUNCATED, "delta index: short");
+  memcpy(dl->base.b, p, 32);
+  RETURN_IF(rd_bytes(&r, 32, &p), d, STITCH_ETRUNCATED, "delta index: short");
+  memcpy(dl->result.b, p, 32);
+  RETURN_IF(rd_varint(&r, &v) || v < DELTA_MIN_BLOCK_LOG2 ||
+                v > DELTA_MAX_BLOCK_LOG2,
+            d, STITCH_EFORMAT, "delta index: bad block size");
+  dl->block_log2 = (unsigned)v;
+  RETURN_IF(rd_varint(&r, &v) || rd_bytes(&r, (size_t)v, &p) ||
+                memchr(p, 0, (size_t)v) != NULL,
+            d, STITCH_EFORMAT, "delta index: bad metadata");
+  if (v > 0) {
+    dl->meta = malloc((size_t)v + 1);
+    RETURN_IF(dl->meta == NULL, d, STITCH_ENOMEM, "out of memory");
+    memcpy(dl->meta, p, (size_t)v);
+    dl->meta[v] = 0;
+  }
+  /* A tensor entry takes at least 5 bytes. */
+  RETURN_IF(rd_varint(&r, &n) || n > (r.len - r.pos) / 5, d, STITCH_EFORMAT,
+            "delta index: bad tensor count");
+  dl->t = calloc(n ? (size_t)n : 1, sizeof(*dl->t));
+  dl->names = malloc(il + 1); /* all names fit in the index they came from */
+  RETURN_IF(dl->t == NULL || dl->names == NULL, d, STITCH_ENOMEM,
+            "out of memory");
+  char *np = dl->names;
+  for (uint64_t i = 0; i < n; i++) {
+    dl->count = (size_t)i + 1; /* so free() sees the partial entry */
+    CHECK_RC(parse_tensor(dl, &r, &dl->t[i], &np, &payload_at, d));
+  }
+  dl->count = (size_t)n;
+  RETURN_IF(r.pos != r.len, d, STITCH_EFORMAT,
+            "delta index: %zu unread bytes", r.len - r.pos);
+  RETURN_IF(payload_at != dl->len, d, STITCH_EFORMAT,
+            "delta: %llu bytes after the last block",
+            (unsigned long long)(dl->len - payload_at));
+  const char **sorted = malloc((n ? (size_t)n : 1) * sizeof(*sorted));
+  RETURN_IF(sorted == NULL, d, STITCH_ENOMEM, "out of memory");
+  for (size_t i = 0; i < n; i++)
+    sorted[i] = dl->t[i].pub.name;
+  qsort(sorted, (size_t)n, sizeof(*sorted), cmp_str);
+  int dup = 0;
+  for (size_t i = 1; i < n && !dup; i++)
+    dup = strcmp(sorted[i - 1], sorted[i]) == 0;
+  free(sorted);
+  RETURN_IF(dup, d, STITCH_EFORMAT, "delta index: duplicate tensor names");
+  return 0;
+}
+
+int stitch_delta_parse(const uint8_t *buf, size_t len, stitch_delta **out,
+                       stitch_diag *d) {
+  *out = NULL;
+  stitch_delta *dl = calloc(1, sizeof(*dl));
+  RETURN_IF(dl == NULL, d, STITCH_ENOMEM, "out of memory");
+  dl->buf = buf;
+  dl->len = len;
+  uint64_t stored = 0, raw = 0, sum = 0;
+  int zst = 0, rc = read_header(dl, &stored, &raw, &sum, &zst, d);
+  const uint8_t *ix = buf + DELTA_HEADER_BYTES;
+  if (rc == 0 && zst) {
+    dl->index_owned = malloc(raw ? (size_t)raw : 1);
+    if (dl->index_owned == NULL) {
+      FAIL(d, STITCH_ENOMEM, "out of memory");
+    } else if (ZSTD_getFrameContentSize(ix, (size_t)stored) != raw) {
+      FAIL(d, STITCH_EFORMAT, "delta: index frame size disagrees");
+    } else {
+      size_t n = ZSTD_decompress(dl->index_owned, (size_t)raw, ix,
+                                 (size_t)stored);
+      if (ZSTD_isError(n) || n != raw)
+        FAIL(d, STITCH_EFORMAT, "delta: index does not decompress");
+      ix = dl->index_owned;
+    }
+  }
+  if (rc == 0 && XXH3_64bits(ix, (size_t)raw) != sum)
+    FAIL(d, STITCH_ECHECKSUM, "delta: index checksum mismatch");
+  if (rc == 0)
+    rc = parse_index(dl, ix, (size_t)raw, DELTA_HEADER_BYTES + stored, d);
+  if (rc != 0) {
+    stitch_delta_free(dl);
+    return rc;
+  }
+  *out = dl;
+  return 0;
+}
+
+int stitch_delta_open(const char *path, stitch_delta **out, stitch_diag *d) {
+  *out = NULL;
+  stitch_map m;
+  CHECK_RC(stitch_map_open(path, &m, d));
+  int rc = stitch_delta_parse(m.data, m.len, out, d);
+  if (rc != 0) {
+    stitch_map_close(&m);
+    if (d != NULL) {
+      char tmp[STITCH_DIAG_MAX];
+      memcpy(tmp, d->msg, sizeof(tmp));
+      stitch_diag_set(d, rc, "%.120s: %.190s", path, tmp);
+    }
+    return rc;
+  }
+  (*out)->map = m.data;
+  (*out)->map_len = m.len;
+  return 0;
+}
+
+void stitch_delta_free(stitch_delta *dl) {
+  if (dl == NULL)
+    return;
+  for (size_t i = 0; i < dl->count; i++) {
+    delta_entry *e = &dl->t[i];
+    free(e->coding);
+    free(e->payload_off);
+    free(e->payload_len);
+    free(e->blk_changed);
+    free(e->checksum);
+  }
+  free(dl->t);
+  free(dl->names);
+  free(dl->meta);
+  free(dl->index_owned);
+  if (dl->map != NULL) {
+    stitch_map m = {dl->map, dl->map_len};
+    stitch_map_close(&m);
+  }
+  free(dl);
+}
+
+size_t stitch_delta_count(const stitch_delta *dl) { return dl->count; }
+
+const stitch_delta_tensor *stitch_delta_tensor_at(const stitch_delta *dl,
+                                                  size_t i) {
+  return i < dl->count ? &dl->t[i].pub : NULL;
+}
+
+const stitch_digest *stitch_delta_base_digest(const stitch_delta *dl) {
+  return &dl->base;
+}
+
+const stitch_digest *stitch_delta_result_digest(const stitch_delta *dl) {
+  return &dl->result;
+}
+
+const char *stitch_delta_metadata(const stitch_delta *dl) { return dl->meta; }
+
+int delta_apply_block(const stitch_delta *dl, const delta_entry *e, uint32_t b,
+                      uint8_t *data, uint8_t *scratch, stitch_diag *d) {
+  int c = e->coding[b];
+  if (c == STITCH_CODING_SAME)
+    return 0;
+  const uint8_t *in = dl->buf + e->payload_off[b];
+  size_t len = (size_t)e->payload_len[b];
+  const char *name = e->pub.name;
+  RETURN_IF(XXH3_64bits(in, len) != e->checksum[b], d, STITCH_ECHECKSUM,
+            "delta: tensor '%s' block %u: checksum mismatch", name, b);
+  sym_fmt f;
+  CHECK_RC(sym_fmt_for(e->pub.dtype, e->flags & DELTA_TF_NIBBLE, &f));
+  uint64_t B = 1ull << dl->block_log2;
+  block_span sp = {(uint64_t)b * B, 0};
+  sp.n = e->pub.symbols - sp.start < B ? e->pub.symbols - sp.start : B;
+  if (c == STITCH_CODING_SPARSE) {
+    uint64_t ch;
+    CHECK_RC(sparse_decode(&f, data, sp, in, len, &ch, d));
+    RETURN_IF(ch != e->blk_changed[b], d, STITCH_EFORMAT,
+              "delta: tensor '%s' block %u decoded %llu changes, index says "
+              "%llu",
+              name, b, (unsigned long long)ch,
+              (unsigned long long)e->blk_changed[b]);
+    return 0;
+  }
+  unsigned sb = f.bits <= 8 ? 1 : f.bits / 8;
+  size_t off = f.bits == 4 ? sp.start / 2 : sp.start * sb;
+  size_t nb = f.bits == 4 ? sp.n / 2 : sp.n * sb;
+  return dense_decode(c, sb, data + off, nb, in, len, scratch, d);
+}
+
+int stitch_delta_apply_tensor(const stitch_delta *dl, size_t i, uint8_t *data,
+                              uint64_t nbytes, stitch_diag *d) {
+  RETURN_IF(i >= dl->count, d, STITCH_EINVAL, "no tensor %zu", i);
+  const delta_entry *e = &dl->t[i];
+  RETURN_IF(nbytes != e->pub.nbytes, d, STITCH_EMISMATCH,
+            "tensor '%s': %llu bytes given, the delta expects %llu",
+            e->pub.name, (unsigned long long)nbytes,
+            (unsigned long long)e->pub.nbytes);
+  size_t work = (size_t)8 << dl->block_log2;
+  if (work > nbytes)
+    work = (size_t)nbytes;
+  uint8_t *scratch = malloc(work ? work : 1);
+  RETURN_IF(scratch == NULL, d, STITCH_ENOMEM, "out of memory");
+  int rc = 0;
+  for (uint32_t b = 0; b < e->pub.blocks && rc == 0; b++)
+    rc = delta_apply_block(dl, e, b, data, scratch, d);
+  free(scratch);
+  return rc;
+}
+
+static int same_layout(const stitch_tensor *bt, const stitch_delta_tensor *t) {
+  if (bt->dtype != t->dtype || bt->ndim != t->ndim)
+    return 0;
+  for (int k = 0; k < t->ndim; k++)
+    if (bt->shape[k] != t->shape[k])
+      return 0;
+  return 1;
+}
+
+int stitch_delta_apply_file(const stitch_st *base, const stitch_delta *dl,
+                            const char *path, stitch_diag *d) {
+  stitch_digest dg;
+  CHECK_RC(stitch_view_digest(base, &dg, NULL));
+  RETURN_IF(memcmp(dg.b, dl->base.b, 32) != 0, d, STITCH_EBASE,
+            "delta does not apply to this base: its view digest differs (a "
+            "replayed delta, or the wrong checkpoint)");
+  stitch_st_writer *w;
+  CHECK_RC(stitch_st_writer_new(path, &w, d));
+  int rc = stitch_st_writer_set_metadata(w, dl->meta, d);
+  for (size_t i = 0; i < dl->count && rc == 0; i++) {
+    const stitch_delta_tensor *t = &dl->t[i].pub;
+    rc = stitch_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, d);
+  }
+  if (rc == 0)
+    rc = stitch_st_writer_map(w, d);
+  stitch_digest *tdg = calloc(dl->count ? dl->count : 1, sizeof(*tdg));
+  const char **names = calloc(dl->count ? dl->count : 1, sizeof(*names));
+  if (rc == 0 && (tdg == NULL || names == NULL))
+    rc = stitch_diag_set(d, STITCH_ENOMEM, "out of memory");
+  for (size_t i = 0; i < dl->count && rc == 0; i++) {
+    const stitch_delta_tensor *t = &dl->t[i].pub;
+    uint8_t *dst = stitch_st_writer_data(w, i);
+    if (!t->is_new) {
+      const stitch_tensor *bt = stitch_st_find(base, t->name);
+      if (bt == NULL || !same_layout(bt, t)) {
+        rc = stitch_diag_set(d, STITCH_EFORMAT,
+                             "delta: tensor '%s' is not in the base as listed",
+                             t->name);
+        break;
+      }
+      if (t->nbytes > 0)
+        memcpy(dst, bt->data, (size_t)t->nbytes);
+    }
+    rc = stitch_delta_apply_tensor(dl, i, dst, t->nbytes, d);
+    if (rc == 0) {
+      names[i] = t->name;
+      rc = stitch_tensor_digest(t->dtype, t->ndim, t->shape, dst, t->nbytes,
+                                &tdg[i]);
+    }
+  }
+  if (rc == 0 && (rc = stitch_view_digest_from(dl->count, names, tdg, &dg)) ==
+                     0 &&
+      memcmp(dg.b, dl->result.b, 32) != 0)
+    rc = stitch_diag_set(d, STITCH_EDIGEST,
+                         "result digest mismatch after apply: output discarded");
+  if (rc == 0)
+    rc = stitch_st_writer_commit(w, d);
+  free(tdg);
+  free(names);
+  stitch_st_writer_free(w);
+  return rc;
+}

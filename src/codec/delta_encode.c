@@ -1,0 +1,342 @@
+/* delta_encode.c: build a delta from a base and a result checkpoint.
+ *
+ * For each tensor of the result, block by block: unchanged blocks cost one
+ * byte of index; changed blocks are coded sparsely, and when that is not
+ * clearly small (more than 1/8 of the raw bytes) the dense codings are tried
+ * too and the smallest wins, so a delta is never much larger than its
+ * result compressed on its own. */
+#include "codec/delta_internal.h"
+#include "common/diag.h"
+#include "common/fileio.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+const char *stitch_coding_name(int coding) {
+  static const char *names[] = {"same", "sparse", "xor", "planes", "raw"};
+  return coding >= 0 && coding < STITCH_CODING_COUNT_ ? names[coding] : "?";
+}
+
+typedef struct enc {
+  const stitch_delta_opts *o;
+  unsigned block_log2;
+  int level;
+  dbuf index, payload;
+  uint8_t *cand, *best, *scratch; /* per-block work buffers */
+  size_t work_cap;
+  step_hist hist;
+  stitch_diag *d;
+} enc;
+
+static double h2(double p) {
+  return p <= 0 || p >= 1 ? 0 : -(p * log2(p) + (1 - p) * log2(1 - p));
+}
+
+static int same_layout(const stitch_tensor *a, const stitch_tensor *b) {
+  if (a->dtype != b->dtype || a->ndim != b->ndim)
+    return 0;
+  for (int i = 0; i < a->ndim; i++)
+    if (a->shape[i] != b->shape[i])
+      return 0;
+  return 1;
+}
+
+static uint64_t bytes_of(uint64_t sym, unsigned bits) {
+  return bits == 4 ? sym / 2 : sym * (bits / 8);
+}
+
+/* Codes one block into e->best; returns its coding and length. */
+static int code_block(enc *e, const sym_fmt *f, const uint8_t *old,
+                      const uint8_t *nw, block_span sp, int *coding,
+                      size_t *len, uint64_t *changed) {
+  unsigned sb = f->bits <= 8 ? 1 : f->bits / 8;
+  size_t off = bytes_of(sp.start, f->bits), nb = bytes_of(sp.n, f->bits);
+  const uint8_t *ob = old ? old + off : NULL, *nbp = nw + off;
+  *changed = 0;
+  if (ob != NULL && memcmp(ob, nbp, nb) == 0) {
+    *coding = STITCH_CODING_SAME;
+    *len = 0;
+    return 0;
+  }
+  /* Raw is the ceiling every other coding must beat. */
+  *coding = STITCH_CODING_RAW;
+  *len = nb;
+  memcpy(e->best, nbp, nb);
+  if (ob != NULL) {
+    size_t n;
+    int rc = sparse_encode(f, old, nw, sp, e->cand, nb, &n, changed);
+    if (rc == 0 && n < *len) {
+      memcpy(e->best, e->cand, n);
+      *coding = STITCH_CODING_SPARSE;
+      *len = n;
+    } else if (rc != 0 && rc != STITCH_ELIMIT) {
+      return rc;
+    }
+    if (*coding == STITCH_CODING_SPARSE && *len <= nb / 8)
+      return 0;
+    if (*coding != STITCH_CODING_SPARSE)
+      *changed = sparse_count(f, old, nw, sp);
+  }
+  for (int c = ob ? STITCH_CODING_XOR : STITCH_CODING_PLANES;
+       c <= STITCH_CODING_PLANES; c++) {
+    size_t n;
+    if (dense_encode(c, sb, ob, nbp, nb, e->level, e->cand, *len, &n,
+                     e->scratch) == 0 &&
+        n < *len) {
+      memcpy(e->best, e->cand, n);
+      *coding = c;
+      *len = n;
+    }
+  }
+  return 0;
+}
+
+/* For U8 tensors, packed 4-bit values (NVFP4) code far better as nibbles;
+ * decide by coding the first changed block both ways. */
+static int pick_nibble(enc *e, const stitch_tensor *bt, const stitch_tensor *t) {
+  if (t->dtype != STITCH_DT_U8 || bt == NULL)
+    return 0;
+  uint64_t B = 1ull << e->block_log2;
+  for (uint64_t s = 0; s < t->nbytes; s += B / 2) {
+    uint64_t n = t->nbytes - s < B / 2 ? t->nbytes - s : B / 2;
+    if (memcmp(bt->data + s, t->data + s, n) == 0)
+      continue;
+    sym_fmt fb, fn;
+    sym_fmt_for(STITCH_DT_U8, 0, &fb);
+    sym_fmt_for(STITCH_DT_U8, 1, &fn);
+    size_t lb = SIZE_MAX, ln = SIZE_MAX;
+    uint64_t ch;
+    if (sparse_encode(&fb, bt->data, t->data, (block_span){s, n}, e->cand, n,
+                      &lb, &ch) != 0)
+      lb = SIZE_MAX;
+    if (sparse_encode(&fn, bt->data, t->data, (block_span){2 * s, 2 * n},
+                      e->cand, n, &ln, &ch) != 0)
+      ln = SIZE_MAX;
+    return ln < lb;
+  }
+  return 0;
+}
+
+static int encode_tensor(enc *e, const stitch_st *base, const stitch_tensor *t,
+                         stitch_delta_tensor *ts) {
+  const stitch_tensor *bt = stitch_st_find(base, t->name);
+  if (bt != NULL && !same_layout(bt, t))
+    bt = NULL; /* a reshaped or retyped tensor is sent whole */
+  int nibble = pick_nibble(e, bt, t);
+  sym_fmt f;
+  CHECK_RC(sym_fmt_for(t->dtype, nibble, &f));
+  uint64_t symbols = nibble ? 2 * t->nbytes : t->numel;
+  uint8_t flags = (uint8_t)((nibble ? DELTA_TF_NIBBLE : 0) |
+                            (bt == NULL ? DELTA_TF_NEW : 0));
+  size_t nl = strlen(t->name);
+  dbuf *ix = &e->index;
+  CHECK_RC(dbuf_varint(ix, nl));
+  CHECK_RC(dbuf_put(ix, t->name, nl));
+  CHECK_RC(dbuf_u8(ix, (uint8_t)t->dtype));
+  CHECK_RC(dbuf_u8(ix, (uint8_t)t->ndim));
+  for (int i = 0; i < t->ndim; i++)
+    CHECK_RC(dbuf_varint(ix, t->shape[i]));
+  CHECK_RC(dbuf_u8(ix, flags));
+
+  memset(ts, 0, sizeof(*ts));
+  ts->name = t->name;
+  ts->dtype = t->dtype;
+  ts->ndim = t->ndim;
+  memcpy(ts->shape, t->shape, sizeof(ts->shape));
+  ts->nbytes = t->nbytes;
+  ts->is_new = bt == NULL;
+  ts->sym_bits = f.bits;
+  ts->symbols = symbols;
+  uint64_t B = 1ull << e->block_log2;
+  uint64_t changed_bytes = 0;
+  for (uint64_t s = 0; s < symbols; s += B) {
+    block_span sp = {s, symbols - s < B ? symbols - s : B};
+    int coding;
+    size_t len;
+    uint64_t ch;
+    CHECK_RC(code_block(e, &f, bt ? bt->data : NULL, t->data, sp, &coding,
+                        &len, &ch));
+    CHECK_RC(dbuf_u8(ix, (uint8_t)coding));
+    if (coding != STITCH_CODING_SAME) {
+      CHECK_RC(dbuf_varint(ix, len));
+      CHECK_RC(dbuf_varint(ix, ch));
+      CHECK_RC(dbuf_u64(ix, XXH3_64bits(e->best, len)));
+      CHECK_RC(dbuf_put(&e->payload, e->best, len));
+    }
+    ts->blocks++;
+    ts->blocks_by_coding[coding]++;
+    ts->changed += ch;
+    ts->encoded += len;
+    if (e->hist.h16 != NULL && bt != NULL && coding != STITCH_CODING_SAME) {
+      CHECK_RC(sparse_steps(&f, bt->data, t->data, sp, &e->hist));
+      size_t off = bytes_of(sp.start, f.bits), nb = bytes_of(sp.n, f.bits);
+      for (size_t j = 0; j < nb && nibble; j++)
+        changed_bytes += bt->data[off + j] != t->data[off + j];
+    }
+  }
+  if (e->hist.h16 != NULL) {
+    if (bt == NULL) {
+      ts->bound_bits = 8.0 * (double)ts->encoded; /* nothing to diff against */
+      ts->idxval_bytes = t->nbytes + 4 * t->numel;
+    } else {
+      uint64_t k = e->hist.total;
+      double p = (double)k / (double)(symbols ? symbols : 1);
+      ts->bound_bits = (double)symbols * h2(p) + step_hist_take_bits(&e->hist);
+      uint64_t elems = nibble ? changed_bytes : k;
+      ts->idxval_bytes = elems * (4 + stitch_dtype_size(t->dtype));
+    }
+  }
+  return 0;
+}
+
+static int finish(enc *e, const stitch_digest *base_dg,
+                  const stitch_digest *res_dg, uint8_t **out, size_t *out_len) {
+  /* The index is mostly names and checksums; zstd helps the names. */
+  size_t zcap = ZSTD_compressBound(e->index.len);
+  uint8_t *z = malloc(zcap);
+  if (z == NULL)
+    return STITCH_ENOMEM;
+  size_t zn = ZSTD_compress(z, zcap, e->index.p, e->index.len, 19);
+  int use_z = !ZSTD_isError(zn) && zn < e->index.len;
+  const uint8_t *ip = use_z ? z : e->index.p;
+  size_t il = use_z ? zn : e->index.len;
+  size_t total = DELTA_HEADER_BYTES + il + e->payload.len;
+  uint8_t *buf = malloc(total);
+  if (buf == NULL) {
+    free(z);
+    return STITCH_ENOMEM;
+  }
+  memcpy(buf, DELTA_MAGIC, 8);
+  buf[8] = STITCH_DELTA_FORMAT & 0xff;
+  buf[9] = STITCH_DELTA_FORMAT >> 8;
+  buf[10] = buf[11] = 0; /* flags */
+  buf[12] = use_z ? DELTA_INDEX_ZSTD : DELTA_INDEX_RAW;
+  buf[13] = buf[14] = buf[15] = 0;
+  put_le64(buf + 16, il);
+  put_le64(buf + 24, e->index.len);
+  put_le64(buf + 32, XXH3_64bits(e->index.p, e->index.len));
+  put_le64(buf + 40, XXH3_64bits(buf, 40));
+  memcpy(buf + DELTA_HEADER_BYTES, ip, il);
+  if (e->payload.len > 0)
+    memcpy(buf + DELTA_HEADER_BYTES + il, e->payload.p, e->payload.len);
+  free(z);
+  (void)base_dg;
+  (void)res_dg;
+  *out = buf;
+  *out_len = total;
+  return 0;
+}
+
+void stitch_delta_stats_free(stitch_delta_stats *s) {
+  if (s == NULL)
+    return;
+  free(s->t);
+  s->t = NULL;
+}
+
+int stitch_delta_encode(const stitch_st *base, const stitch_st *result,
+                        const stitch_delta_opts *opts, uint8_t **out,
+                        size_t *out_len, stitch_delta_stats *stats,
+                        stitch_diag *d) {
+  *out = NULL;
+  *out_len = 0;
+  stitch_delta_opts dflt = {0};
+  if (opts == NULL)
+    opts = &dflt;
+  enc e = {.o = opts, .d = d};
+  e.block_log2 = opts->block_log2 ? opts->block_log2 : DELTA_DEFAULT_BLOCK_LOG2;
+  RETURN_IF(e.block_log2 < DELTA_MIN_BLOCK_LOG2 ||
+                e.block_log2 > DELTA_MAX_BLOCK_LOG2,
+            d, STITCH_EINVAL, "block size 2^%u is out of range [2^%d, 2^%d]",
+            e.block_log2, DELTA_MIN_BLOCK_LOG2, DELTA_MAX_BLOCK_LOG2);
+  e.level = opts->zstd_level ? opts->zstd_level : 3;
+  e.index.max = DELTA_MAX_INDEX;
+  e.payload.max = SIZE_MAX / 2;
+  size_t n = stitch_st_count(result);
+  stitch_delta_tensor *ts = calloc(n ? n : 1, sizeof(*ts));
+  /* A block is at most 2^24 symbols of 8 bytes. */
+  e.work_cap = (size_t)8 << e.block_log2;
+  e.cand = malloc(dense_bound(e.work_cap));
+  e.best = malloc(dense_bound(e.work_cap));
+  e.scratch = malloc(e.work_cap);
+  if (stats != NULL)
+    e.hist.h16 = calloc(65537, sizeof(uint64_t));
+  int rc = 0;
+  if (ts == NULL || e.cand == NULL || e.best == NULL || e.scratch == NULL ||
+      (stats != NULL && e.hist.h16 == NULL)) {
+    rc = stitch_diag_set(d, STITCH_ENOMEM, "out of memory");
+    goto out;
+  }
+  stitch_digest bdg, rdg;
+  if ((rc = stitch_view_digest(base, &bdg, NULL)) != 0 ||
+      (rc = stitch_view_digest(result, &rdg, NULL)) != 0) {
+    stitch_diag_set(d, rc, "cannot digest the checkpoints");
+    goto out;
+  }
+  const char *meta = stitch_st_metadata(result);
+  size_t ml = meta ? strlen(meta) : 0;
+  if ((rc = dbuf_put(&e.index, bdg.b, 32)) || (rc = dbuf_put(&e.index, rdg.b, 32)) ||
+      (rc = dbuf_varint(&e.index, e.block_log2)) ||
+      (rc = dbuf_varint(&e.index, ml)) || (rc = dbuf_put(&e.index, meta, ml)) ||
+      (rc = dbuf_varint(&e.index, n)))
+    goto fail_rc;
+  for (size_t i = 0; i < n; i++)
+    if ((rc = encode_tensor(&e, base, stitch_st_tensor(result, i), &ts[i])))
+      goto fail_rc;
+  if ((rc = finish(&e, &bdg, &rdg, out, out_len)))
+    goto fail_rc;
+  if (stats != NULL) {
+    memset(stats, 0, sizeof(*stats));
+    stats->tensors = n;
+    for (size_t i = 0; i < n; i++) {
+      stats->symbols += ts[i].symbols;
+      stats->changed += ts[i].changed;
+      stats->bound_bits += ts[i].bound_bits;
+      stats->idxval_bytes += ts[i].idxval_bytes;
+    }
+    stats->delta_bytes = *out_len;
+    stats->result_bytes = stitch_st_file_size(result);
+    stats->t = ts;
+    ts = NULL;
+  }
+  goto out;
+fail_rc:
+  if (d != NULL && rc == STITCH_ELIMIT)
+    stitch_diag_set(d, rc, "delta index exceeds %u bytes", DELTA_MAX_INDEX);
+  else if (d != NULL && rc != 0 && d->msg[0] == 0)
+    stitch_diag_set(d, rc, "%s", stitch_strerror(rc));
+out:
+  free(ts);
+  free(e.cand);
+  free(e.best);
+  free(e.scratch);
+  free(e.hist.h16);
+  free(e.hist.big);
+  dbuf_free(&e.index);
+  dbuf_free(&e.payload);
+  return rc;
+}
+
+int stitch_delta_encode_file(const stitch_st *base, const stitch_st *result,
+                             const stitch_delta_opts *opts, const char *path,
+                             stitch_delta_stats *stats, stitch_diag *d) {
+  uint8_t *buf;
+  size_t len;
+  CHECK_RC(stitch_delta_encode(base, result, opts, &buf, &len, stats, d));
+  stitch_tmpfile tf;
+  int rc = stitch_tmpfile_open(&tf, path, d);
+  if (rc == 0) {
+    rc = stitch_tmpfile_write(&tf, buf, len, d);
+    if (rc == 0)
+      rc = stitch_tmpfile_commit(&tf, d);
+    else
+      stitch_tmpfile_abort(&tf);
+  }
+  free(buf);
+  if (rc != 0)
+    stitch_delta_stats_free(stats);
+  return rc;
+}

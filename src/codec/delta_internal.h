@@ -1,0 +1,108 @@
+/* delta_internal.h: shared between the delta encoder, applier and parser. */
+#ifndef STITCH_CODEC_DELTA_INTERNAL_H
+#define STITCH_CODEC_DELTA_INTERNAL_H
+
+#include "stitch/delta.h"
+
+#include "common/bytes.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DELTA_MAGIC "STITCHDL"
+#define DELTA_HEADER_BYTES 48 /* 40 bytes of fields + XXH3-64 of them */
+#define DELTA_DEFAULT_BLOCK_LOG2 20
+#define DELTA_MIN_BLOCK_LOG2 8
+#define DELTA_MAX_BLOCK_LOG2 24
+#define DELTA_MAX_INDEX (256u << 20)
+#define DELTA_INDEX_RAW 0
+#define DELTA_INDEX_ZSTD 1
+#define DELTA_TF_NIBBLE 1u /* symbols are 4-bit halves of each byte */
+#define DELTA_TF_NEW 2u    /* tensor absent from the base */
+
+/* How a symbol's bits are read: sign-magnitude floats get order-preserving
+ * keys so that one step of the bit pattern is a difference of +-1; integers
+ * are differenced in two's complement. */
+typedef struct sym_fmt {
+  unsigned bits;      /* 4, 8, 16, 32 or 64 */
+  int is_float;
+  int is_signed;      /* integers only */
+  unsigned mant_bits; /* floats: the exponent starts above these */
+  unsigned exp_bits;
+} sym_fmt;
+
+int sym_fmt_for(stitch_dtype dt, int nibble, sym_fmt *f);
+
+/* One block: symbols [start, start + n) of a tensor. */
+typedef struct block_span {
+  uint64_t start;
+  uint64_t n;
+} block_span;
+
+/* Sparse coding. Returns 0, or STITCH_ELIMIT when the output would pass
+ * cap (the caller then codes the block densely). *changed gets the number
+ * of differing symbols. */
+int sparse_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
+                  block_span sp, uint8_t *out, size_t cap, size_t *out_len,
+                  uint64_t *changed);
+/* Number of symbols that differ. */
+uint64_t sparse_count(const sym_fmt *f, const uint8_t *old,
+                      const uint8_t *new_, block_span sp);
+/* Histogram of the signed steps (in key space) of a block's changes, for
+ * the memoryless bound. Symbols of up to 16 bits count into h16 (index
+ * step + 32768); wider ones are appended to big (grown, capped). */
+typedef struct step_hist {
+  uint64_t *h16; /* 65537 counters */
+  int64_t *big;
+  size_t nbig, capbig;
+  uint64_t total;
+} step_hist;
+int sparse_steps(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
+                 block_span sp, step_hist *h);
+/* Entropy in bits of all the steps counted; resets the histogram. */
+double step_hist_take_bits(step_hist *h);
+/* Patches DATA (holding the base) in place. *changed gets the number of
+ * symbols changed; the caller compares it with the index. */
+int sparse_decode(const sym_fmt *f, uint8_t *data, block_span sp,
+                  const uint8_t *in, size_t len, uint64_t *changed,
+                  stitch_diag *d);
+
+/* Dense codings over the byte range of a block. */
+size_t dense_bound(size_t nbytes);
+int dense_encode(int coding, unsigned sym_bytes, const uint8_t *old,
+                 const uint8_t *new_, size_t nbytes, int level, uint8_t *out,
+                 size_t cap, size_t *out_len, uint8_t *scratch);
+int dense_decode(int coding, unsigned sym_bytes, uint8_t *data, size_t nbytes,
+                 const uint8_t *in, size_t len, uint8_t *scratch,
+                 stitch_diag *d);
+
+/* Parsed tensor entry of a delta (extends the public view). */
+typedef struct delta_entry {
+  stitch_delta_tensor pub;
+  uint8_t flags;
+  uint8_t *coding;        /* [blocks] */
+  uint64_t *payload_off;  /* [blocks], from the start of the file */
+  uint64_t *payload_len;  /* [blocks] */
+  uint64_t *blk_changed;  /* [blocks] */
+  uint64_t *checksum;     /* [blocks] */
+} delta_entry;
+
+struct stitch_delta {
+  const uint8_t *buf;
+  size_t len;
+  void *map; /* owned mapping when opened from a file */
+  size_t map_len;
+  stitch_digest base, result;
+  unsigned block_log2;
+  char *meta;
+  size_t count;
+  delta_entry *t;
+  uint8_t *index_owned; /* decompressed index, if it was compressed */
+  char *names;
+};
+
+/* Applies block b of tensor e to DATA in place (checksum verified first). */
+int delta_apply_block(const stitch_delta *dl, const delta_entry *e, uint32_t b,
+                      uint8_t *data, uint8_t *scratch, stitch_diag *d);
+
+#endif

@@ -1,0 +1,441 @@
+/* sparse.c: the sparse block coding (proto/delta.md section "SPARSE").
+ *
+ * A block is coded in groups of 16 symbols. For each group one binary
+ * decision says whether anything changed; only then are the 16 mask bits
+ * and the changes coded. That keeps the arithmetic coder's work near
+ * n/16 + 16 x (changed groups) decisions instead of one per symbol.
+ *
+ * Contexts come from the base's own values, which every decoder holds:
+ *  - class c = clamp(ref - e, 0, 15), e the symbol's exponent field (or bit
+ *    length, for integers) and ref the block maximum. A weight one octave
+ *    smaller has a rounding step half as large, so under Adam absorption it
+ *    changes about twice as often. The group flag is coded under the bucket
+ *    of sum(2^c) over the group (its expected change count up to a factor),
+ *    each mask bit under (c, position state).
+ *  - a change is a step in key space (keys order floats by value, so one
+ *    step of the bit pattern is +-1): its sign under (c/4, sign of the old
+ *    value), "is it one step" under c/4, otherwise an Elias-gamma length
+ *    with adaptive unary bits and raw low bits. */
+#include "codec/delta_internal.h"
+#include "codec/rangecoder.h"
+#include "common/diag.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "stitch assumes a little-endian host (safetensors data is little-endian)"
+#endif
+
+#define NCLS 16
+#define NGCTX 40
+#define NSTATE 5
+#define NUNARY 24
+#define GROUP 16
+#define MI_MAX 2048 /* exponent fields up to 11 bits, integer bit lengths */
+
+/* Adaptation limits: how slowly each family forgets (2^limit symbols). */
+#define LIM_GROUP 9
+#define LIM_ELEM 8
+#define LIM_SIGN 7
+#define LIM_MAG 7
+
+typedef struct model {
+  rc_ctx group[NGCTX];
+  rc_ctx elem[NCLS][NSTATE];
+  rc_ctx sign[4][2];
+  rc_ctx one[4];
+  rc_ctx unary[NUNARY];
+  uint8_t cls[MI_MAX + 1];
+} model;
+
+#define Q24(x) ((uint32_t)((x) * (double)RC_PROB_ONE))
+
+static void model_init(model *m, unsigned ref) {
+  for (int i = 0; i < NGCTX; i++)
+    rc_ctx_init(&m->group[i], Q24(0.03));
+  for (int c = 0; c < NCLS; c++)
+    for (int s = 0; s < NSTATE; s++)
+      rc_ctx_init(&m->elem[c][s], Q24(0.2));
+  for (int c = 0; c < 4; c++) {
+    rc_ctx_init(&m->sign[c][0], Q24(0.5));
+    rc_ctx_init(&m->sign[c][1], Q24(0.5));
+    rc_ctx_init(&m->one[c], Q24(0.8));
+  }
+  for (int i = 0; i < NUNARY; i++)
+    rc_ctx_init(&m->unary[i], Q24(0.3));
+  for (unsigned e = 0; e <= MI_MAX; e++)
+    m->cls[e] = (uint8_t)(e >= ref ? 0 : ref - e >= NCLS ? NCLS - 1 : ref - e);
+}
+
+int sym_fmt_for(stitch_dtype dt, int nibble, sym_fmt *f) {
+  memset(f, 0, sizeof(*f));
+  size_t sz = stitch_dtype_size(dt);
+  if (sz == 0)
+    return STITCH_EDTYPE;
+  if (nibble) {
+    if (sz != 1)
+      return STITCH_EFORMAT;
+    /* Packed E2M1 pairs (NVFP4): sign, 2 exponent bits, 1 mantissa bit. */
+    *f = (sym_fmt){.bits = 4, .is_float = 1, .mant_bits = 1, .exp_bits = 2};
+    return 0;
+  }
+  f->bits = (unsigned)sz * 8;
+  switch (dt) {
+  case STITCH_DT_BF16: f->is_float = 1, f->mant_bits = 7, f->exp_bits = 8; break;
+  case STITCH_DT_F16: f->is_float = 1, f->mant_bits = 10, f->exp_bits = 5; break;
+  case STITCH_DT_F32: f->is_float = 1, f->mant_bits = 23, f->exp_bits = 8; break;
+  case STITCH_DT_F64: f->is_float = 1, f->mant_bits = 52, f->exp_bits = 11; break;
+  case STITCH_DT_F8_E4M3: f->is_float = 1, f->mant_bits = 3, f->exp_bits = 4; break;
+  case STITCH_DT_F8_E5M2: f->is_float = 1, f->mant_bits = 2, f->exp_bits = 5; break;
+  case STITCH_DT_I8: case STITCH_DT_I16: case STITCH_DT_I32: case STITCH_DT_I64:
+    f->is_signed = 1;
+    break;
+  default:
+    break;
+  }
+  return 0;
+}
+
+static inline __attribute__((always_inline)) uint64_t
+ld(const uint8_t *p, uint64_t j, unsigned bits) {
+  switch (bits) {
+  case 4: return (uint64_t)(p[j >> 1] >> ((j & 1) * 4)) & 15;
+  case 8: return p[j];
+  case 16: { uint16_t v; memcpy(&v, p + 2 * j, 2); return v; }
+  case 32: { uint32_t v; memcpy(&v, p + 4 * j, 4); return v; }
+  default: { uint64_t v; memcpy(&v, p + 8 * j, 8); return v; }
+  }
+}
+
+static inline __attribute__((always_inline)) void
+st(uint8_t *p, uint64_t j, unsigned bits, uint64_t v) {
+  switch (bits) {
+  case 4: {
+    unsigned sh = (unsigned)(j & 1) * 4;
+    p[j >> 1] = (uint8_t)((p[j >> 1] & ~(15u << sh)) | (unsigned)(v << sh));
+    break;
+  }
+  case 8: p[j] = (uint8_t)v; break;
+  case 16: { uint16_t x = (uint16_t)v; memcpy(p + 2 * j, &x, 2); break; }
+  case 32: { uint32_t x = (uint32_t)v; memcpy(p + 4 * j, &x, 4); break; }
+  default: memcpy(p + 8 * j, &v, 8); break;
+  }
+}
+
+static inline __attribute__((always_inline)) uint64_t mask_of(unsigned bits) {
+  return bits == 64 ? ~0ull : (1ull << bits) - 1;
+}
+
+/* Order-preserving key of a sign-magnitude float; identity for integers. */
+static inline __attribute__((always_inline)) uint64_t
+key_of(const sym_fmt *f, unsigned bits, uint64_t v) {
+  if (!f->is_float)
+    return v;
+  uint64_t sb = 1ull << (bits - 1);
+  return v ^ ((v & sb) ? mask_of(bits) : sb);
+}
+
+static inline __attribute__((always_inline)) uint64_t
+unkey(const sym_fmt *f, unsigned bits, uint64_t k) {
+  if (!f->is_float)
+    return k;
+  uint64_t sb = 1ull << (bits - 1);
+  return k ^ ((k & sb) ? sb : mask_of(bits));
+}
+
+/* Exponent field, or bit length of the magnitude for integers. */
+static inline __attribute__((always_inline)) unsigned
+mi_of(const sym_fmt *f, unsigned bits, uint64_t v) {
+  if (f->is_float)
+    return (unsigned)(v >> f->mant_bits) & ((1u << f->exp_bits) - 1);
+  if (f->is_signed && (v >> (bits - 1)) & 1)
+    v = ~v & mask_of(bits);
+  return v ? 64u - (unsigned)__builtin_clzll(v) : 0u;
+}
+
+static inline unsigned bucket(uint32_t e) {
+  unsigned l = 31u - (unsigned)__builtin_clz(e);
+  return 2 * l + (l > 0 ? (e >> (l - 1)) & 1 : 0);
+}
+
+static inline unsigned elem_state(int any, int prev, uint64_t left) {
+  if (any)
+    return prev ? 0 : 1;
+  return left > 8 ? 2 : left > 4 ? 3 : 4;
+}
+
+static unsigned block_ref(const sym_fmt *f, unsigned bits, const uint8_t *p,
+                          block_span sp) {
+  unsigned ref = 0;
+  if (f->is_float) {
+    /* Largest magnitude has the largest exponent. */
+    uint64_t mx = 0, mag = mask_of(bits) >> 1;
+    for (uint64_t j = 0; j < sp.n; j++) {
+      uint64_t v = ld(p, sp.start + j, bits) & mag;
+      mx = v > mx ? v : mx;
+    }
+    return mi_of(f, bits, mx);
+  }
+  for (uint64_t j = 0; j < sp.n; j++) {
+    unsigned e = mi_of(f, bits, ld(p, sp.start + j, bits));
+    ref = e > ref ? e : ref;
+  }
+  return ref;
+}
+
+static inline __attribute__((always_inline)) int
+encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
+            const uint8_t *nw, block_span sp, uint8_t *out, size_t cap,
+            size_t *out_len, uint64_t *changed) {
+  if (cap < 2)
+    return STITCH_ELIMIT;
+  unsigned ref = block_ref(f, bits, old, sp);
+  model m;
+  model_init(&m, ref);
+  out[0] = (uint8_t)ref;
+  out[1] = (uint8_t)(ref >> 8);
+  rc_enc e;
+  rc_enc_init(&e, out + 2, cap - 2);
+  const uint64_t M = mask_of(bits);
+  uint64_t nchanged = 0;
+  for (uint64_t g0 = 0; g0 < sp.n; g0 += GROUP) {
+    uint64_t gn = sp.n - g0 < GROUP ? sp.n - g0 : GROUP;
+    uint64_t ov[GROUP], nv[GROUP];
+    uint8_t cl[GROUP];
+    uint32_t ew = 0;
+    unsigned msk = 0;
+    for (uint64_t j = 0; j < gn; j++) {
+      ov[j] = ld(old, sp.start + g0 + j, bits);
+      nv[j] = ld(nw, sp.start + g0 + j, bits);
+      cl[j] = m.cls[mi_of(f, bits, ov[j])];
+      ew += 1u << cl[j];
+      msk |= (unsigned)(ov[j] != nv[j]) << j;
+    }
+    rc_encode(&e, &m.group[bucket(ew)], msk != 0, LIM_GROUP);
+    if (msk == 0)
+      continue;
+    int any = 0, prev = 0;
+    for (uint64_t j = 0; j < gn; j++) {
+      int bit = (msk >> j) & 1;
+      if (any || j + 1 < gn)
+        rc_encode(&e, &m.elem[cl[j]][elem_state(any, prev, gn - j)], bit,
+                  LIM_ELEM);
+      any |= bit;
+      prev = bit;
+      if (!bit)
+        continue;
+      nchanged++;
+      uint64_t kd = (key_of(f, bits, nv[j]) - key_of(f, bits, ov[j])) & M;
+      int neg = (int)((kd >> (bits - 1)) & 1);
+      uint64_t mag = neg ? (0 - kd) & M : kd;
+      unsigned sc = cl[j] >> 2;
+      rc_encode(&e, &m.sign[sc][(ov[j] >> (bits - 1)) & 1], neg, LIM_SIGN);
+      rc_encode(&e, &m.one[sc], mag == 1, LIM_MAG);
+      if (mag != 1) {
+        uint64_t r = mag - 1;
+        unsigned k = 64u - (unsigned)__builtin_clzll(r); /* 1..bits-1 */
+        for (unsigned i = 0; i + 1 < k; i++)
+          rc_encode(&e, &m.unary[i < NUNARY ? i : NUNARY - 1], 1, LIM_MAG);
+        if (k - 1 < bits - 2)
+          rc_encode(&e, &m.unary[k - 1 < NUNARY ? k - 1 : NUNARY - 1], 0,
+                    LIM_MAG);
+        rc_encode_raw(&e, r, k - 1);
+      }
+    }
+    if (e.overflow)
+      return STITCH_ELIMIT;
+  }
+  size_t n = rc_enc_finish(&e);
+  if (e.overflow)
+    return STITCH_ELIMIT;
+  *out_len = n + 2;
+  *changed = nchanged;
+  return 0;
+}
+
+static inline __attribute__((always_inline)) int
+decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
+            block_span sp, const uint8_t *in, size_t len, uint64_t *changed,
+            stitch_diag *d) {
+  RETURN_IF(len < 2, d, STITCH_EFORMAT, "sparse block: payload too short");
+  unsigned ref = (unsigned)in[0] | (unsigned)in[1] << 8;
+  unsigned mi_max = f->is_float ? (1u << f->exp_bits) - 1 : bits;
+  RETURN_IF(ref > mi_max, d, STITCH_EFORMAT,
+            "sparse block: class reference %u out of range", ref);
+  model m;
+  model_init(&m, ref);
+  rc_dec r;
+  rc_dec_init(&r, in + 2, len - 2);
+  const uint64_t M = mask_of(bits);
+  uint64_t nchanged = 0;
+  for (uint64_t g0 = 0; g0 < sp.n; g0 += GROUP) {
+    uint64_t gn = sp.n - g0 < GROUP ? sp.n - g0 : GROUP;
+    uint8_t cl[GROUP];
+    uint32_t ew = 0;
+    for (uint64_t j = 0; j < gn; j++) {
+      cl[j] = m.cls[mi_of(f, bits, ld(data, sp.start + g0 + j, bits))];
+      ew += 1u << cl[j];
+    }
+    if (!rc_decode(&r, &m.group[bucket(ew)], LIM_GROUP))
+      continue;
+    int any = 0, prev = 0;
+    for (uint64_t j = 0; j < gn; j++) {
+      int bit = 1;
+      if (any || j + 1 < gn)
+        bit = rc_decode(&r, &m.elem[cl[j]][elem_state(any, prev, gn - j)],
+                        LIM_ELEM);
+      any |= bit;
+      prev = bit;
+      if (!bit)
+        continue;
+      nchanged++;
+      uint64_t pos = sp.start + g0 + j;
+      uint64_t ov = ld(data, pos, bits);
+      unsigned sc = cl[j] >> 2;
+      int neg = rc_decode(&r, &m.sign[sc][(ov >> (bits - 1)) & 1], LIM_SIGN);
+      uint64_t mag = 1;
+      if (!rc_decode(&r, &m.one[sc], LIM_MAG)) {
+        unsigned k = 1;
+        while (k - 1 < bits - 2 &&
+               rc_decode(&r, &m.unary[k - 1 < NUNARY ? k - 1 : NUNARY - 1],
+                         LIM_MAG))
+          k++;
+        uint64_t r0 = (1ull << (k - 1)) | rc_decode_raw(&r, k - 1);
+        mag = r0 + 1;
+      }
+      uint64_t kd = neg ? (0 - mag) & M : mag;
+      st(data, pos, bits, unkey(f, bits, (key_of(f, bits, ov) + kd) & M));
+    }
+  }
+  /* The range decoder reads 5 bytes ahead of the last decision, at most. */
+  RETURN_IF(r.pos > r.len + 5, d, STITCH_EFORMAT,
+            "sparse block: coded data ends early");
+  *changed = nchanged;
+  return 0;
+}
+
+int sparse_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
+                  block_span sp, uint8_t *out, size_t cap, size_t *out_len,
+                  uint64_t *changed) {
+  switch (f->bits) {
+#define CASE(B)                                                               \
+  case B:                                                                     \
+    return encode_impl(f, B, old, new_, sp, out, cap, out_len, changed);
+    CASE(4) CASE(8) CASE(16) CASE(32) CASE(64)
+#undef CASE
+  default:
+    return STITCH_EINVAL;
+  }
+}
+
+int sparse_decode(const sym_fmt *f, uint8_t *data, block_span sp,
+                  const uint8_t *in, size_t len, uint64_t *changed,
+                  stitch_diag *d) {
+  switch (f->bits) {
+#define CASE(B)                                                               \
+  case B:                                                                     \
+    return decode_impl(f, B, data, sp, in, len, changed, d);
+    CASE(4) CASE(8) CASE(16) CASE(32) CASE(64)
+#undef CASE
+  default:
+    return stitch_diag_set(d, STITCH_EINVAL, "bad symbol width");
+  }
+}
+
+static inline __attribute__((always_inline)) int
+steps_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
+           const uint8_t *nw, block_span sp, step_hist *h) {
+  const uint64_t M = mask_of(bits);
+  for (uint64_t j = 0; j < sp.n; j++) {
+    uint64_t ov = ld(old, sp.start + j, bits), nv = ld(nw, sp.start + j, bits);
+    if (ov == nv)
+      continue;
+    uint64_t kd = (key_of(f, bits, nv) - key_of(f, bits, ov)) & M;
+    uint64_t sx = (kd >> (bits - 1)) & 1 ? kd | ~M : kd; /* sign-extend */
+    int64_t step = (int64_t)sx;
+    h->total++;
+    if (bits <= 16) {
+      h->h16[step + 32768]++;
+      continue;
+    }
+    if (h->nbig == h->capbig) {
+      size_t nc = h->capbig ? h->capbig * 2 : 4096;
+      if (nc > ((size_t)1 << 28))
+        return STITCH_ELIMIT;
+      int64_t *nb = realloc(h->big, nc * sizeof(*nb));
+      if (nb == NULL)
+        return STITCH_ENOMEM;
+      h->big = nb;
+      h->capbig = nc;
+    }
+    h->big[h->nbig++] = step;
+  }
+  return 0;
+}
+
+int sparse_steps(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
+                 block_span sp, step_hist *h) {
+  switch (f->bits) {
+#define CASE(B)                                                               \
+  case B:                                                                     \
+    return steps_impl(f, B, old, new_, sp, h);
+    CASE(4) CASE(8) CASE(16) CASE(32) CASE(64)
+#undef CASE
+  default:
+    return STITCH_EINVAL;
+  }
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double plogp_sum(uint64_t c, uint64_t total) {
+  return c ? (double)c * log2((double)total / (double)c) : 0.0;
+}
+
+double step_hist_take_bits(step_hist *h) {
+  double bits = 0;
+  uint64_t total = h->total;
+  if (total > 0) {
+    if (h->h16 != NULL)
+      for (int i = 0; i <= 65536; i++) {
+        bits += plogp_sum(h->h16[i], total);
+        h->h16[i] = 0;
+      }
+    qsort(h->big, h->nbig, sizeof(*h->big), cmp_i64);
+    for (size_t i = 0, j; i < h->nbig; i = j) {
+      for (j = i; j < h->nbig && h->big[j] == h->big[i]; j++)
+        ;
+      bits += plogp_sum(j - i, total);
+    }
+  }
+  h->nbig = 0;
+  h->total = 0;
+  return bits;
+}
+
+static inline __attribute__((always_inline)) uint64_t
+count_impl(const unsigned bits, const uint8_t *old, const uint8_t *nw,
+           block_span sp) {
+  uint64_t n = 0;
+  for (uint64_t j = 0; j < sp.n; j++)
+    n += ld(old, sp.start + j, bits) != ld(nw, sp.start + j, bits);
+  return n;
+}
+
+uint64_t sparse_count(const sym_fmt *f, const uint8_t *old,
+                      const uint8_t *new_, block_span sp) {
+  switch (f->bits) {
+#define CASE(B)                                                               \
+  case B:                                                                     \
+    return count_impl(B, old, new_, sp);
+    CASE(4) CASE(8) CASE(16) CASE(32) CASE(64)
+#undef CASE
+  default:
+    return 0;
+  }
+}

@@ -1,0 +1,44 @@
+/* bytes.h: a growable byte buffer with a hard cap (after curl's dynbuf)
+ * and a bounds-checked reader for little-endian fields and LEB128 varints.
+ * Every reader call fails with STITCH_ETRUNCATED once past the end. */
+#ifndef STITCH_COMMON_BYTES_H
+#define STITCH_COMMON_BYTES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Growable byte buffer with a hard cap (curl's dynbuf idea). */
+typedef struct dbuf {
+  uint8_t *p;
+  size_t len, cap, max;
+} dbuf;
+int dbuf_reserve(dbuf *b, size_t more);
+int dbuf_put(dbuf *b, const void *src, size_t n);
+int dbuf_varint(dbuf *b, uint64_t v);
+int dbuf_u8(dbuf *b, uint8_t v);
+int dbuf_u64(dbuf *b, uint64_t v);
+void dbuf_free(dbuf *b);
+
+/* Bounds-checked reader. Every get fails once past the end. */
+typedef struct rd {
+  const uint8_t *p;
+  size_t len, pos;
+} rd;
+int rd_varint(rd *r, uint64_t *v);
+int rd_u8(rd *r, uint8_t *v);
+int rd_u64(rd *r, uint64_t *v);
+int rd_bytes(rd *r, size_t n, const uint8_t **out);
+
+static inline uint64_t le64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--)
+    v = v << 8 | p[i];
+  return v;
+}
+static inline void put_le64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
+}
+
+
+#endif

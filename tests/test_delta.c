@@ -1,0 +1,288 @@
+/* test_delta.c: the delta codec round-trips bit for bit, names its base,
+ * and comes out near (below) the memoryless bound. */
+#include "ckpt_util.h"
+
+#include <math.h>
+#include <sys/stat.h>
+
+static test_rng rng;
+
+/* One step of the bit pattern of a sign-magnitude float, up or down in
+ * value: what Adam absorption mostly produces. */
+static uint64_t step_float(uint64_t v, unsigned bits, int up) {
+  uint64_t sb = 1ull << (bits - 1);
+  int neg = (v & sb) != 0;
+  uint64_t mag = v & (sb - 1);
+  if (up != neg)
+    return mag + 1 < sb ? v + 1 : v - 1;
+  return mag > 0 ? v - 1 : v ^ sb; /* -0 <-> +0 */
+}
+
+static int is_float(stitch_dtype dt) {
+  return dt == STITCH_DT_BF16 || dt == STITCH_DT_F16 || dt == STITCH_DT_F32 ||
+         dt == STITCH_DT_F64 || dt == STITCH_DT_F8_E4M3 ||
+         dt == STITCH_DT_F8_E5M2;
+}
+
+static uint64_t get(const uint8_t *p, size_t i, size_t es) {
+  uint64_t v = 0;
+  memcpy(&v, p + i * es, es);
+  return v;
+}
+
+static void set(uint8_t *p, size_t i, size_t es, uint64_t v) {
+  memcpy(p + i * es, &v, es);
+}
+
+/* Fills base with weight-like values and derives new with a fraction p of
+ * elements moved: mostly one step, sometimes more, for floats; random for
+ * integers. */
+static void make_pair(stitch_dtype dt, size_t n, double p, uint8_t *base,
+                      uint8_t *nw) {
+  size_t es = stitch_dtype_size(dt);
+  for (size_t i = 0; i < n; i++) {
+    uint64_t v = test_rng_next(&rng);
+    if (dt == STITCH_DT_BF16) {
+      float f = (float)((test_rng_unit(&rng) - 0.5) * 0.08);
+      uint32_t u;
+      memcpy(&u, &f, 4);
+      v = u >> 16;
+    }
+    set(base, i, es, v);
+  }
+  memcpy(nw, base, n * es);
+  for (size_t i = 0; i < n; i++) {
+    if (test_rng_unit(&rng) >= p)
+      continue;
+    uint64_t v = get(base, i, es);
+    if (is_float(dt)) {
+      int k = test_rng_unit(&rng) < 0.9 ? 1 : 1 + (int)(test_rng_next(&rng) % 40);
+      int up = (int)(test_rng_next(&rng) & 1);
+      for (int s = 0; s < k; s++)
+        v = step_float(v, (unsigned)es * 8, up);
+    } else {
+      v = v + 1 + test_rng_next(&rng) % 1000;
+    }
+    set(nw, i, es, v);
+  }
+}
+
+static uint8_t *encode(const char *a, const char *b, unsigned block_log2,
+                       size_t *len, stitch_delta_stats *stats) {
+  stitch_st *sa = open_ckpt(a), *sb = open_ckpt(b);
+  stitch_diag d = {{0}};
+  stitch_delta_opts o = {.block_log2 = block_log2};
+  uint8_t *buf;
+  ASSERT_OK(stitch_delta_encode(sa, sb, &o, &buf, len, stats, &d), d);
+  stitch_st_free(sa);
+  stitch_st_free(sb);
+  return buf;
+}
+
+static void check_apply_file(const char *a, const uint8_t *dbuf, size_t dlen,
+                             const char *b) {
+  stitch_diag d = {{0}};
+  stitch_delta *dl;
+  ASSERT_OK(stitch_delta_parse(dbuf, dlen, &dl, &d), d);
+  stitch_st *sa = open_ckpt(a), *sb = open_ckpt(b);
+  const char *out = test_path("applied.safetensors");
+  ASSERT_OK(stitch_delta_apply_file(sa, dl, out, &d), d);
+  stitch_st *so = open_ckpt(out);
+  ASSERT_EQ(stitch_st_count(so), stitch_st_count(sb));
+  for (size_t i = 0; i < stitch_st_count(sb); i++) {
+    const stitch_tensor *x = stitch_st_tensor(sb, i);
+    const stitch_tensor *y = stitch_st_find(so, x->name);
+    ASSERT(y != NULL);
+    ASSERT_EQ(x->dtype, y->dtype);
+    ASSERT_EQ(x->ndim, y->ndim);
+    for (int k = 0; k < x->ndim; k++)
+      ASSERT_UEQ(x->shape[k], y->shape[k]);
+    ASSERT_UEQ(x->nbytes, y->nbytes);
+    ASSERT_MEM_EQ(x->data, y->data, x->nbytes);
+  }
+  const char *m1 = stitch_st_metadata(sb), *m2 = stitch_st_metadata(so);
+  ASSERT((m1 == NULL) == (m2 == NULL));
+  if (m1)
+    ASSERT_STR_EQ(m1, m2);
+  stitch_st_free(sa);
+  stitch_st_free(sb);
+  stitch_st_free(so);
+  stitch_delta_free(dl);
+}
+
+static void test_dtypes(void) {
+  static const stitch_dtype dts[] = {
+      STITCH_DT_BF16, STITCH_DT_F16,     STITCH_DT_F32,     STITCH_DT_F64,
+      STITCH_DT_F8_E4M3, STITCH_DT_F8_E5M2, STITCH_DT_U8,   STITCH_DT_I8,
+      STITCH_DT_I16,  STITCH_DT_U16,     STITCH_DT_I32,     STITCH_DT_U32,
+      STITCH_DT_I64,  STITCH_DT_U64,     STITCH_DT_BOOL};
+  static const double ps[] = {0, 0.001, 0.01, 0.1, 0.5, 1.0};
+  for (size_t di = 0; di < sizeof(dts) / sizeof(dts[0]); di++)
+    for (size_t pi = 0; pi < sizeof(ps) / sizeof(ps[0]); pi++) {
+      size_t n = 3000 + (size_t)(test_rng_next(&rng) % 3000);
+      size_t es = stitch_dtype_size(dts[di]);
+      uint8_t *a = malloc(n * es), *b = malloc(n * es);
+      make_pair(dts[di], n, ps[pi], a, b);
+      tspec ta = {"t", dts[di], 1, {n}, a}, tb = {"t", dts[di], 1, {n}, b};
+      const char *pa = test_path("a.safetensors"), *pb = test_path("b.safetensors");
+      write_ckpt(pa, &ta, 1, NULL);
+      write_ckpt(pb, &tb, 1, NULL);
+      size_t len;
+      /* Small blocks so block edges and partial groups are exercised. */
+      uint8_t *dbuf = encode(pa, pb, 10, &len, NULL);
+      stitch_diag d = {{0}};
+      stitch_delta *dl;
+      ASSERT_OK(stitch_delta_parse(dbuf, len, &dl, &d), d);
+      uint8_t *c = malloc(n * es);
+      memcpy(c, a, n * es);
+      ASSERT_OK(stitch_delta_apply_tensor(dl, 0, c, n * es, &d), d);
+      if (memcmp(c, b, n * es) != 0)
+        FAIL_("%s at p=%g: apply differs", stitch_dtype_name(dts[di]), ps[pi]);
+      /* Never much larger than the raw new bytes. */
+      ASSERT_LE(len, n * es + 400);
+      stitch_delta_free(dl);
+      check_apply_file(pa, dbuf, len, pb);
+      free(dbuf);
+      free(a);
+      free(b);
+      free(c);
+    }
+}
+
+static void test_layout_changes(void) {
+  /* A tensor added, one dropped, one reshaped, one retyped, metadata changed,
+   * plus an empty tensor and a scalar. */
+  uint16_t w[256], w2[256];
+  for (int i = 0; i < 256; i++)
+    w[i] = w2[i] = (uint16_t)(0x3c00 + i);
+  w2[7] ^= 1;
+  float f[4] = {1, 2, 3, 4};
+  uint8_t z[1];
+  int32_t s = 5, s2 = 6;
+  tspec a[] = {{"w", STITCH_DT_BF16, 2, {16, 16}, (uint8_t *)w},
+               {"gone", STITCH_DT_F32, 1, {4}, (uint8_t *)f},
+               {"shape", STITCH_DT_F32, 1, {4}, (uint8_t *)f},
+               {"type", STITCH_DT_F32, 1, {4}, (uint8_t *)f},
+               {"empty", STITCH_DT_F32, 2, {0, 3}, z},
+               {"scalar", STITCH_DT_I32, 0, {0}, (uint8_t *)&s}};
+  tspec b[] = {{"w", STITCH_DT_BF16, 2, {16, 16}, (uint8_t *)w2},
+               {"shape", STITCH_DT_F32, 2, {2, 2}, (uint8_t *)f},
+               {"type", STITCH_DT_I32, 1, {4}, (uint8_t *)f},
+               {"added", STITCH_DT_F32, 1, {4}, (uint8_t *)f},
+               {"empty", STITCH_DT_F32, 2, {0, 3}, z},
+               {"scalar", STITCH_DT_I32, 0, {0}, (uint8_t *)&s2}};
+  const char *pa = test_path("la.safetensors"), *pb = test_path("lb.safetensors");
+  write_ckpt(pa, a, 6, "{\"step\":\"1\"}");
+  write_ckpt(pb, b, 6, "{\"step\":\"2\",\"extra\":\"x\"}");
+  size_t len;
+  stitch_delta_stats st;
+  uint8_t *dbuf = encode(pa, pb, 0, &len, &st);
+  ASSERT_EQ(st.tensors, 6);
+  int news = 0;
+  for (size_t i = 0; i < st.tensors; i++)
+    news += st.t[i].is_new;
+  ASSERT_EQ(news, 3); /* shape, type, added */
+  stitch_delta_stats_free(&st);
+  check_apply_file(pa, dbuf, len, pb);
+  free(dbuf);
+}
+
+static void test_base_mismatch_and_replay(void) {
+  size_t n = 4096;
+  uint8_t *a = malloc(2 * n), *b = malloc(2 * n), *c = malloc(2 * n);
+  make_pair(STITCH_DT_BF16, n, 0.01, a, b);
+  make_pair(STITCH_DT_BF16, n, 0.01, c, c); /* unrelated */
+  tspec ta = {"w", STITCH_DT_BF16, 1, {n}, a}, tb = {"w", STITCH_DT_BF16, 1, {n}, b},
+        tc = {"w", STITCH_DT_BF16, 1, {n}, c};
+  const char *pa = test_path("ma.safetensors"), *pb = test_path("mb.safetensors"),
+             *pc = test_path("mc.safetensors");
+  write_ckpt(pa, &ta, 1, NULL);
+  write_ckpt(pb, &tb, 1, NULL);
+  write_ckpt(pc, &tc, 1, NULL);
+  size_t len;
+  uint8_t *dbuf = encode(pa, pb, 0, &len, NULL);
+  stitch_diag d = {{0}};
+  stitch_delta *dl;
+  ASSERT_OK(stitch_delta_parse(dbuf, len, &dl, &d), d);
+  const char *out = test_path("never.safetensors");
+  stitch_st *sb = open_ckpt(pb), *sc = open_ckpt(pc);
+  ASSERT_EQ(stitch_delta_apply_file(sb, dl, out, &d), STITCH_EBASE); /* replay */
+  ASSERT_EQ(stitch_delta_apply_file(sc, dl, out, &d), STITCH_EBASE);
+  struct stat sbuf;
+  ASSERT(stat(out, &sbuf) != 0);
+  stitch_st_free(sb);
+  stitch_st_free(sc);
+  stitch_delta_free(dl);
+  free(dbuf);
+  free(a);
+  free(b);
+  free(c);
+}
+
+static void test_deterministic(void) {
+  size_t n = 50000;
+  uint8_t *a = malloc(2 * n), *b = malloc(2 * n);
+  make_pair(STITCH_DT_BF16, n, 0.02, a, b);
+  tspec ta = {"w", STITCH_DT_BF16, 1, {n}, a}, tb = {"w", STITCH_DT_BF16, 1, {n}, b};
+  const char *pa = test_path("da.safetensors"), *pb = test_path("db.safetensors");
+  write_ckpt(pa, &ta, 1, NULL);
+  write_ckpt(pb, &tb, 1, NULL);
+  size_t l1, l2;
+  uint8_t *d1 = encode(pa, pb, 0, &l1, NULL), *d2 = encode(pa, pb, 0, &l2, NULL);
+  ASSERT_UEQ(l1, l2);
+  ASSERT_MEM_EQ(d1, d2, l1);
+  free(d1);
+  free(d2);
+  free(a);
+  free(b);
+}
+
+/* Adam-like BF16 weights: Gaussian masters moving by ~lr per step. A
+ * weight's chance of crossing a rounding boundary scales with 1/|w|, which
+ * is what the coder's contexts exploit; the delta must come in under the
+ * memoryless bound and far under the int32+value layout. */
+static void test_size_vs_bound(void) {
+  size_t n = 1 << 20;
+  float *m = malloc(n * 4);
+  uint16_t *a = malloc(n * 2), *b = malloc(n * 2);
+  for (size_t i = 0; i < n; i++) {
+    double u1 = test_rng_unit(&rng) + 1e-12, u2 = test_rng_unit(&rng);
+    m[i] = (float)(0.02 * sqrt(-2 * log(u1)) * cos(6.283185307 * u2));
+    a[i] = stitch_f32_to_bf16(m[i]);
+    m[i] -= (float)(1.5e-6 * (test_rng_unit(&rng) < 0.5 ? -1 : 1));
+    b[i] = stitch_f32_to_bf16(m[i]);
+  }
+  tspec ta = {"w", STITCH_DT_BF16, 2, {1024, 1024}, (uint8_t *)a},
+        tb = {"w", STITCH_DT_BF16, 2, {1024, 1024}, (uint8_t *)b};
+  const char *pa = test_path("sa.safetensors"), *pb = test_path("sb.safetensors");
+  write_ckpt(pa, &ta, 1, NULL);
+  write_ckpt(pb, &tb, 1, NULL);
+  size_t len;
+  stitch_delta_stats st;
+  uint8_t *dbuf = encode(pa, pb, 0, &len, &st);
+  double dens = (double)st.changed / (double)st.symbols;
+  fprintf(stderr,
+          "size_vs_bound: density %.4f, delta %zu B, bound %.0f B, int32+value "
+          "%llu B\n",
+          dens, len, st.bound_bits / 8, (unsigned long long)st.idxval_bytes);
+  ASSERT(dens > 0.001 && dens < 0.1);
+  ASSERT_DBL_LE((double)len, 1.10 * st.bound_bits / 8);
+  ASSERT_LE(5 * len, st.idxval_bytes);
+  stitch_delta_stats_free(&st);
+  check_apply_file(pa, dbuf, len, pb);
+  free(dbuf);
+  free(m);
+  free(a);
+  free(b);
+}
+
+int main(void) {
+  rng = test_rng_seeded("test_delta", 20261130);
+  test_dtypes();
+  test_layout_changes();
+  test_base_mismatch_and_replay();
+  test_deterministic();
+  test_size_vs_bound();
+  puts("test_delta: ok");
+  return 0;
+}

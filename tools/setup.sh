@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what Stitch needs to build and test on Debian 12, then configures
+# and builds into build/ (or $STITCH_BUILD_DIR). Idempotent: packages already
+# present are not reinstalled, and an existing build is only brought up to
+# date. Extra CMake arguments may follow, e.g. tools/setup.sh -DSTITCH_SANITIZE=ON
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake pkg-config git zstd python3
+          libuv1-dev libsodium-dev libzstd-dev libmsgpack-dev libjansson-dev
+          libxxhash-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+
+build="${STITCH_BUILD_DIR:-build}"
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+cmake --build "$build" -j"$(nproc)" >/dev/null
+echo "setup: built $build/bin/stitch" >&2

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The README's test command: set up a fresh Debian 12 machine if needed,
+# build with warnings as errors, and run the whole suite under ctest.
+#   tools/test.sh             # the normal build, in build/
+#   tools/test.sh --sanitize  # ASan + UBSan, in build-asan/
+set -euo pipefail
+cd "$(dirname "$0")/.."
+args=(-DSTITCH_WERROR=ON)
+export STITCH_BUILD_DIR="${STITCH_BUILD_DIR:-build}"
+if [ "${1:-}" = "--sanitize" ]; then
+  args+=(-DSTITCH_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug)
+  STITCH_BUILD_DIR=build-asan
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+fi
+tools/setup.sh "${args[@]}"
+ctest --test-dir "$STITCH_BUILD_DIR" --output-on-failure -j"$(nproc)"

@@ -192,8 +192,7 @@ static int encode_tensor(enc *e, const stitch_st *base, const stitch_tensor *t,
   return 0;
 }
 
-static int finish(enc *e, const stitch_digest *base_dg,
-                  const stitch_digest *res_dg, uint8_t **out, size_t *out_len) {
+static int finish(enc *e, uint8_t **out, size_t *out_len) {
   /* The index is mostly names and checksums; zstd helps the names. */
   size_t zcap = ZSTD_compressBound(e->index.len);
   uint8_t *z = malloc(zcap);
@@ -223,10 +222,16 @@ static int finish(enc *e, const stitch_digest *base_dg,
   if (e->payload.len > 0)
     memcpy(buf + DELTA_HEADER_BYTES + il, e->payload.p, e->payload.len);
   free(z);
-  (void)base_dg;
-  (void)res_dg;
   *out = buf;
   *out_len = total;
+  return 0;
+}
+
+static int digest_or_given(const stitch_st *st, const stitch_digest *given,
+                           stitch_digest *out) {
+  if (given == NULL)
+    return stitch_view_digest(st, out, NULL);
+  *out = *given;
   return 0;
 }
 
@@ -271,8 +276,10 @@ int stitch_delta_encode(const stitch_st *base, const stitch_st *result,
     goto out;
   }
   stitch_digest bdg, rdg;
-  if ((rc = stitch_view_digest(base, &bdg, NULL)) != 0 ||
-      (rc = stitch_view_digest(result, &rdg, NULL)) != 0) {
+  rc = digest_or_given(base, opts->base_digest, &bdg);
+  if (rc == 0)
+    rc = digest_or_given(result, opts->result_digest, &rdg);
+  if (rc != 0) {
     stitch_diag_set(d, rc, "cannot digest the checkpoints");
     goto out;
   }
@@ -286,7 +293,7 @@ int stitch_delta_encode(const stitch_st *base, const stitch_st *result,
   for (size_t i = 0; i < n; i++)
     if ((rc = encode_tensor(&e, base, stitch_st_tensor(result, i), &ts[i])))
       goto fail_rc;
-  if ((rc = finish(&e, &bdg, &rdg, out, out_len)))
+  if ((rc = finish(&e, out, out_len)))
     goto fail_rc;
   if (stats != NULL) {
     memset(stats, 0, sizeof(*stats));

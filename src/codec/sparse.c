@@ -1,17 +1,19 @@
 /* sparse.c: the sparse block coding (proto/delta.md section "SPARSE").
  *
- * A block is coded in groups of 16 symbols. For each group one binary
- * decision says whether anything changed; only then are the 16 mask bits
- * and the changes coded. That keeps the arithmetic coder's work near
- * n/16 + 16 x (changed groups) decisions instead of one per symbol.
+ * A block is coded in groups of 16 symbols. One binary decision per group
+ * says whether anything changed; only then are the changes located, by
+ * halving the group (about 5 decisions for one change instead of 16 mask
+ * bits), and their steps coded. Work therefore scales with n/16 plus the
+ * changes, not with n decisions.
  *
- * Contexts come from the base's own values, which every decoder holds:
+ * Contexts come from the base's own values, which every decoder holds, so
+ * a node that joined from an anchor decodes like any other:
  *  - class c = clamp(ref - e, 0, 15), e the symbol's exponent field (or bit
  *    length, for integers) and ref the block maximum. A weight one octave
  *    smaller has a rounding step half as large, so under Adam absorption it
- *    changes about twice as often. The group flag is coded under the bucket
- *    of sum(2^c) over the group (its expected change count up to a factor),
- *    each mask bit under (c, position state).
+ *    changes about twice as often: 2^c is proportional to its chance of
+ *    changing. The group flag is coded under the bucket of the group's sum
+ *    of 2^c; each halving under the left half's share of that weight.
  *  - a change is a step in key space (keys order floats by value, so one
  *    step of the bit pattern is +-1): its sign under (c/4, sign of the old
  *    value), "is it one step" under c/4, otherwise an Elias-gamma length
@@ -30,24 +32,27 @@
 
 #define NCLS 16
 #define NGCTX 40
-#define NSTATE 5
+#define NLVL 4  /* tree levels inside a group: node sizes 2-3, 4-7, 8-15, 16 */
+#define NQ 8    /* buckets of a left half's share of its node's weight */
 #define NUNARY 24
 #define GROUP 16
 #define MI_MAX 2048 /* exponent fields up to 11 bits, integer bit lengths */
 
 /* Adaptation limits: how slowly each family forgets (2^limit symbols). */
 #define LIM_GROUP 9
-#define LIM_ELEM 8
+#define LIM_TREE 8
 #define LIM_SIGN 7
 #define LIM_MAG 7
 
 typedef struct model {
   rc_ctx group[NGCTX];
-  rc_ctx elem[NCLS][NSTATE];
+  rc_ctx left[NLVL][NQ]; /* does the left half hold a change? */
+  rc_ctx right[NGCTX];    /* ... and the right half too, by its weight */
   rc_ctx sign[4][2];
   rc_ctx one[4];
   rc_ctx unary[NUNARY];
   uint8_t cls[MI_MAX + 1];
+  uint32_t weight[MI_MAX + 1]; /* 2^cls: a group's expected-changes proxy */
 } model;
 
 #define Q24(x) ((uint32_t)((x) * (double)RC_PROB_ONE))
@@ -55,9 +60,11 @@ typedef struct model {
 static void model_init(model *m, unsigned ref) {
   for (int i = 0; i < NGCTX; i++)
     rc_ctx_init(&m->group[i], Q24(0.03));
-  for (int c = 0; c < NCLS; c++)
-    for (int s = 0; s < NSTATE; s++)
-      rc_ctx_init(&m->elem[c][s], Q24(0.2));
+  for (int l = 0; l < NLVL; l++)
+    for (int q = 0; q < NQ; q++)
+      rc_ctx_init(&m->left[l][q], Q24(0.5));
+  for (int i = 0; i < NGCTX; i++)
+    rc_ctx_init(&m->right[i], Q24(0.15));
   for (int c = 0; c < 4; c++) {
     rc_ctx_init(&m->sign[c][0], Q24(0.5));
     rc_ctx_init(&m->sign[c][1], Q24(0.5));
@@ -65,8 +72,10 @@ static void model_init(model *m, unsigned ref) {
   }
   for (int i = 0; i < NUNARY; i++)
     rc_ctx_init(&m->unary[i], Q24(0.3));
-  for (unsigned e = 0; e <= MI_MAX; e++)
+  for (unsigned e = 0; e <= MI_MAX; e++) {
     m->cls[e] = (uint8_t)(e >= ref ? 0 : ref - e >= NCLS ? NCLS - 1 : ref - e);
+    m->weight[e] = 1u << m->cls[e];
+  }
 }
 
 int sym_fmt_for(stitch_dtype dt, int nibble, sym_fmt *f) {
@@ -97,6 +106,43 @@ int sym_fmt_for(stitch_dtype dt, int nibble, sym_fmt *f) {
   }
   return 0;
 }
+
+/* Every symbol format, so each gets its own compiled coder with the
+ * format's constants folded in (the hot loops then have no format tests). */
+#define FMT_LIST(X)                                                           \
+  X(0, 4, 1, 0, 1, 2)   /* E2M1 nibbles */                                    \
+  X(1, 8, 1, 0, 3, 4)   /* F8_E4M3 */                                         \
+  X(2, 8, 1, 0, 2, 5)   /* F8_E5M2 */                                         \
+  X(3, 8, 0, 1, 0, 0)   /* I8 */                                              \
+  X(4, 8, 0, 0, 0, 0)   /* U8, BOOL */                                        \
+  X(5, 16, 1, 0, 7, 8)  /* BF16 */                                            \
+  X(6, 16, 1, 0, 10, 5) /* F16 */                                             \
+  X(7, 16, 0, 1, 0, 0)  /* I16 */                                             \
+  X(8, 16, 0, 0, 0, 0)  /* U16 */                                             \
+  X(9, 32, 1, 0, 23, 8) /* F32 */                                             \
+  X(10, 32, 0, 1, 0, 0) /* I32 */                                             \
+  X(11, 32, 0, 0, 0, 0) /* U32 */                                             \
+  X(12, 64, 1, 0, 52, 11) /* F64 */                                           \
+  X(13, 64, 0, 1, 0, 0) /* I64 */                                             \
+  X(14, 64, 0, 0, 0, 0) /* U64 */
+
+static int fmt_id(const sym_fmt *f) {
+#define X(ID, B, FL, SG, MB, EB)                                              \
+  if (f->bits == B && f->is_float == FL && f->is_signed == SG &&             \
+      f->mant_bits == MB && f->exp_bits == EB)                                \
+    return ID;
+  FMT_LIST(X)
+#undef X
+  return -1;
+}
+
+/* Calls IMPL(&constant_format, bits, ...) for f's format, or yields DFLT. */
+#define DISPATCH(f, DFLT, IMPL, ...)                                          \
+  switch (fmt_id(f)) {                                                        \
+    FMT_LIST(DISPATCH_CASE_)                                                  \
+  default:                                                                    \
+    return DFLT;                                                              \
+  }
 
 static inline __attribute__((always_inline)) uint64_t
 ld(const uint8_t *p, uint64_t j, unsigned bits) {
@@ -160,10 +206,21 @@ static inline unsigned bucket(uint32_t e) {
   return 2 * l + (l > 0 ? (e >> (l - 1)) & 1 : 0);
 }
 
-static inline unsigned elem_state(int any, int prev, uint64_t left) {
-  if (any)
-    return prev ? 0 : 1;
-  return left > 8 ? 2 : left > 4 ? 3 : 4;
+/* Node of the position tree over [lo, hi) of a group, known to hold a
+ * change: the contexts for "left half holds one" and "right half too". */
+typedef struct tnode {
+  uint8_t lo, hi;
+} tnode;
+
+static inline unsigned tree_level(unsigned size) {
+  unsigned l = 30u - (unsigned)__builtin_clz(size); /* 2-3 -> 0, 16 -> 3 */
+  return l < NLVL ? l : NLVL - 1;
+}
+
+static inline unsigned tree_q(const uint32_t *pw, unsigned lo, unsigned mid,
+                              unsigned hi) {
+  /* The right half weighs at least 1, so q <= NQ - 1. */
+  return (unsigned)((uint64_t)(pw[mid] - pw[lo]) * NQ / (pw[hi] - pw[lo]));
 }
 
 static unsigned block_ref(const sym_fmt *f, unsigned bits, const uint8_t *p,
@@ -203,34 +260,45 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
   for (uint64_t g0 = 0; g0 < sp.n; g0 += GROUP) {
     uint64_t gn = sp.n - g0 < GROUP ? sp.n - g0 : GROUP;
     uint64_t ov[GROUP], nv[GROUP];
-    uint8_t cl[GROUP];
-    uint32_t ew = 0;
+    uint32_t pw[GROUP + 1] = {0};
     unsigned msk = 0;
     for (uint64_t j = 0; j < gn; j++) {
       ov[j] = ld(old, sp.start + g0 + j, bits);
       nv[j] = ld(nw, sp.start + g0 + j, bits);
-      cl[j] = m.cls[mi_of(f, bits, ov[j])];
-      ew += 1u << cl[j];
+      pw[j + 1] = pw[j] + m.weight[mi_of(f, bits, ov[j])];
       msk |= (unsigned)(ov[j] != nv[j]) << j;
     }
-    rc_encode(&e, &m.group[bucket(ew)], msk != 0, LIM_GROUP);
+    rc_encode(&e, &m.group[bucket(pw[gn])], msk != 0, LIM_GROUP);
     if (msk == 0)
       continue;
-    int any = 0, prev = 0;
-    for (uint64_t j = 0; j < gn; j++) {
-      int bit = (msk >> j) & 1;
-      if (any || j + 1 < gn)
-        rc_encode(&e, &m.elem[cl[j]][elem_state(any, prev, gn - j)], bit,
-                  LIM_ELEM);
-      any |= bit;
-      prev = bit;
-      if (!bit)
+    /* Locate the changes by halving, left first, so they come in order. */
+    tnode stk[GROUP];
+    int top = 0;
+    stk[top++] = (tnode){0, (uint8_t)gn};
+    while (top > 0) {
+      tnode nd = stk[--top];
+      if (nd.hi - nd.lo > 1) {
+        unsigned mid = nd.lo + (nd.hi - nd.lo) / 2u;
+        int l = (msk & ((1u << mid) - (1u << nd.lo))) != 0;
+        int r = (msk & ((1u << nd.hi) - (1u << mid))) != 0;
+        rc_encode(&e,
+                  &m.left[tree_level(nd.hi - nd.lo)][tree_q(pw, nd.lo, mid,
+                                                            nd.hi)],
+                  l, LIM_TREE);
+        if (l)
+          rc_encode(&e, &m.right[bucket(pw[nd.hi] - pw[mid])], r, LIM_TREE);
+        if (r)
+          stk[top++] = (tnode){(uint8_t)mid, nd.hi};
+        if (l)
+          stk[top++] = (tnode){nd.lo, (uint8_t)mid};
         continue;
+      }
+      unsigned j = nd.lo;
       nchanged++;
       uint64_t kd = (key_of(f, bits, nv[j]) - key_of(f, bits, ov[j])) & M;
       int neg = (int)((kd >> (bits - 1)) & 1);
       uint64_t mag = neg ? (0 - kd) & M : kd;
-      unsigned sc = cl[j] >> 2;
+      unsigned sc = m.cls[mi_of(f, bits, ov[j])] >> 2;
       rc_encode(&e, &m.sign[sc][(ov[j] >> (bits - 1)) & 1], neg, LIM_SIGN);
       rc_encode(&e, &m.one[sc], mag == 1, LIM_MAG);
       if (mag != 1) {
@@ -272,28 +340,36 @@ decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
   uint64_t nchanged = 0;
   for (uint64_t g0 = 0; g0 < sp.n; g0 += GROUP) {
     uint64_t gn = sp.n - g0 < GROUP ? sp.n - g0 : GROUP;
-    uint8_t cl[GROUP];
-    uint32_t ew = 0;
-    for (uint64_t j = 0; j < gn; j++) {
-      cl[j] = m.cls[mi_of(f, bits, ld(data, sp.start + g0 + j, bits))];
-      ew += 1u << cl[j];
-    }
-    if (!rc_decode(&r, &m.group[bucket(ew)], LIM_GROUP))
+    uint32_t pw[GROUP + 1];
+    pw[0] = 0;
+    for (uint64_t j = 0; j < gn; j++)
+      pw[j + 1] =
+          pw[j] + m.weight[mi_of(f, bits, ld(data, sp.start + g0 + j, bits))];
+    if (!rc_decode(&r, &m.group[bucket(pw[gn])], LIM_GROUP))
       continue;
-    int any = 0, prev = 0;
-    for (uint64_t j = 0; j < gn; j++) {
-      int bit = 1;
-      if (any || j + 1 < gn)
-        bit = rc_decode(&r, &m.elem[cl[j]][elem_state(any, prev, gn - j)],
-                        LIM_ELEM);
-      any |= bit;
-      prev = bit;
-      if (!bit)
+    tnode stk[GROUP];
+    int top = 0;
+    stk[top++] = (tnode){0, (uint8_t)gn};
+    while (top > 0) {
+      tnode nd = stk[--top];
+      if (nd.hi - nd.lo > 1) {
+        unsigned mid = nd.lo + (nd.hi - nd.lo) / 2u;
+        int l = rc_decode(
+            &r, &m.left[tree_level(nd.hi - nd.lo)][tree_q(pw, nd.lo, mid, nd.hi)],
+            LIM_TREE);
+        int rr = l ? rc_decode(&r, &m.right[bucket(pw[nd.hi] - pw[mid])],
+                               LIM_TREE)
+                   : 1;
+        if (rr)
+          stk[top++] = (tnode){(uint8_t)mid, nd.hi};
+        if (l)
+          stk[top++] = (tnode){nd.lo, (uint8_t)mid};
         continue;
+      }
       nchanged++;
-      uint64_t pos = sp.start + g0 + j;
+      uint64_t pos = sp.start + g0 + nd.lo;
       uint64_t ov = ld(data, pos, bits);
-      unsigned sc = cl[j] >> 2;
+      unsigned sc = m.cls[mi_of(f, bits, ov)] >> 2;
       int neg = rc_decode(&r, &m.sign[sc][(ov >> (bits - 1)) & 1], LIM_SIGN);
       uint64_t mag = 1;
       if (!rc_decode(&r, &m.one[sc], LIM_MAG)) {
@@ -319,29 +395,25 @@ decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
 int sparse_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
                   block_span sp, uint8_t *out, size_t cap, size_t *out_len,
                   uint64_t *changed) {
-  switch (f->bits) {
-#define CASE(B)                                                               \
-  case B:                                                                     \
-    return encode_impl(f, B, old, new_, sp, out, cap, out_len, changed);
-    CASE(4) CASE(8) CASE(16) CASE(32) CASE(64)
-#undef CASE
-  default:
-    return STITCH_EINVAL;
+#define DISPATCH_CASE_(ID, B, FL, SG, MB, EB)                                \
+  case ID: {                                                                  \
+    static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
+    return encode_impl(&k_, B, old, new_, sp, out, cap, out_len, changed);                                                   \
   }
+  DISPATCH(f, STITCH_EINVAL, encode_impl)
+#undef DISPATCH_CASE_
 }
 
 int sparse_decode(const sym_fmt *f, uint8_t *data, block_span sp,
                   const uint8_t *in, size_t len, uint64_t *changed,
                   stitch_diag *d) {
-  switch (f->bits) {
-#define CASE(B)                                                               \
-  case B:                                                                     \
-    return decode_impl(f, B, data, sp, in, len, changed, d);
-    CASE(4) CASE(8) CASE(16) CASE(32) CASE(64)
-#undef CASE
-  default:
-    return stitch_diag_set(d, STITCH_EINVAL, "bad symbol width");
+#define DISPATCH_CASE_(ID, B, FL, SG, MB, EB)                                \
+  case ID: {                                                                  \
+    static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
+    return decode_impl(&k_, B, data, sp, in, len, changed, d);                                                   \
   }
+  DISPATCH(f, stitch_diag_set(d, STITCH_EINVAL, "bad symbol format"), decode_impl)
+#undef DISPATCH_CASE_
 }
 
 static inline __attribute__((always_inline)) int
@@ -377,15 +449,13 @@ steps_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
 
 int sparse_steps(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
                  block_span sp, step_hist *h) {
-  switch (f->bits) {
-#define CASE(B)                                                               \
-  case B:                                                                     \
-    return steps_impl(f, B, old, new_, sp, h);
-    CASE(4) CASE(8) CASE(16) CASE(32) CASE(64)
-#undef CASE
-  default:
-    return STITCH_EINVAL;
+#define DISPATCH_CASE_(ID, B, FL, SG, MB, EB)                                \
+  case ID: {                                                                  \
+    static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
+    return steps_impl(&k_, B, old, new_, sp, h);                                                   \
   }
+  DISPATCH(f, STITCH_EINVAL, steps_impl)
+#undef DISPATCH_CASE_
 }
 
 static int cmp_i64(const void *a, const void *b) {
@@ -419,7 +489,7 @@ double step_hist_take_bits(step_hist *h) {
 }
 
 static inline __attribute__((always_inline)) uint64_t
-count_impl(const unsigned bits, const uint8_t *old, const uint8_t *nw,
+count_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old, const uint8_t *nw,
            block_span sp) {
   uint64_t n = 0;
   for (uint64_t j = 0; j < sp.n; j++)
@@ -429,13 +499,11 @@ count_impl(const unsigned bits, const uint8_t *old, const uint8_t *nw,
 
 uint64_t sparse_count(const sym_fmt *f, const uint8_t *old,
                       const uint8_t *new_, block_span sp) {
-  switch (f->bits) {
-#define CASE(B)                                                               \
-  case B:                                                                     \
-    return count_impl(B, old, new_, sp);
-    CASE(4) CASE(8) CASE(16) CASE(32) CASE(64)
-#undef CASE
-  default:
-    return 0;
+#define DISPATCH_CASE_(ID, B, FL, SG, MB, EB)                                \
+  case ID: {                                                                  \
+    static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
+    return count_impl(&k_, B, old, new_, sp);                                                   \
   }
+  DISPATCH(f, 0, count_impl)
+#undef DISPATCH_CASE_
 }

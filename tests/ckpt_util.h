@@ -7,6 +7,7 @@
 #include "stitch.h"
 #include "test.h"
 
+#include <dirent.h>
 #include <stdarg.h>
 #include <unistd.h>
 
@@ -25,13 +26,31 @@ static inline uint64_t tspec_bytes(const tspec *t) {
   return n;
 }
 
-static inline const char *test_tmpdir(void) {
-  static char dir[64];
-  if (dir[0] == 0) {
-    snprintf(dir, sizeof(dir), "/tmp/stitch-test-XXXXXX");
-    ASSERT(mkdtemp(dir) != NULL);
+static char test_dir_[64];
+
+/* The directory is flat: remove its files, then it. */
+static inline void test_tmpdir_remove(void) {
+  DIR *dp = opendir(test_dir_);
+  struct dirent *de;
+  char p[320];
+  while (dp != NULL && (de = readdir(dp)) != NULL) {
+    if (de->d_name[0] == '.')
+      continue;
+    snprintf(p, sizeof(p), "%s/%s", test_dir_, de->d_name);
+    unlink(p);
   }
-  return dir;
+  if (dp != NULL)
+    closedir(dp);
+  rmdir(test_dir_);
+}
+
+static inline const char *test_tmpdir(void) {
+  if (test_dir_[0] == 0) {
+    snprintf(test_dir_, sizeof(test_dir_), "/tmp/stitch-test-XXXXXX");
+    ASSERT(mkdtemp(test_dir_) != NULL);
+    atexit(test_tmpdir_remove);
+  }
+  return test_dir_;
 }
 
 /* Returns a path inside the test's temporary directory (static storage,

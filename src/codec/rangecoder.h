@@ -115,10 +115,23 @@ static inline void rc_encode_raw(rc_enc *e, uint64_t v, unsigned nbits) {
   }
 }
 
-/* Returns the number of bytes written; check e->overflow. */
+/* Returns the number of bytes written; check e->overflow. Any value in
+ * [low, low + range) decodes the same, so pick the one with the most
+ * trailing zero bits, flush, and drop trailing zero bytes: the decoder
+ * reads zeros past the end of its input. Saves ~4 bytes a block. */
 static inline size_t rc_enc_finish(rc_enc *e) {
+  uint64_t hi = e->low + e->range;
+  for (int k = 32; k > 0; k--) {
+    uint64_t m = (1ull << k) - 1, v = (e->low + m) & ~m;
+    if (v < hi) {
+      e->low = v;
+      break;
+    }
+  }
   for (int i = 0; i < 5; i++)
     rc_shift_low(e);
+  while (e->pos > 0 && e->out[e->pos - 1] == 0)
+    e->pos--;
   return e->pos;
 }
 

@@ -251,10 +251,13 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
   unsigned ref = block_ref(f, bits, old, sp);
   model m;
   model_init(&m, ref);
-  out[0] = (uint8_t)ref;
-  out[1] = (uint8_t)(ref >> 8);
+  /* ref as a 1- or 2-byte varint (it is below 2^11). */
+  size_t hl = ref < 128 ? 1 : 2;
+  out[0] = (uint8_t)(ref < 128 ? ref : (ref & 0x7f) | 0x80);
+  if (hl == 2)
+    out[1] = (uint8_t)(ref >> 7);
   rc_enc e;
-  rc_enc_init(&e, out + 2, cap - 2);
+  rc_enc_init(&e, out + hl, cap - hl);
   const uint64_t M = mask_of(bits);
   uint64_t nchanged = 0;
   for (uint64_t g0 = 0; g0 < sp.n; g0 += GROUP) {
@@ -318,7 +321,7 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
   size_t n = rc_enc_finish(&e);
   if (e.overflow)
     return STITCH_ELIMIT;
-  *out_len = n + 2;
+  *out_len = n + hl;
   *changed = nchanged;
   return 0;
 }
@@ -327,15 +330,22 @@ static inline __attribute__((always_inline)) int
 decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
             block_span sp, const uint8_t *in, size_t len, uint64_t *changed,
             stitch_diag *d) {
-  RETURN_IF(len < 2, d, STITCH_EFORMAT, "sparse block: payload too short");
-  unsigned ref = (unsigned)in[0] | (unsigned)in[1] << 8;
+  RETURN_IF(len < 1, d, STITCH_EFORMAT, "sparse block: payload too short");
+  unsigned ref = in[0] & 0x7f;
+  size_t hl = 1;
+  if (in[0] & 0x80) {
+    RETURN_IF(len < 2 || in[1] & 0x80, d, STITCH_EFORMAT,
+              "sparse block: bad class reference");
+    ref |= (unsigned)in[1] << 7;
+    hl = 2;
+  }
   unsigned mi_max = f->is_float ? (1u << f->exp_bits) - 1 : bits;
   RETURN_IF(ref > mi_max, d, STITCH_EFORMAT,
             "sparse block: class reference %u out of range", ref);
   model m;
   model_init(&m, ref);
   rc_dec r;
-  rc_dec_init(&r, in + 2, len - 2);
+  rc_dec_init(&r, in + hl, len - hl);
   const uint64_t M = mask_of(bits);
   uint64_t nchanged = 0;
   for (uint64_t g0 = 0; g0 < sp.n; g0 += GROUP) {
@@ -385,8 +395,9 @@ decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
       st(data, pos, bits, unkey(f, bits, (key_of(f, bits, ov) + kd) & M));
     }
   }
-  /* The range decoder reads 5 bytes ahead of the last decision, at most. */
-  RETURN_IF(r.pos > r.len + 5, d, STITCH_EFORMAT,
+  /* The encoder drops trailing zero bytes (the decoder reads zeros past the
+   * end), so the decoder may run a few bytes past; more means damage. */
+  RETURN_IF(r.pos > r.len + 10, d, STITCH_EFORMAT,
             "sparse block: coded data ends early");
   *changed = nchanged;
   return 0;
@@ -476,7 +487,8 @@ double step_hist_take_bits(step_hist *h) {
         bits += plogp_sum(h->h16[i], total);
         h->h16[i] = 0;
       }
-    qsort(h->big, h->nbig, sizeof(*h->big), cmp_i64);
+    if (h->nbig > 0)
+      qsort(h->big, h->nbig, sizeof(*h->big), cmp_i64);
     for (size_t i = 0, j; i < h->nbig; i = j) {
       for (j = i; j < h->nbig && h->big[j] == h->big[i]; j++)
         ;

@@ -1,0 +1,10 @@
+# Shell-driven tests: CLI contracts and whole-trajectory round trips.
+# Each gets the directory holding the built programs.
+set(STITCH_BIN ${CMAKE_BINARY_DIR}/bin)
+
+add_test(NAME cli_view
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cli_view.sh $<TARGET_FILE:stitch-cli>)
+if(TARGET stitch-synth)
+  add_test(NAME roundtrip_synth
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/roundtrip_synth.sh ${STITCH_BIN})
+endif()

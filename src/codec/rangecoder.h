@@ -53,6 +53,7 @@ typedef struct rc_enc {
   uint8_t *out;
   size_t pos, cap;
   int overflow;
+  int first; /* the first byte out is always 0: not stored */
 } rc_enc;
 
 static inline void rc_enc_init(rc_enc *e, uint8_t *out, size_t cap) {
@@ -64,9 +65,14 @@ static inline void rc_enc_init(rc_enc *e, uint8_t *out, size_t cap) {
   e->pos = 0;
   e->cap = cap;
   e->overflow = 0;
+  e->first = 1;
 }
 
 static inline void rc_put(rc_enc *e, uint8_t b) {
+  if (e->first) {
+    e->first = 0;
+    return;
+  }
   if (e->pos < e->cap)
     e->out[e->pos++] = b;
   else
@@ -151,7 +157,7 @@ static inline void rc_dec_init(rc_dec *d, const uint8_t *in, size_t len) {
   d->pos = 0;
   d->range = 0xFFFFFFFFu;
   d->code = 0;
-  for (int i = 0; i < 5; i++)
+  for (int i = 0; i < 4; i++) /* the encoder's always-zero first byte is not stored */
     d->code = (d->code << 8) | rc_get(d);
 }
 

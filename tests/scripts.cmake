@@ -8,3 +8,6 @@ if(TARGET stitch-synth)
   add_test(NAME roundtrip_synth
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/roundtrip_synth.sh ${STITCH_BIN})
 endif()
+if(TARGET stitch-synth)
+  add_test(NAME synth COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/synth.sh ${CMAKE_BINARY_DIR})
+endif()

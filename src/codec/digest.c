@@ -3,6 +3,7 @@
 #include "stitch/digest.h"
 
 #include "common/diag.h"
+#include "common/parallel.h"
 
 #include <sodium.h>
 #include <stdlib.h>
@@ -13,9 +14,29 @@ static void put_u64(uint8_t *p, uint64_t v) {
     p[i] = (uint8_t)(v >> (8 * i));
 }
 
-int stitch_tensor_digest(stitch_dtype dtype, int ndim, const uint64_t *shape,
-                         const uint8_t *data, uint64_t nbytes,
-                         stitch_digest *out) {
+static void leaf_hash(const uint8_t *data, uint64_t nbytes, uint64_t i,
+                      uint8_t out[STITCH_DIGEST_BYTES]) {
+  uint64_t off = i * STITCH_DIGEST_LEAF;
+  uint64_t n = nbytes - off < STITCH_DIGEST_LEAF ? nbytes - off
+                                                 : STITCH_DIGEST_LEAF;
+  uint8_t hdr[9] = {0x00};
+  put_u64(hdr + 1, i);
+  crypto_generichash_state leaf;
+  crypto_generichash_init(&leaf, NULL, 0, STITCH_DIGEST_BYTES);
+  crypto_generichash_update(&leaf, hdr, sizeof(hdr));
+  crypto_generichash_update(&leaf, data + off, (unsigned long long)n);
+  crypto_generichash_final(&leaf, out, STITCH_DIGEST_BYTES);
+}
+
+static uint64_t leaf_count(uint64_t nbytes) {
+  return (nbytes + STITCH_DIGEST_LEAF - 1) / STITCH_DIGEST_LEAF;
+}
+
+/* The root over precomputed leaf hashes (or computed here when leaves is
+ * NULL). */
+static int tensor_root(stitch_dtype dtype, int ndim, const uint64_t *shape,
+                       const uint8_t *data, uint64_t nbytes,
+                       const uint8_t *leaves, stitch_digest *out) {
   if (ndim < 0 || ndim > STITCH_MAX_DIMS || stitch_dtype_size(dtype) == 0)
     return STITCH_EINVAL;
   crypto_generichash_state root;
@@ -33,21 +54,72 @@ int stitch_tensor_digest(stitch_dtype dtype, int ndim, const uint64_t *shape,
   }
   put_u64(b8, nbytes);
   crypto_generichash_update(&root, b8, 8);
-  for (uint64_t off = 0, i = 0; off < nbytes; off += STITCH_DIGEST_LEAF, i++) {
-    uint64_t n = nbytes - off < STITCH_DIGEST_LEAF ? nbytes - off
-                                                   : STITCH_DIGEST_LEAF;
-    uint8_t hdr[9] = {0x00};
-    put_u64(hdr + 1, i);
-    crypto_generichash_state leaf;
+  uint64_t nl = leaf_count(nbytes);
+  for (uint64_t i = 0; i < nl; i++) {
     uint8_t lh[STITCH_DIGEST_BYTES];
-    crypto_generichash_init(&leaf, NULL, 0, sizeof(lh));
-    crypto_generichash_update(&leaf, hdr, sizeof(hdr));
-    crypto_generichash_update(&leaf, data + off, (unsigned long long)n);
-    crypto_generichash_final(&leaf, lh, sizeof(lh));
+    if (leaves != NULL)
+      memcpy(lh, leaves + i * STITCH_DIGEST_BYTES, sizeof(lh));
+    else
+      leaf_hash(data, nbytes, i, lh);
     crypto_generichash_update(&root, lh, sizeof(lh));
   }
   crypto_generichash_final(&root, out->b, STITCH_DIGEST_BYTES);
   return 0;
+}
+
+int stitch_tensor_digest(stitch_dtype dtype, int ndim, const uint64_t *shape,
+                         const uint8_t *data, uint64_t nbytes,
+                         stitch_digest *out) {
+  return tensor_root(dtype, ndim, shape, data, nbytes, NULL, out);
+}
+
+/* Leaves of all tensors, hashed on all CPUs. */
+typedef struct leaves_job {
+  const stitch_tensor *const *t;
+  const uint64_t *first; /* first leaf of each tensor; [n] = total */
+  size_t n;
+  uint8_t *out;
+} leaves_job;
+
+static int hash_leaf_item(void *ctx, size_t item, unsigned worker) {
+  leaves_job *j = ctx;
+  (void)worker;
+  size_t lo = 0, hi = j->n; /* tensor holding leaf `item` */
+  while (hi - lo > 1) {
+    size_t mid = (lo + hi) / 2;
+    if (j->first[mid] <= item)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  const stitch_tensor *t = j->t[lo];
+  leaf_hash(t->data, t->nbytes, item - j->first[lo],
+            j->out + item * STITCH_DIGEST_BYTES);
+  return 0;
+}
+
+int stitch_tensor_digests(size_t n, const stitch_tensor *const *t,
+                          unsigned threads, stitch_digest *out) {
+  uint64_t *first = malloc((n + 1) * sizeof(*first));
+  if (first == NULL)
+    return STITCH_ENOMEM;
+  first[0] = 0;
+  for (size_t i = 0; i < n; i++)
+    first[i + 1] = first[i] + leaf_count(t[i]->nbytes);
+  uint8_t *leaves = malloc(first[n] ? first[n] * STITCH_DIGEST_BYTES : 1);
+  int rc = leaves == NULL ? STITCH_ENOMEM : 0;
+  if (rc == 0) {
+    leaves_job j = {t, first, n, leaves};
+    rc = stitch_parallel_for((size_t)first[n], threads, hash_leaf_item, &j,
+                             NULL);
+  }
+  for (size_t i = 0; i < n && rc == 0; i++)
+    rc = tensor_root(t[i]->dtype, t[i]->ndim, t[i]->shape, t[i]->data,
+                     t[i]->nbytes, leaves + first[i] * STITCH_DIGEST_BYTES,
+                     &out[i]);
+  free(leaves);
+  free(first);
+  return rc;
 }
 
 typedef struct named {
@@ -95,24 +167,20 @@ int stitch_view_digest(const stitch_st *st, stitch_digest *out,
   size_t n = stitch_st_count(st);
   stitch_digest *dg = per_tensor;
   const char **names = malloc((n ? n : 1) * sizeof(*names));
+  const stitch_tensor **ts = malloc((n ? n : 1) * sizeof(*ts));
   if (dg == NULL)
     dg = malloc((n ? n : 1) * sizeof(*dg));
-  if (names == NULL || dg == NULL) {
-    free(names);
-    if (dg != per_tensor)
-      free(dg);
-    return STITCH_ENOMEM;
-  }
-  int rc = 0;
+  int rc = names == NULL || ts == NULL || dg == NULL ? STITCH_ENOMEM : 0;
   for (size_t i = 0; i < n && rc == 0; i++) {
-    const stitch_tensor *t = stitch_st_tensor(st, i);
-    names[i] = t->name;
-    rc = stitch_tensor_digest(t->dtype, t->ndim, t->shape, t->data, t->nbytes,
-                              &dg[i]);
+    ts[i] = stitch_st_tensor(st, i);
+    names[i] = ts[i]->name;
   }
+  if (rc == 0)
+    rc = stitch_tensor_digests(n, ts, 0, dg);
   if (rc == 0)
     rc = stitch_view_digest_from(n, names, dg, out);
   free(names);
+  free(ts);
   if (dg != per_tensor)
     free(dg);
   return rc;

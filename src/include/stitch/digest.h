@@ -23,11 +23,15 @@ typedef struct stitch_digest {
 int stitch_tensor_digest(stitch_dtype dtype, int ndim, const uint64_t *shape,
                          const uint8_t *data, uint64_t nbytes,
                          stitch_digest *out);
+/* Digests of n tensors at once, hashing leaves on up to `threads` threads
+ * (0: one per online CPU); the bytes do not depend on the thread count. */
+int stitch_tensor_digests(size_t n, const stitch_tensor *const *t,
+                          unsigned threads, stitch_digest *out);
 /* Combines per-tensor digests; names need not be sorted. */
 int stitch_view_digest_from(size_t n, const char *const *names,
                             const stitch_digest *tensor_digests,
                             stitch_digest *out);
-/* Digest of every tensor in st. If per_tensor is not NULL it receives
+/* Digest of every tensor in st, on all CPUs. If per_tensor is not NULL it receives
  * stitch_st_count(st) digests in file order. */
 int stitch_view_digest(const stitch_st *st, stitch_digest *out,
                        stitch_digest *per_tensor);

@@ -27,12 +27,12 @@ static inline void rc_ctx_init(rc_ctx *c, uint32_t p) {
   c->n = 0;
 }
 
-static inline uint32_t rc_p15(const rc_ctx *c) {
+static inline __attribute__((always_inline)) uint32_t rc_p15(const rc_ctx *c) {
   uint32_t p = c->p >> 9;
   return p < 1 ? 1 : p > 32767 ? 32767 : p;
 }
 
-static inline void rc_adapt(rc_ctx *c, int bit, unsigned limit) {
+static inline __attribute__((always_inline)) void rc_adapt(rc_ctx *c, int bit, unsigned limit) {
   unsigned n = c->n + 2u;
   unsigned rate = 31u - (unsigned)__builtin_clz(n);
   if (rate > limit)
@@ -68,7 +68,7 @@ static inline void rc_enc_init(rc_enc *e, uint8_t *out, size_t cap) {
   e->first = 1;
 }
 
-static inline void rc_put(rc_enc *e, uint8_t b) {
+static inline __attribute__((always_inline)) void rc_put(rc_enc *e, uint8_t b) {
   if (e->first) {
     e->first = 0;
     return;
@@ -79,7 +79,7 @@ static inline void rc_put(rc_enc *e, uint8_t b) {
     e->overflow = 1;
 }
 
-static inline void rc_shift_low(rc_enc *e) {
+static inline __attribute__((always_inline)) void rc_shift_low(rc_enc *e) {
   if ((uint32_t)e->low < 0xFF000000u || (e->low >> 32) != 0) {
     uint8_t carry = (uint8_t)(e->low >> 32);
     uint8_t temp = e->cache;
@@ -93,7 +93,7 @@ static inline void rc_shift_low(rc_enc *e) {
   e->low = (e->low & 0x00FFFFFFu) << 8;
 }
 
-static inline void rc_encode(rc_enc *e, rc_ctx *c, int bit, unsigned limit) {
+static inline __attribute__((always_inline)) void rc_encode(rc_enc *e, rc_ctx *c, int bit, unsigned limit) {
   uint32_t bound = (e->range >> 15) * rc_p15(c);
   if (bit) {
     e->range = bound;
@@ -147,7 +147,7 @@ typedef struct rc_dec {
   size_t pos, len;
 } rc_dec;
 
-static inline uint8_t rc_get(rc_dec *d) {
+static inline __attribute__((always_inline)) uint8_t rc_get(rc_dec *d) {
   return d->pos < d->len ? d->in[d->pos++] : (d->pos++, 0);
 }
 
@@ -161,7 +161,7 @@ static inline void rc_dec_init(rc_dec *d, const uint8_t *in, size_t len) {
     d->code = (d->code << 8) | rc_get(d);
 }
 
-static inline int rc_decode(rc_dec *d, rc_ctx *c, unsigned limit) {
+static inline __attribute__((always_inline)) int rc_decode(rc_dec *d, rc_ctx *c, unsigned limit) {
   uint32_t bound = (d->range >> 15) * rc_p15(c);
   int bit;
   if (d->code < bound) {

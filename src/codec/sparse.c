@@ -201,6 +201,25 @@ mi_of(const sym_fmt *f, unsigned bits, uint64_t v) {
   return v ? 64u - (unsigned)__builtin_clzll(v) : 0u;
 }
 
+/* Sum of 2^class over symbols [start, start + gn): the group's context.
+ * A full group takes the fixed-count loop the compiler unrolls. */
+static inline __attribute__((always_inline)) uint32_t
+group_weight(const model *m, const sym_fmt *f, const unsigned bits,
+             const uint8_t *p, uint64_t start, uint64_t gn) {
+  uint32_t w = 0;
+  if (gn == GROUP)
+    for (unsigned j = 0; j < GROUP; j++)
+      w += m->weight[mi_of(f, bits, ld(p, start + j, bits))];
+  else
+    for (uint64_t j = 0; j < gn; j++)
+      w += m->weight[mi_of(f, bits, ld(p, start + j, bits))];
+  return w;
+}
+
+static inline uint64_t span_bytes(uint64_t sym, unsigned bits) {
+  return bits == 4 ? sym / 2 : sym * (bits / 8);
+}
+
 static inline unsigned bucket(uint32_t e) {
   unsigned l = 31u - (unsigned)__builtin_clz(e);
   return 2 * l + (l > 0 ? (e >> (l - 1)) & 1 : 0);
@@ -223,15 +242,53 @@ static inline unsigned tree_q(const uint32_t *pw, unsigned lo, unsigned mid,
   return (unsigned)((uint64_t)(pw[mid] - pw[lo]) * NQ / (pw[hi] - pw[lo]));
 }
 
-static unsigned block_ref(const sym_fmt *f, unsigned bits, const uint8_t *p,
-                          block_span sp) {
+static inline __attribute__((always_inline)) unsigned
+block_ref(const sym_fmt *f, const unsigned bits, const uint8_t *p,
+          block_span sp) {
   unsigned ref = 0;
   if (f->is_float) {
-    /* Largest magnitude has the largest exponent. */
-    uint64_t mx = 0, mag = mask_of(bits) >> 1;
-    for (uint64_t j = 0; j < sp.n; j++) {
-      uint64_t v = ld(p, sp.start + j, bits) & mag;
-      mx = v > mx ? v : mx;
+    /* Largest magnitude has the largest exponent. Native-width loops (with
+     * memcpy loads, so unaligned data is fine) vectorize. */
+    const uint8_t *q = p + (bits == 4 ? sp.start / 2 : sp.start * (bits / 8));
+    uint64_t mx = 0;
+    if (bits == 4) { /* two E2M1 values a byte: magnitudes in bits 0-2, 4-6 */
+      uint8_t lo = 0, hi = 0;
+      for (uint64_t j = 0; j < sp.n / 2; j++) {
+        uint8_t a = q[j] & 7, b = (q[j] >> 4) & 7;
+        lo = a > lo ? a : lo;
+        hi = b > hi ? b : hi;
+      }
+      mx = lo > hi ? lo : hi;
+    } else if (bits == 8) {
+      uint8_t m8 = 0;
+      for (uint64_t j = 0; j < sp.n; j++) {
+        uint8_t v = q[j] & 0x7f;
+        m8 = v > m8 ? v : m8;
+      }
+      mx = m8;
+    } else if (bits == 16) {
+      uint16_t m16 = 0;
+      for (uint64_t j = 0; j < sp.n; j++) {
+        uint16_t v;
+        memcpy(&v, q + 2 * j, 2);
+        v &= 0x7fff;
+        m16 = v > m16 ? v : m16;
+      }
+      mx = m16;
+    } else if (bits == 32) {
+      uint32_t m32 = 0;
+      for (uint64_t j = 0; j < sp.n; j++) {
+        uint32_t v;
+        memcpy(&v, q + 4 * j, 4);
+        v &= 0x7fffffffu;
+        m32 = v > m32 ? v : m32;
+      }
+      mx = m32;
+    } else {
+      for (uint64_t j = 0; j < sp.n; j++) {
+        uint64_t v = ld(p, sp.start + j, bits) & (mask_of(bits) >> 1);
+        mx = v > mx ? v : mx;
+      }
     }
     return mi_of(f, bits, mx);
   }
@@ -262,18 +319,24 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
   uint64_t nchanged = 0;
   for (uint64_t g0 = 0; g0 < sp.n; g0 += GROUP) {
     uint64_t gn = sp.n - g0 < GROUP ? sp.n - g0 : GROUP;
+    uint64_t at = sp.start + g0;
+    uint32_t ew = group_weight(&m, f, bits, old, at, gn);
+    /* Most groups are unchanged: a byte compare settles them. Groups start
+     * at even symbols, so nibble groups are whole bytes. */
+    int same = memcmp(old + span_bytes(at, bits), nw + span_bytes(at, bits),
+                      span_bytes(gn, bits)) == 0;
+    rc_encode(&e, &m.group[bucket(ew)], !same, LIM_GROUP);
+    if (same)
+      continue;
     uint64_t ov[GROUP], nv[GROUP];
     uint32_t pw[GROUP + 1] = {0};
     unsigned msk = 0;
     for (uint64_t j = 0; j < gn; j++) {
-      ov[j] = ld(old, sp.start + g0 + j, bits);
-      nv[j] = ld(nw, sp.start + g0 + j, bits);
+      ov[j] = ld(old, at + j, bits);
+      nv[j] = ld(nw, at + j, bits);
       pw[j + 1] = pw[j] + m.weight[mi_of(f, bits, ov[j])];
       msk |= (unsigned)(ov[j] != nv[j]) << j;
     }
-    rc_encode(&e, &m.group[bucket(pw[gn])], msk != 0, LIM_GROUP);
-    if (msk == 0)
-      continue;
     /* Locate the changes by halving, left first, so they come in order. */
     tnode stk[GROUP];
     int top = 0;
@@ -350,13 +413,14 @@ decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
   uint64_t nchanged = 0;
   for (uint64_t g0 = 0; g0 < sp.n; g0 += GROUP) {
     uint64_t gn = sp.n - g0 < GROUP ? sp.n - g0 : GROUP;
+    uint64_t at = sp.start + g0;
+    if (!rc_decode(&r, &m.group[bucket(group_weight(&m, f, bits, data, at, gn))],
+                   LIM_GROUP))
+      continue;
     uint32_t pw[GROUP + 1];
     pw[0] = 0;
     for (uint64_t j = 0; j < gn; j++)
-      pw[j + 1] =
-          pw[j] + m.weight[mi_of(f, bits, ld(data, sp.start + g0 + j, bits))];
-    if (!rc_decode(&r, &m.group[bucket(pw[gn])], LIM_GROUP))
-      continue;
+      pw[j + 1] = pw[j] + m.weight[mi_of(f, bits, ld(data, at + j, bits))];
     tnode stk[GROUP];
     int top = 0;
     stk[top++] = (tnode){0, (uint8_t)gn};

@@ -9,7 +9,9 @@
 #include "codec/delta_internal.h"
 #include "common/diag.h"
 #include "common/fileio.h"
+#include "common/parallel.h"
 
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -63,6 +65,10 @@ static int parse_tensor(stitch_delta *dl, rd *r, delta_entry *e, char **np,
                 rd_bytes(r, (size_t)nl, &name) ||
                 memchr(name, 0, (size_t)nl) != NULL,
             d, STITCH_EFORMAT, "delta index: bad tensor name");
+  json_t *valid = json_stringn((const char *)name, (size_t)nl);
+  RETURN_IF(valid == NULL, d, STITCH_EFORMAT,
+            "delta index: a tensor name is not valid UTF-8");
+  json_decref(valid);
   memcpy(*np, name, (size_t)nl);
   (*np)[nl] = 0;
   stitch_delta_tensor *t = &e->pub;
@@ -172,6 +178,10 @@ static int parse_index(stitch_delta *dl, const uint8_t *ix, size_t il,
     RETURN_IF(dl->meta == NULL, d, STITCH_ENOMEM, "out of memory");
     memcpy(dl->meta, p, (size_t)v);
     dl->meta[v] = 0;
+    json_t *m = json_loads(dl->meta, JSON_REJECT_DUPLICATES, NULL);
+    int ok = json_is_object(m);
+    json_decref(m);
+    RETURN_IF(!ok, d, STITCH_EFORMAT, "delta index: metadata is not a JSON object");
   }
   /* A tensor entry takes at least 5 bytes. */
   RETURN_IF(rd_varint(&r, &n) || n > (r.len - r.pos) / 5, d, STITCH_EFORMAT,
@@ -349,6 +359,82 @@ int stitch_delta_apply_tensor(const stitch_delta *dl, size_t i, uint8_t *data,
   return rc;
 }
 
+/* Every block of every tensor is one work item. */
+typedef struct apply_job {
+  const stitch_delta *dl;
+  uint8_t *const *data;
+  const uint64_t *first; /* first item of each tensor; [count] = total */
+  uint8_t **scratch;     /* one per worker, allocated on first use */
+  size_t work;
+  stitch_diag *diag;     /* one per worker */
+  size_t *failed;        /* the item each worker's diag is about */
+} apply_job;
+
+static int apply_item(void *ctx, size_t item, unsigned worker) {
+  apply_job *j = ctx;
+  size_t lo = 0, hi = j->dl->count;
+  while (hi - lo > 1) {
+    size_t mid = (lo + hi) / 2;
+    if (j->first[mid] <= item)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  if (j->scratch[worker] == NULL &&
+      (j->scratch[worker] = malloc(j->work)) == NULL) {
+    j->failed[worker] = item;
+    return stitch_diag_set(&j->diag[worker], STITCH_ENOMEM, "out of memory");
+  }
+  int rc = delta_apply_block(j->dl, &j->dl->t[lo],
+                             (uint32_t)(item - j->first[lo]), j->data[lo],
+                             j->scratch[worker], &j->diag[worker]);
+  if (rc != 0)
+    j->failed[worker] = item;
+  return rc;
+}
+
+int stitch_delta_apply_all(const stitch_delta *dl, uint8_t *const *data,
+                           const uint64_t *nbytes, unsigned threads,
+                           stitch_diag *d) {
+  for (size_t i = 0; i < dl->count; i++)
+    RETURN_IF(nbytes[i] != dl->t[i].pub.nbytes, d, STITCH_EMISMATCH,
+              "tensor '%s': %llu bytes given, the delta expects %llu",
+              dl->t[i].pub.name, (unsigned long long)nbytes[i],
+              (unsigned long long)dl->t[i].pub.nbytes);
+  size_t n = dl->count;
+  uint64_t *first = malloc((n + 1) * sizeof(*first));
+  RETURN_IF(first == NULL, d, STITCH_ENOMEM, "out of memory");
+  first[0] = 0;
+  for (size_t i = 0; i < n; i++)
+    first[i + 1] = first[i] + dl->t[i].pub.blocks;
+  threads = stitch_parallel_threads(threads, (size_t)first[n]);
+  apply_job j = {dl,
+                 data,
+                 first,
+                 calloc(threads, sizeof(uint8_t *)),
+                 (size_t)8 << dl->block_log2,
+                 calloc(threads, sizeof(stitch_diag)),
+                 calloc(threads, sizeof(size_t))};
+  int rc = STITCH_ENOMEM;
+  if (j.scratch != NULL && j.diag != NULL && j.failed != NULL) {
+    size_t bad = 0;
+    rc = stitch_parallel_for((size_t)first[n], threads, apply_item, &j, &bad);
+    /* The message of the lowest failing block, whichever worker ran it. */
+    for (unsigned w = 0; rc != 0 && d != NULL && w < threads; w++)
+      if (j.diag[w].msg[0] != 0 && j.failed[w] == bad)
+        *d = j.diag[w];
+  } else {
+    stitch_diag_set(d, rc, "out of memory");
+  }
+  for (unsigned w = 0; j.scratch != NULL && w < threads; w++)
+    free(j.scratch[w]);
+  free(j.scratch);
+  free(j.diag);
+  free(j.failed);
+  free(first);
+  return rc;
+}
+
 static int same_layout(const stitch_tensor *bt, const stitch_delta_tensor *t) {
   if (bt->dtype != t->dtype || bt->ndim != t->ndim)
     return 0;
@@ -374,31 +460,39 @@ int stitch_delta_apply_file(const stitch_st *base, const stitch_delta *dl,
   }
   if (rc == 0)
     rc = stitch_st_writer_map(w, d);
-  stitch_digest *tdg = calloc(dl->count ? dl->count : 1, sizeof(*tdg));
-  const char **names = calloc(dl->count ? dl->count : 1, sizeof(*names));
-  if (rc == 0 && (tdg == NULL || names == NULL))
+  size_t n = dl->count ? dl->count : 1;
+  stitch_digest *tdg = calloc(n, sizeof(*tdg));
+  const char **names = calloc(n, sizeof(*names));
+  uint8_t **dst = calloc(n, sizeof(*dst));
+  uint64_t *sizes = calloc(n, sizeof(*sizes));
+  stitch_tensor *out = calloc(n, sizeof(*out));
+  const stitch_tensor **outp = calloc(n, sizeof(*outp));
+  if (rc == 0 && (!tdg || !names || !dst || !sizes || !out || !outp))
     rc = stitch_diag_set(d, STITCH_ENOMEM, "out of memory");
   for (size_t i = 0; i < dl->count && rc == 0; i++) {
     const stitch_delta_tensor *t = &dl->t[i].pub;
-    uint8_t *dst = stitch_st_writer_data(w, i);
-    if (!t->is_new) {
-      const stitch_tensor *bt = stitch_st_find(base, t->name);
-      if (bt == NULL || !same_layout(bt, t)) {
-        rc = stitch_diag_set(d, STITCH_EFORMAT,
-                             "delta: tensor '%s' is not in the base as listed",
-                             t->name);
-        break;
-      }
-      if (t->nbytes > 0)
-        memcpy(dst, bt->data, (size_t)t->nbytes);
-    }
-    rc = stitch_delta_apply_tensor(dl, i, dst, t->nbytes, d);
-    if (rc == 0) {
-      names[i] = t->name;
-      rc = stitch_tensor_digest(t->dtype, t->ndim, t->shape, dst, t->nbytes,
-                                &tdg[i]);
-    }
+    dst[i] = stitch_st_writer_data(w, i);
+    sizes[i] = t->nbytes;
+    names[i] = t->name;
+    out[i] = (stitch_tensor){.name = t->name, .dtype = t->dtype,
+                             .ndim = t->ndim, .nbytes = t->nbytes,
+                             .data = dst[i]};
+    memcpy(out[i].shape, t->shape, sizeof(out[i].shape));
+    outp[i] = &out[i];
+    if (t->is_new)
+      continue;
+    const stitch_tensor *bt = stitch_st_find(base, t->name);
+    if (bt == NULL || !same_layout(bt, t))
+      rc = stitch_diag_set(d, STITCH_EFORMAT,
+                           "delta: tensor '%s' is not in the base as listed",
+                           t->name);
+    else if (t->nbytes > 0)
+      memcpy(dst[i], bt->data, (size_t)t->nbytes);
   }
+  if (rc == 0)
+    rc = stitch_delta_apply_all(dl, dst, sizes, 0, d);
+  if (rc == 0)
+    rc = stitch_tensor_digests(dl->count, outp, 0, tdg);
   if (rc == 0 && (rc = stitch_view_digest_from(dl->count, names, tdg, &dg)) ==
                      0 &&
       memcmp(dg.b, dl->result.b, 32) != 0)
@@ -408,6 +502,10 @@ int stitch_delta_apply_file(const stitch_st *base, const stitch_delta *dl,
     rc = stitch_st_writer_commit(w, d);
   free(tdg);
   free(names);
+  free(dst);
+  free(sizes);
+  free(out);
+  free(outp);
   stitch_st_writer_free(w);
   return rc;
 }

@@ -377,6 +377,10 @@ int stitch_st_writer_add(stitch_st_writer *w, const char *name,
   RETURN_IF(nl == 0 || nl > STITCH_ST_MAX_NAME ||
                 strcmp(name, "__metadata__") == 0,
             d, STITCH_EINVAL, "bad tensor name");
+  json_t *valid = json_stringn(name, nl); /* NULL unless UTF-8 */
+  RETURN_IF(valid == NULL, d, STITCH_EINVAL,
+            "tensor name is not valid UTF-8");
+  json_decref(valid);
   if (w->count == w->cap) {
     size_t nc = w->cap ? w->cap * 2 : 16;
     wtensor *nt = realloc(w->t, nc * sizeof(*nt));
@@ -405,26 +409,38 @@ int stitch_st_writer_add(stitch_st_writer *w, const char *name,
   return 0;
 }
 
+/* NULL on failure (out of memory, or a duplicate name): every tensor
+ * must be in the header, or the file would not describe its data. */
 static char *build_header(stitch_st_writer *w) {
   json_t *root = json_object();
-  if (root == NULL)
-    return NULL;
-  if (w->metadata != NULL)
-    json_object_set(root, "__metadata__", w->metadata);
-  for (size_t i = 0; i < w->count; i++) {
+  int bad = root == NULL;
+  if (!bad && w->metadata != NULL)
+    bad = json_object_set(root, "__metadata__", w->metadata) != 0;
+  for (size_t i = 0; i < w->count && !bad; i++) {
     wtensor *t = &w->t[i];
     json_t *e = json_object(), *sh = json_array(), *off = json_array();
-    json_object_set_new(e, "dtype", json_string(stitch_dtype_name(t->dtype)));
-    for (int k = 0; k < t->ndim; k++)
-      json_array_append_new(sh, json_integer((json_int_t)t->shape[k]));
-    json_object_set_new(e, "shape", sh);
-    json_array_append_new(off, json_integer((json_int_t)t->offset));
-    json_array_append_new(off, json_integer((json_int_t)(t->offset +
-                                                         t->nbytes)));
-    json_object_set_new(e, "data_offsets", off);
-    json_object_set_new(root, t->name, e);
+    bad = e == NULL || sh == NULL || off == NULL ||
+          json_object_set_new(e, "dtype",
+                              json_string(stitch_dtype_name(t->dtype))) != 0;
+    for (int k = 0; k < t->ndim && !bad; k++)
+      bad = json_array_append_new(sh, json_integer((json_int_t)t->shape[k]));
+    bad = bad ||
+          json_array_append_new(off, json_integer((json_int_t)t->offset)) ||
+          json_array_append_new(
+              off, json_integer((json_int_t)(t->offset + t->nbytes)));
+    if (!bad) {
+      json_object_set_new(e, "shape", sh);
+      json_object_set_new(e, "data_offsets", off);
+      sh = off = NULL;
+      bad = json_object_get(root, t->name) != NULL ||
+            json_object_set_new(root, t->name, e) != 0;
+      e = NULL;
+    }
+    json_decref(e);
+    json_decref(sh);
+    json_decref(off);
   }
-  char *s = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  char *s = bad ? NULL : json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
   json_decref(root);
   return s;
 }
@@ -432,7 +448,9 @@ static char *build_header(stitch_st_writer *w) {
 int stitch_st_writer_map(stitch_st_writer *w, stitch_diag *d) {
   RETURN_IF(w->map != NULL, d, STITCH_EINVAL, "writer is already mapped");
   char *hdr = build_header(w);
-  RETURN_IF(hdr == NULL, d, STITCH_ENOMEM, "out of memory");
+  RETURN_IF(hdr == NULL, d, STITCH_EINVAL,
+            "cannot build the header (duplicate tensor names, or out of "
+            "memory)");
   size_t hl = strlen(hdr);
   size_t padded = (8 + hl + 7) / 8 * 8 - 8; /* data starts 8-aligned */
   w->data_start = 8 + padded;

@@ -114,6 +114,15 @@ const char *stitch_delta_metadata(const stitch_delta *dl);
 int stitch_delta_apply_file(const stitch_st *base, const stitch_delta *dl,
                             const char *path, stitch_diag *d);
 
+/* Patches every tensor in place: data[i] holds the base bytes of tensor i
+ * (as listed by stitch_delta_tensor_at; NEW tensors' contents do not
+ * matter) and nbytes[i] their size. Blocks are independent, so they run on
+ * up to `threads` threads (0: one per online CPU). Same contract on error
+ * as stitch_delta_apply_tensor. */
+int stitch_delta_apply_all(const stitch_delta *dl, uint8_t *const *data,
+                           const uint64_t *nbytes, unsigned threads,
+                           stitch_diag *d);
+
 /* Patches one tensor in place: DATA holds the base tensor's bytes (as listed
  * by stitch_delta_tensor_at(dl, i)) and becomes the result's. For in-place
  * appliers (mmap, engine adapters) that check digests themselves. On error

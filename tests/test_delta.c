@@ -276,6 +276,60 @@ static void test_size_vs_bound(void) {
   free(b);
 }
 
+/* Many blocks on several threads give the same bytes as one thread, and a
+ * damaged block is reported by name whichever thread met it. */
+static void test_apply_all_threads(void) {
+  size_t n = 40000;
+  uint8_t *a = malloc(2 * n), *b = malloc(2 * n), *a2 = malloc(4 * n),
+          *b2 = malloc(4 * n);
+  make_pair(STITCH_DT_BF16, n, 0.03, a, b);
+  make_pair(STITCH_DT_F32, n, 0.03, a2, b2);
+  tspec ta[2] = {{"x", STITCH_DT_BF16, 1, {n}, a}, {"y", STITCH_DT_F32, 1, {n}, a2}};
+  tspec tb[2] = {{"x", STITCH_DT_BF16, 1, {n}, b}, {"y", STITCH_DT_F32, 1, {n}, b2}};
+  const char *pa = test_path("ta.safetensors"), *pb = test_path("tb.safetensors");
+  write_ckpt(pa, ta, 2, NULL);
+  write_ckpt(pb, tb, 2, NULL);
+  size_t len;
+  uint8_t *dbuf = encode(pa, pb, 8, &len, NULL); /* 2^8 symbols a block */
+  stitch_diag d = {{0}};
+  stitch_delta *dl;
+  ASSERT_OK(stitch_delta_parse(dbuf, len, &dl, &d), d);
+  ASSERT_GT(stitch_delta_tensor_at(dl, 0)->blocks, 100);
+  for (unsigned threads = 1; threads <= 4; threads++) {
+    uint8_t *c = malloc(2 * n), *c2 = malloc(4 * n);
+    memcpy(c, a, 2 * n);
+    memcpy(c2, a2, 4 * n);
+    uint8_t *ptr[2] = {c, c2};
+    uint64_t sz[2] = {2 * n, 4 * n};
+    ASSERT_OK(stitch_delta_apply_all(dl, ptr, sz, threads, &d), d);
+    ASSERT_MEM_EQ(c, b, 2 * n);
+    ASSERT_MEM_EQ(c2, b2, 4 * n);
+    sz[1] = 3;
+    ASSERT_EQ(stitch_delta_apply_all(dl, ptr, sz, threads, &d), STITCH_EMISMATCH);
+    free(c);
+    free(c2);
+  }
+  stitch_delta_free(dl);
+  /* Damage the last payload byte: the last block of 'y' fails its checksum. */
+  dbuf[len - 1] ^= 0x40;
+  ASSERT_OK(stitch_delta_parse(dbuf, len, &dl, &d), d);
+  uint8_t *c = malloc(2 * n), *c2 = malloc(4 * n);
+  memcpy(c, a, 2 * n);
+  memcpy(c2, a2, 4 * n);
+  uint8_t *ptr[2] = {c, c2};
+  uint64_t sz[2] = {2 * n, 4 * n};
+  ASSERT_EQ(stitch_delta_apply_all(dl, ptr, sz, 3, &d), STITCH_ECHECKSUM);
+  ASSERT(strstr(d.msg, "tensor 'y'") != NULL);
+  stitch_delta_free(dl);
+  free(c);
+  free(c2);
+  free(dbuf);
+  free(a);
+  free(b);
+  free(a2);
+  free(b2);
+}
+
 int main(void) {
   rng = test_rng_seeded("test_delta", 20261130);
   test_dtypes();
@@ -283,6 +337,7 @@ int main(void) {
   test_base_mismatch_and_replay();
   test_deterministic();
   test_size_vs_bound();
+  test_apply_all_threads();
   puts("test_delta: ok");
   return 0;
 }

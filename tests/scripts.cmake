@@ -11,3 +11,8 @@ endif()
 if(TARGET stitch-synth)
   add_test(NAME synth COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/synth.sh ${CMAKE_BINARY_DIR})
 endif()
+# Real PyTorch training (tools/setup-python.sh installs torch); skips with
+# exit 77 when torch cannot be imported.
+add_test(NAME real_trajectory
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/real_trajectory.sh ${STITCH_BIN})
+set_tests_properties(real_trajectory PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900)

@@ -14,4 +14,5 @@ if [ "${1:-}" = "--sanitize" ]; then
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 fi
 tools/setup.sh "${args[@]}"
+tools/setup-python.sh # torch + safetensors for the real-trajectory test
 ctest --test-dir "$STITCH_BUILD_DIR" --output-on-failure -j"$(nproc)"

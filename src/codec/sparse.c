@@ -236,10 +236,16 @@ static inline unsigned tree_level(unsigned size) {
   return l < NLVL ? l : NLVL - 1;
 }
 
+/* floor(NQ * W(lo, mid) / W(lo, hi)) without a division: three compares
+ * (NQ = 8). The right half weighs at least 1, so q <= NQ - 1. */
 static inline unsigned tree_q(const uint32_t *pw, unsigned lo, unsigned mid,
                               unsigned hi) {
-  /* The right half weighs at least 1, so q <= NQ - 1. */
-  return (unsigned)((uint64_t)(pw[mid] - pw[lo]) * NQ / (pw[hi] - pw[lo]));
+  uint64_t a = (uint64_t)(pw[mid] - pw[lo]) * NQ, n = pw[hi] - pw[lo];
+  unsigned q4 = a >= 4 * n;
+  a -= q4 * 4 * n;
+  unsigned q2 = a >= 2 * n;
+  a -= q2 * 2 * n;
+  return q4 * 4 + q2 * 2 + (a >= n);
 }
 
 static inline __attribute__((always_inline)) unsigned

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Splits argv into up to max positionals and the flags in spec; a flag
  * ending in '=' takes a value. Returns the number of positionals or -1. */
@@ -103,6 +104,18 @@ static const char *coding_summary(const stitch_delta_tensor *t) {
   return used < 0 ? "same" : stitch_coding_name(used);
 }
 
+/* A progress line on a terminal, redrawn at most every percent. */
+static void show_progress(void *arg, uint64_t done, uint64_t total) {
+  int *last = arg;
+  int pct = total ? (int)(100 * done / total) : 100;
+  if (pct == *last)
+    return;
+  *last = pct;
+  fprintf(stderr, "\rstitch: delta: %3d%% of %.1f MB", pct, (double)total / 1e6);
+  if (done == total)
+    fputs("\r\033[K", stderr);
+}
+
 int cmd_delta(int argc, char **argv) {
   const char *pos[2];
   flag fl[] = {{"-o", 1, NULL},     {"--stats", 0, NULL}, {"--json", 0, NULL},
@@ -118,6 +131,11 @@ int cmd_delta(int argc, char **argv) {
     o.block_log2 = (uint32_t)strtoul(fl[3].value, NULL, 10);
   if (fl[4].value)
     o.zstd_level = atoi(fl[4].value);
+  int last_pct = -1;
+  if (isatty(2)) {
+    o.progress = show_progress;
+    o.progress_arg = &last_pct;
+  }
   stitch_diag d = {{0}};
   stitch_st *a = NULL, *b = NULL;
   int rc = stitch_st_open(pos[0], &a, &d);

@@ -291,9 +291,17 @@ int stitch_delta_encode(const stitch_st *base, const stitch_st *result,
       (rc = dbuf_varint(&e.index, ml)) || (rc = dbuf_put(&e.index, meta, ml)) ||
       (rc = dbuf_varint(&e.index, n)))
     goto fail_rc;
+  uint64_t total = 0, done = 0;
   for (size_t i = 0; i < n; i++)
-    if ((rc = encode_tensor(&e, base, stitch_st_tensor(result, i), &ts[i])))
+    total += stitch_st_tensor(result, i)->nbytes;
+  for (size_t i = 0; i < n; i++) {
+    const stitch_tensor *t = stitch_st_tensor(result, i);
+    if ((rc = encode_tensor(&e, base, t, &ts[i])))
       goto fail_rc;
+    done += t->nbytes;
+    if (opts->progress != NULL)
+      opts->progress(opts->progress_arg, done, total);
+  }
   if ((rc = finish(&e, out, out_len)))
     goto fail_rc;
   if (stats != NULL) {

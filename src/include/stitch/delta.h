@@ -39,6 +39,10 @@ typedef struct stitch_delta_opts {
    * version's); NULL: computed here. They are trusted as given. */
   const stitch_digest *base_digest;
   const stitch_digest *result_digest;
+  /* Called after each tensor with the result bytes coded so far and in
+   * all; NULL: none. */
+  void (*progress)(void *arg, uint64_t done, uint64_t total);
+  void *progress_arg;
 } stitch_delta_opts;
 
 /* What one tensor of a delta holds; filled by the encoder and by

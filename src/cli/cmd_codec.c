@@ -1,4 +1,5 @@
 /* cmd_codec.c: stitch delta | apply | inspect | digest. */
+#define _POSIX_C_SOURCE 200809L
 #include "cli/cli.h"
 
 #include <jansson.h>
@@ -6,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Splits argv into up to max positionals and the flags in spec; a flag
@@ -192,12 +195,16 @@ int cmd_apply(int argc, char **argv) {
   return rc == 0 ? 0 : cli_fail(rc, &d);
 }
 
+/* Peeks at the magic without blocking on a FIFO; anything that is not a
+ * readable regular file is left to the checkpoint reader to report. */
 static int is_delta_file(const char *path) {
-  FILE *f = fopen(path, "rb");
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  struct stat st;
   char m[8] = {0};
-  int yes = f != NULL && fread(m, 1, 8, f) == 8 && memcmp(m, "STITCHDL", 8) == 0;
-  if (f)
-    fclose(f);
+  int yes = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+            read(fd, m, 8) == 8 && memcmp(m, "STITCHDL", 8) == 0;
+  if (fd >= 0)
+    close(fd);
   return yes;
 }
 

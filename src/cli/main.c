@@ -18,9 +18,18 @@ static const struct {
     {"digest", cmd_digest, "digest FILE [--tensors]"},
 };
 
+/* Messages quote names from the input, which may hold control characters:
+ * escape them so the error stays one line. */
 int cli_fail(int err, const stitch_diag *d) {
   const char *msg = d != NULL && d->msg[0] ? d->msg : stitch_strerror(err);
-  fprintf(stderr, "stitch: error: %s\n", msg);
+  fputs("stitch: error: ", stderr);
+  for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
+    if (*p < 0x20 || *p == 0x7f)
+      fprintf(stderr, "\\x%02x", *p);
+    else
+      fputc(*p, stderr);
+  }
+  fputc('\n', stderr);
   return 1;
 }
 

@@ -408,11 +408,16 @@ int stitch_delta_apply_all(const stitch_delta *dl, uint8_t *const *data,
   for (size_t i = 0; i < n; i++)
     first[i + 1] = first[i] + dl->t[i].pub.blocks;
   threads = stitch_parallel_threads(threads, (size_t)first[n]);
+  /* Scratch holds one dense block: at most the largest tensor. */
+  size_t work = (size_t)8 << dl->block_log2, largest = 1;
+  for (size_t i = 0; i < n; i++)
+    largest = dl->t[i].pub.nbytes > largest ? (size_t)dl->t[i].pub.nbytes : largest;
+  work = work < largest ? work : largest;
   apply_job j = {dl,
                  data,
                  first,
                  calloc(threads, sizeof(uint8_t *)),
-                 (size_t)8 << dl->block_log2,
+                 work,
                  calloc(threads, sizeof(stitch_diag)),
                  calloc(threads, sizeof(size_t))};
   int rc = STITCH_ENOMEM;

@@ -100,9 +100,10 @@ static int code_block(enc *e, const sym_fmt *f, const uint8_t *old,
 static int pick_nibble(enc *e, const stitch_tensor *bt, const stitch_tensor *t) {
   if (t->dtype != STITCH_DT_U8 || bt == NULL)
     return 0;
-  (void)e;
-  for (uint64_t s = 0; s < t->nbytes; s += NIBBLE_SAMPLE) {
-    uint64_t n = t->nbytes - s < NIBBLE_SAMPLE ? t->nbytes - s : NIBBLE_SAMPLE;
+  /* The sample is coded into e->cand, which holds a block's work. */
+  uint64_t sample = NIBBLE_SAMPLE < e->work_cap ? NIBBLE_SAMPLE : e->work_cap;
+  for (uint64_t s = 0; s < t->nbytes; s += sample) {
+    uint64_t n = t->nbytes - s < sample ? t->nbytes - s : sample;
     if (memcmp(bt->data + s, t->data + s, n) == 0)
       continue;
     sym_fmt fb, fn;

@@ -17,20 +17,24 @@
 int stitch_map_open(const char *path, stitch_map *m, stitch_diag *d) {
   m->data = NULL;
   m->len = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: opening a FIFO must not wait for a writer; anything but a
+   * regular file is refused right after. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   RETURN_IF(fd < 0, d, errno == ENOENT ? STITCH_ENOTFOUND : STITCH_EIO,
             "%s: %s", path, strerror(errno));
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    int e = errno;
+  int e = fstat(fd, &st) != 0 ? errno : 0;
+  if (e != 0 || !S_ISREG(st.st_mode)) {
     close(fd);
     return stitch_diag_set(d, STITCH_EIO, "%s: %s", path,
-                           e ? strerror(e) : "not a regular file");
+                           e ? strerror(e)
+                           : S_ISDIR(st.st_mode) ? "is a directory"
+                                                 : "not a regular file");
   }
   if (st.st_size > 0) {
     void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
-      int e = errno;
+      e = errno;
       close(fd);
       return stitch_diag_set(d, STITCH_EIO, "%s: mmap: %s", path, strerror(e));
     }

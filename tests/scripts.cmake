@@ -16,3 +16,6 @@ endif()
 add_test(NAME real_trajectory
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/real_trajectory.sh ${STITCH_BIN})
 set_tests_properties(real_trajectory PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900)
+add_test(NAME cli_errors
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cli_errors.sh $<TARGET_FILE_DIR:stitch-cli>)
+set_tests_properties(cli_errors PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)

@@ -1,0 +1,280 @@
+/* fuzz_common.h: helpers shared by the fuzz targets, the corpus generator
+ * (gen_corpus.c) and tests/test_robust.c.
+ *
+ *  - fz_st_build: a safetensors file built in memory (the library's writer
+ *    only writes files), so targets stay in memory as libFuzzer wants.
+ *  - fz_delta_fix_sums / fz_delta_fix_blocks: recompute a mutated delta's
+ *    XXH3 checksums (header, index, and the parsed per-block sums), so that
+ *    a fuzzer's mutations reach the index parser and the block decoders
+ *    instead of stopping at the first checksum. This is a harness-only
+ *    forgery: fz_delta_fix_blocks writes into the parsed handle through
+ *    codec/delta_internal.h; nothing in the library is relaxed for fuzzing.
+ *  - fz_rng: splitmix64, for deterministic derived data.
+ *
+ * Everything is static so each program gets its own copy; unused-function
+ * warnings are silenced with the attribute below. */
+#ifndef STITCH_TESTS_FUZZ_COMMON_H
+#define STITCH_TESTS_FUZZ_COMMON_H
+
+#include "stitch.h"
+
+#include "codec/delta_internal.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#define FZ_UNUSED __attribute__((unused))
+
+typedef struct fz_rng {
+  uint64_t s;
+} fz_rng;
+
+static FZ_UNUSED uint64_t fz_next(fz_rng *r) {
+  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static FZ_UNUSED void fz_fill(fz_rng *r, uint8_t *p, size_t n) {
+  for (size_t i = 0; i < n; i += 8) {
+    uint64_t v = fz_next(r);
+    for (size_t k = 0; k < 8 && i + k < n; k++)
+      p[i + k] = (uint8_t)(v >> (8 * k));
+  }
+}
+
+/* ---- safetensors in memory -------------------------------------------- */
+
+typedef struct fz_tensor {
+  const char *name;
+  stitch_dtype dtype;
+  int ndim;
+  uint64_t shape[STITCH_MAX_DIMS];
+  const uint8_t *data; /* fz_nbytes() bytes; may be NULL when that is 0 */
+} fz_tensor;
+
+static FZ_UNUSED uint64_t fz_numel(const fz_tensor *t) {
+  uint64_t n = 1;
+  for (int i = 0; i < t->ndim; i++)
+    n *= t->shape[i];
+  return n;
+}
+
+static FZ_UNUSED uint64_t fz_nbytes(const fz_tensor *t) {
+  return fz_numel(t) * stitch_dtype_size(t->dtype);
+}
+
+typedef struct fz_str {
+  char *p;
+  size_t len, cap;
+  int oom;
+} fz_str;
+
+static FZ_UNUSED void fz_str_put(fz_str *s, const char *src, size_t n) {
+  if (s->oom)
+    return;
+  if (s->len + n + 1 > s->cap) {
+    size_t nc = s->cap ? s->cap : 256;
+    while (nc < s->len + n + 1)
+      nc *= 2;
+    char *np = realloc(s->p, nc);
+    if (np == NULL) {
+      s->oom = 1;
+      return;
+    }
+    s->p = np;
+    s->cap = nc;
+  }
+  memcpy(s->p + s->len, src, n);
+  s->len += n;
+  s->p[s->len] = 0;
+}
+
+static FZ_UNUSED void fz_str_cat(fz_str *s, const char *src) {
+  fz_str_put(s, src, strlen(src));
+}
+
+/* A JSON string literal; control characters and non-ASCII bytes as \u00XX
+ * (so arbitrary bytes stay valid JSON; names are expected to be ASCII). */
+static FZ_UNUSED void fz_str_json(fz_str *s, const char *src) {
+  fz_str_cat(s, "\"");
+  for (const unsigned char *p = (const unsigned char *)src; *p; p++) {
+    char b[8];
+    if (*p == '"' || *p == '\\') {
+      b[0] = '\\';
+      b[1] = (char)*p;
+      fz_str_put(s, b, 2);
+    } else if (*p < 0x20 || *p >= 0x7f) {
+      snprintf(b, sizeof(b), "\\u%04x", *p);
+      fz_str_cat(s, b);
+    } else {
+      fz_str_put(s, (const char *)p, 1);
+    }
+  }
+  fz_str_cat(s, "\"");
+}
+
+/* Builds a safetensors file: tensors laid out in the order given. META is
+ * the JSON text of the __metadata__ object, or NULL. Returns a malloc'd
+ * buffer (caller frees) or NULL when out of memory. */
+static FZ_UNUSED uint8_t *fz_st_build(const fz_tensor *t, size_t n,
+                                      const char *meta, size_t *len) {
+  fz_str h = {0};
+  fz_str_cat(&h, "{");
+  if (meta != NULL) {
+    fz_str_cat(&h, "\"__metadata__\":");
+    fz_str_cat(&h, meta);
+  }
+  uint64_t off = 0;
+  for (size_t i = 0; i < n; i++) {
+    char b[64];
+    if (i > 0 || meta != NULL)
+      fz_str_cat(&h, ",");
+    fz_str_json(&h, t[i].name);
+    fz_str_cat(&h, ":{\"dtype\":\"");
+    fz_str_cat(&h, stitch_dtype_name(t[i].dtype));
+    fz_str_cat(&h, "\",\"shape\":[");
+    for (int k = 0; k < t[i].ndim; k++) {
+      snprintf(b, sizeof(b), "%s%llu", k ? "," : "",
+               (unsigned long long)t[i].shape[k]);
+      fz_str_cat(&h, b);
+    }
+    uint64_t nb = fz_nbytes(&t[i]);
+    snprintf(b, sizeof(b), "],\"data_offsets\":[%llu,%llu]}",
+             (unsigned long long)off, (unsigned long long)(off + nb));
+    fz_str_cat(&h, b);
+    off += nb;
+  }
+  fz_str_cat(&h, "}");
+  while (!h.oom && (8 + h.len) % 8 != 0) /* data 8-aligned, as the writer */
+    fz_str_cat(&h, " ");
+  uint8_t *buf = h.oom ? NULL : malloc(8 + h.len + (size_t)off);
+  if (buf == NULL) {
+    free(h.p);
+    return NULL;
+  }
+  put_le64(buf, h.len);
+  memcpy(buf + 8, h.p, h.len);
+  size_t pos = 8 + h.len;
+  for (size_t i = 0; i < n; i++) {
+    size_t nb = (size_t)fz_nbytes(&t[i]);
+    if (nb > 0)
+      memcpy(buf + pos, t[i].data, nb);
+    pos += nb;
+  }
+  free(h.p);
+  *len = pos;
+  return buf;
+}
+
+/* ---- delta checksum forgery ------------------------------------------- */
+
+/* Largest decompressed index the fix-up will inflate (fuzzing only). */
+#define FZ_MAX_INDEX (8u << 20)
+
+/* Recomputes the index checksum (of the decompressed index when it is
+ * zstd-coded) and then the header checksum of the delta in BUF, in place.
+ * Returns 1 when BUF looked enough like a delta to be fixed, else 0. */
+static FZ_UNUSED int fz_delta_fix_sums(uint8_t *buf, size_t len) {
+  if (len < DELTA_HEADER_BYTES || memcmp(buf, DELTA_MAGIC, 8) != 0)
+    return 0;
+  uint64_t stored = le64(buf + 16), raw = le64(buf + 24);
+  if (stored > len - DELTA_HEADER_BYTES)
+    return 0;
+  const uint8_t *ix = buf + DELTA_HEADER_BYTES;
+  if (buf[12] == DELTA_INDEX_ZSTD) {
+    if (raw > FZ_MAX_INDEX)
+      return 0;
+    uint8_t *tmp = malloc(raw ? (size_t)raw : 1);
+    if (tmp == NULL)
+      return 0;
+    size_t n = ZSTD_decompress(tmp, (size_t)raw, ix, (size_t)stored);
+    if (!ZSTD_isError(n) && n == raw)
+      put_le64(buf + 32, XXH3_64bits(tmp, (size_t)raw));
+    free(tmp);
+  } else if (raw <= stored) {
+    put_le64(buf + 32, XXH3_64bits(ix, (size_t)raw));
+  }
+  put_le64(buf + 40, XXH3_64bits(buf, 40));
+  return 1;
+}
+
+/* Sets every block's expected checksum to that of the bytes it points at,
+ * so that apply reaches the sparse and dense decoders with forged input. */
+static FZ_UNUSED void fz_delta_fix_blocks(stitch_delta *dl) {
+  for (size_t i = 0; i < dl->count; i++) {
+    delta_entry *e = &dl->t[i];
+    for (uint32_t b = 0; b < e->pub.blocks; b++)
+      if (e->coding[b] != STITCH_CODING_SAME)
+        e->checksum[b] =
+            XXH3_64bits(dl->buf + e->payload_off[b], (size_t)e->payload_len[b]);
+  }
+}
+
+/* Sets the change count the index gives each sparse block of tensor I to
+ * what decoding it onto BASE (the tensor's nbytes) actually yields, so
+ * that a forged sparse payload applies instead of stopping at the count
+ * check (which an attacker would satisfy the same way). */
+static FZ_UNUSED void fz_delta_fix_changes(stitch_delta *dl, size_t i,
+                                           const uint8_t *base) {
+  delta_entry *e = &dl->t[i];
+  sym_fmt f;
+  if (sym_fmt_for(e->pub.dtype, e->flags & DELTA_TF_NIBBLE, &f) != 0)
+    return;
+  size_t nb = (size_t)e->pub.nbytes;
+  uint8_t *work = malloc(nb ? nb : 1);
+  if (work == NULL)
+    return;
+  if (nb)
+    memcpy(work, base, nb);
+  uint64_t B = 1ull << dl->block_log2;
+  for (uint32_t b = 0; b < e->pub.blocks; b++) {
+    if (e->coding[b] != STITCH_CODING_SPARSE)
+      continue;
+    block_span sp = {(uint64_t)b * B, 0};
+    sp.n = e->pub.symbols - sp.start < B ? e->pub.symbols - sp.start : B;
+    uint64_t ch;
+    if (sparse_decode(&f, work, sp, dl->buf + e->payload_off[b],
+                      (size_t)e->payload_len[b], &ch, NULL) == 0)
+      e->blk_changed[b] = ch;
+  }
+  free(work);
+}
+
+/* Rewrites a delta whose index is zstd-coded into the equivalent delta with
+ * a raw index (easier for a mutator to work on). Returns a malloc'd buffer,
+ * or NULL when BUF is not such a delta. */
+static FZ_UNUSED uint8_t *fz_delta_raw_index(const uint8_t *buf, size_t len,
+                                             size_t *out_len) {
+  if (len < DELTA_HEADER_BYTES || memcmp(buf, DELTA_MAGIC, 8) != 0 ||
+      buf[12] != DELTA_INDEX_ZSTD)
+    return NULL;
+  uint64_t stored = le64(buf + 16), raw = le64(buf + 24);
+  if (stored > len - DELTA_HEADER_BYTES || raw > FZ_MAX_INDEX)
+    return NULL;
+  size_t pay = len - DELTA_HEADER_BYTES - (size_t)stored;
+  uint8_t *out = malloc(DELTA_HEADER_BYTES + (size_t)raw + pay);
+  if (out == NULL)
+    return NULL;
+  size_t n = ZSTD_decompress(out + DELTA_HEADER_BYTES, (size_t)raw,
+                             buf + DELTA_HEADER_BYTES, (size_t)stored);
+  if (ZSTD_isError(n) || n != raw) {
+    free(out);
+    return NULL;
+  }
+  memcpy(out, buf, DELTA_HEADER_BYTES);
+  out[12] = DELTA_INDEX_RAW;
+  put_le64(out + 16, raw);
+  memcpy(out + DELTA_HEADER_BYTES + raw, buf + DELTA_HEADER_BYTES + stored,
+         pay);
+  put_le64(out + 40, XXH3_64bits(out, 40));
+  *out_len = DELTA_HEADER_BYTES + (size_t)raw + pay;
+  return out;
+}
+
+#endif

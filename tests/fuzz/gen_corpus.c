@@ -1,0 +1,536 @@
+/* gen_corpus.c: writes the seed inputs of the fuzz corpus.
+ *
+ *   fuzz_gen_corpus DIR
+ *
+ * writes DIR/fuzz_safetensors/seed-*, DIR/fuzz_delta/seed-* and
+ * DIR/fuzz_delta_roundtrip/seed-*. Everything is derived from fixed seeds,
+ * so a rerun gives the same bytes (the committed corpus is this output plus
+ * inputs found by campaigns, named min-* and crash-*). The program checks
+ * that each delta seed really uses the coding it is named for and exits 1
+ * if one does not: ctest runs it so an encoder change that moves a seed off
+ * its coding is noticed.
+ *
+ * Regenerate the committed seeds with:
+ *   build/tests/fuzz/fuzz_gen_corpus tests/fuzz/corpus */
+#include "fuzz/fuzz_common.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const char *outdir;
+static int failures;
+
+static void write_file(const char *target, const char *name, const uint8_t *p,
+                       size_t n) {
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/%s", outdir, target);
+  if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+    fprintf(stderr, "gen_corpus: mkdir %s: %s\n", path, strerror(errno));
+    exit(1);
+  }
+  snprintf(path, sizeof(path), "%s/%s/seed-%s", outdir, target, name);
+  FILE *f = fopen(path, "wb");
+  if (f == NULL || (n > 0 && fwrite(p, 1, n, f) != n) || fclose(f) != 0) {
+    fprintf(stderr, "gen_corpus: cannot write %s\n", path);
+    exit(1);
+  }
+}
+
+static void write_str(const char *target, const char *name, const char *json) {
+  /* A safetensors file whose header is JSON and whose data is 8 x 0x3f. */
+  size_t hl = strlen(json);
+  uint8_t *b = malloc(8 + hl + 8);
+  put_le64(b, hl);
+  memcpy(b + 8, json, hl);
+  memset(b + 8 + hl, 0x3f, 8);
+  write_file(target, name, b, 8 + hl + 8);
+  free(b);
+}
+
+/* ---- tensors ------------------------------------------------------------ */
+
+typedef struct tdata {
+  fz_tensor t;
+  uint8_t *p;
+} tdata;
+
+static tdata mk(const char *name, stitch_dtype dt, uint64_t d0, uint64_t d1,
+                fz_rng *r) {
+  tdata x = {{name, dt, d1 ? 2 : 1, {d0, d1}, NULL}, NULL};
+  size_t nb = (size_t)fz_nbytes(&x.t);
+  x.p = malloc(nb ? nb : 1);
+  fz_fill(r, x.p, nb);
+  x.t.data = x.p;
+  return x;
+}
+
+static tdata tdup(const tdata *a) {
+  tdata x = *a;
+  size_t nb = (size_t)fz_nbytes(&a->t);
+  x.p = malloc(nb ? nb : 1);
+  if (nb)
+    memcpy(x.p, a->p, nb);
+  x.t.data = x.p;
+  return x;
+}
+
+/* Floats with small magnitudes, as trained weights are. */
+static void weights(tdata *x, fz_rng *r) {
+  size_t es = stitch_dtype_size(x->t.dtype), n = (size_t)fz_numel(&x->t);
+  for (size_t i = 0; i < n; i++) {
+    uint64_t v = fz_next(r);
+    uint8_t *e = x->p + i * es;
+    switch (x->t.dtype) {
+    case STITCH_DT_BF16: {
+      uint16_t h = (uint16_t)(0x3c00 | (v & 0x3ff) | (v >> 63) << 15);
+      memcpy(e, &h, 2);
+      break;
+    }
+    case STITCH_DT_F16: {
+      uint16_t h = (uint16_t)(0x2000 | (v & 0x1fff) | (v >> 63) << 15);
+      memcpy(e, &h, 2);
+      break;
+    }
+    case STITCH_DT_F32: {
+      uint32_t w = (uint32_t)(0x3c000000u | (v & 0x3ffffff) | (v >> 63) << 31);
+      memcpy(e, &w, 4);
+      break;
+    }
+    case STITCH_DT_F64: {
+      uint64_t w =
+          0x3f80000000000000ull | (v & 0xffffffffffffull) | (v >> 63) << 63;
+      memcpy(e, &w, 8);
+      break;
+    }
+    default:
+      break;
+    }
+  }
+}
+
+/* Steps a fraction (per 1024) of the symbols by +-1 in their bit pattern. */
+static void step_some(tdata *x, fz_rng *r, unsigned per1024) {
+  size_t es = stitch_dtype_size(x->t.dtype), n = (size_t)fz_numel(&x->t);
+  for (size_t i = 0; i < n; i++)
+    if (fz_next(r) % 1024 < per1024) {
+      uint64_t v = 0;
+      memcpy(&v, x->p + i * es, es);
+      v += (fz_next(r) & 1) ? 1 : (uint64_t)-1;
+      memcpy(x->p + i * es, &v, es);
+    }
+}
+
+static void free_all(tdata *x, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    free(x[i].p);
+}
+
+/* ---- deltas ------------------------------------------------------------- */
+
+typedef struct want {
+  int coding; /* a coding some block must use, or -1 */
+  int nibble; /* some tensor in nibble mode */
+  int is_new; /* some tensor coded as new */
+} want;
+
+static uint8_t *make_delta(const tdata *b, size_t nb, const tdata *r, size_t nr,
+                           const char *meta, unsigned block_log2, size_t *len) {
+  fz_tensor bt[32], rt[32];
+  if (nb > 32 || nr > 32)
+    exit(1);
+  for (size_t i = 0; i < nb; i++)
+    bt[i] = b[i].t;
+  for (size_t i = 0; i < nr; i++)
+    rt[i] = r[i].t;
+  size_t bl, rl;
+  uint8_t *bb = fz_st_build(bt, nb, NULL, &bl);
+  uint8_t *rb = fz_st_build(rt, nr, meta, &rl);
+  stitch_st *bs, *rs;
+  stitch_diag d = {{0}};
+  if (stitch_st_parse(bb, bl, &bs, &d) != 0 ||
+      stitch_st_parse(rb, rl, &rs, &d) != 0) {
+    fprintf(stderr, "gen_corpus: %s\n", d.msg);
+    exit(1);
+  }
+  stitch_delta_opts o = {.block_log2 = block_log2};
+  uint8_t *out;
+  if (stitch_delta_encode(bs, rs, &o, &out, len, NULL, &d) != 0) {
+    fprintf(stderr, "gen_corpus: encode: %s\n", d.msg);
+    exit(1);
+  }
+  stitch_st_free(bs);
+  stitch_st_free(rs);
+  free(bb);
+  free(rb);
+  return out;
+}
+
+static void check(const char *name, const uint8_t *p, size_t n, want w) {
+  stitch_delta *dl;
+  stitch_diag d = {{0}};
+  if (stitch_delta_parse(p, n, &dl, &d) != 0) {
+    fprintf(stderr, "gen_corpus: %s does not parse: %s\n", name, d.msg);
+    failures++;
+    return;
+  }
+  int got_c = w.coding < 0, got_n = !w.nibble, got_new = !w.is_new;
+  for (size_t i = 0; i < stitch_delta_count(dl); i++) {
+    const stitch_delta_tensor *t = stitch_delta_tensor_at(dl, i);
+    if (w.coding >= 0 && t->blocks_by_coding[w.coding])
+      got_c = 1;
+    if (t->sym_bits == 4)
+      got_n = 1;
+    if (t->is_new)
+      got_new = 1;
+  }
+  stitch_delta_free(dl);
+  if (!got_c || !got_n || !got_new) {
+    fprintf(stderr, "gen_corpus: %s lacks %s%s%s\n", name,
+            got_c ? "" : stitch_coding_name(w.coding),
+            got_n ? "" : " nibble mode", got_new ? "" : " a new tensor");
+    failures++;
+  }
+}
+
+/* Writes the delta, its raw-index twin, and returns the delta. */
+static void emit_delta(const char *name, uint8_t *p, size_t n, want w) {
+  check(name, p, n, w);
+  write_file("fuzz_delta", name, p, n);
+  size_t rl;
+  uint8_t *raw = fz_delta_raw_index(p, n, &rl);
+  if (raw != NULL) {
+    char nm[128];
+    snprintf(nm, sizeof(nm), "%s-rawix", name);
+    check(nm, raw, rl, w);
+    write_file("fuzz_delta", nm, raw, rl);
+    free(raw);
+  }
+}
+
+static void gen_deltas(uint8_t **keep, size_t *keep_len) {
+  fz_rng r = {1};
+  const want any = {-1, 0, 0};
+
+  { /* sparse: BF16 weights, ~1% of them step by one ulp */
+    tdata b[2] = {mk("model.layers.0.mlp.w", STITCH_DT_BF16, 32, 32, &r),
+                  mk("model.norm", STITCH_DT_F32, 64, 0, &r)};
+    weights(&b[0], &r), weights(&b[1], &r);
+    tdata n[2] = {tdup(&b[0]), tdup(&b[1])};
+    step_some(&n[0], &r, 12);
+    size_t len;
+    uint8_t *p = make_delta(b, 2, n, 2, NULL, 8, &len);
+    emit_delta("sparse-bf16", p, len, (want){STITCH_CODING_SPARSE, 0, 0});
+    *keep = p; /* mutated below */
+    *keep_len = len;
+    free_all(b, 2), free_all(n, 2);
+  }
+  { /* xor: every F32 mantissa low byte jitters */
+    tdata b = mk("w", STITCH_DT_F32, 512, 0, &r);
+    weights(&b, &r);
+    tdata n = tdup(&b);
+    for (size_t i = 0; i < 512; i++)
+      n.p[4 * i] ^= (uint8_t)(fz_next(&r) | 1);
+    size_t len;
+    uint8_t *p = make_delta(&b, 1, &n, 1, NULL, 10, &len);
+    emit_delta("xor-f32", p, len, (want){STITCH_CODING_XOR, 0, 0});
+    free(p), free(b.p), free(n.p);
+  }
+  { /* planes: noise replaced by a smooth ramp */
+    tdata b = mk("w", STITCH_DT_BF16, 1024, 0, &r);
+    tdata n = tdup(&b);
+    for (size_t i = 0; i < 1024; i++) {
+      uint16_t h = (uint16_t)(0x3f80 + (i & 63));
+      memcpy(n.p + 2 * i, &h, 2);
+    }
+    size_t len;
+    uint8_t *p = make_delta(&b, 1, &n, 1, NULL, 10, &len);
+    emit_delta("planes-bf16", p, len, (want){STITCH_CODING_PLANES, 0, 0});
+    free(p), free(b.p), free(n.p);
+  }
+  { /* raw: noise replaced by other noise */
+    tdata b = mk("w", STITCH_DT_I32, 256, 0, &r);
+    tdata n = mk("w", STITCH_DT_I32, 256, 0, &r);
+    size_t len;
+    uint8_t *p = make_delta(&b, 1, &n, 1, NULL, 8, &len);
+    emit_delta("raw-i32", p, len, (want){STITCH_CODING_RAW, 0, 0});
+    free(p), free(b.p), free(n.p);
+  }
+  { /* nibble mode: packed E2M1 pairs (positive, 1 or 5), high nibbles
+     * step by one: 16 in byte space, 1 in nibble space */
+    tdata b = mk("w_packed", STITCH_DT_U8, 64, 32, &r);
+    for (size_t i = 0; i < 2048; i++)
+      b.p[i] = (uint8_t)((b.p[i] & 0x44) | 0x11);
+    tdata n = tdup(&b);
+    for (size_t i = 0; i < 2048; i++)
+      if (fz_next(&r) % 32 == 0)
+        n.p[i] = (uint8_t)(n.p[i] + 0x10);
+    size_t len;
+    uint8_t *p = make_delta(&b, 1, &n, 1, NULL, 9, &len);
+    emit_delta("nibble-u8", p, len, (want){STITCH_CODING_SPARSE, 1, 0});
+    free(p), free(b.p), free(n.p);
+  }
+  { /* new, removed and re-laid-out tensors, and metadata */
+    tdata b[3] = {mk("kept", STITCH_DT_F16, 128, 0, &r),
+                  mk("dropped", STITCH_DT_U8, 40, 0, &r),
+                  mk("reshaped", STITCH_DT_F32, 8, 8, &r)};
+    weights(&b[0], &r);
+    tdata n[3] = {tdup(&b[0]), tdup(&b[2]),
+                  mk("added", STITCH_DT_I64, 24, 0, &r)};
+    step_some(&n[0], &r, 40);
+    n[1].t.shape[0] = 64, n[1].t.shape[1] = 0, n[1].t.ndim = 1;
+    size_t len;
+    uint8_t *p =
+        make_delta(b, 3, n, 3, "{\"step\":\"42\",\"run\":\"fuzz\"}", 8, &len);
+    emit_delta("new-tensor-meta", p, len, (want){STITCH_CODING_RAW, 0, 1});
+    free(p), free_all(b, 3), free_all(n, 3);
+  }
+  { /* several blocks, most unchanged (same), one changed */
+    tdata b = mk("big", STITCH_DT_BF16, 2048, 0, &r);
+    weights(&b, &r);
+    tdata n = tdup(&b);
+    n.p[2 * 1500] ^= 1, n.p[2 * 1700 + 1] ^= 0x80;
+    size_t len;
+    uint8_t *p = make_delta(&b, 1, &n, 1, NULL, 8, &len);
+    emit_delta("same-blocks", p, len, (want){STITCH_CODING_SAME, 0, 0});
+    free(p), free(b.p), free(n.p);
+  }
+  { /* every dtype, sparse changes; a scalar and an empty tensor */
+    static const stitch_dtype all[15] = {
+        STITCH_DT_BOOL,    STITCH_DT_U8,  STITCH_DT_I8,  STITCH_DT_F8_E4M3,
+        STITCH_DT_F8_E5M2, STITCH_DT_U16, STITCH_DT_I16, STITCH_DT_F16,
+        STITCH_DT_BF16,    STITCH_DT_U32, STITCH_DT_I32, STITCH_DT_F32,
+        STITCH_DT_U64,     STITCH_DT_I64, STITCH_DT_F64};
+    static char names[15][16];
+    tdata b[17], n[17];
+    for (int i = 0; i < 15; i++) {
+      snprintf(names[i], sizeof(names[i]), "t.%s", stitch_dtype_name(all[i]));
+      b[i] = mk(names[i], all[i], 96, 0, &r);
+      weights(&b[i], &r);
+      n[i] = tdup(&b[i]);
+      step_some(&n[i], &r, 60);
+    }
+    b[15] = mk("scalar", STITCH_DT_F32, 0, 0, &r);
+    b[15].t.ndim = 0;
+    free(b[15].p);
+    b[15].p = malloc(4);
+    memcpy(b[15].p, "\x00\x00\x80\x3f", 4);
+    b[15].t.data = b[15].p;
+    n[15] = tdup(&b[15]);
+    n[15].p[0] = 1;
+    b[16] = mk("empty", STITCH_DT_I16, 0, 0, &r);
+    n[16] = tdup(&b[16]);
+    size_t len;
+    uint8_t *p = make_delta(b, 17, n, 17, NULL, 8, &len);
+    emit_delta("all-dtypes", p, len, (want){STITCH_CODING_SPARSE, 0, 0});
+    free(p), free_all(b, 17), free_all(n, 17);
+  }
+  { /* nothing to nothing */
+    size_t len;
+    uint8_t *p = make_delta(NULL, 0, NULL, 0, NULL, 8, &len);
+    emit_delta("empty", p, len, any);
+    free(p);
+  }
+}
+
+/* Mutants of one good delta: each stops at a different check. */
+static void gen_delta_mutants(const uint8_t *p, size_t n) {
+  uint8_t *m = malloc(n + 16);
+  memcpy(m, p, n);
+  write_file("fuzz_delta", "mut-truncated-header", m, 40);
+  write_file("fuzz_delta", "mut-truncated-half", m, n / 2);
+  write_file("fuzz_delta", "mut-truncated-last", m, n - 1);
+  memcpy(m + n, "extra", 5);
+  write_file("fuzz_delta", "mut-trailing", m, n + 5);
+  m[0] = 'X';
+  write_file("fuzz_delta", "mut-magic", m, n);
+  m[0] = p[0];
+  m[8] = 2; /* format version 2, header sum fixed */
+  fz_delta_fix_sums(m, n);
+  write_file("fuzz_delta", "mut-version", m, n);
+  memcpy(m, p, n);
+  m[44] ^= 1;
+  write_file("fuzz_delta", "mut-header-sum", m, n);
+  memcpy(m, p, n);
+  m[DELTA_HEADER_BYTES + 3] ^= 0x10;
+  write_file("fuzz_delta", "mut-index-flip", m, n);
+  memcpy(m, p, n);
+  m[n - 3] ^= 0x04;
+  write_file("fuzz_delta", "mut-payload-flip", m, n); /* block sum only */
+  memcpy(m, p, n);
+  put_le64(m + 24, 0xffffffffull); /* index claims 4 GiB */
+  fz_delta_fix_sums(m, n);
+  write_file("fuzz_delta", "mut-index-huge", m, n);
+  free(m);
+}
+
+/* ---- safetensors -------------------------------------------------------- */
+
+static void gen_safetensors(void) {
+  const char *T = "fuzz_safetensors";
+  fz_rng r = {2};
+  {
+    tdata a = mk("weight", STITCH_DT_BF16, 2, 4, &r);
+    size_t len;
+    uint8_t *p = fz_st_build(&a.t, 1, NULL, &len);
+    write_file(T, "one-bf16", p, len);
+    free(p), free(a.p);
+  }
+  {
+    static const stitch_dtype all[15] = {
+        STITCH_DT_BOOL,    STITCH_DT_U8,  STITCH_DT_I8,  STITCH_DT_F8_E4M3,
+        STITCH_DT_F8_E5M2, STITCH_DT_U16, STITCH_DT_I16, STITCH_DT_F16,
+        STITCH_DT_BF16,    STITCH_DT_U32, STITCH_DT_I32, STITCH_DT_F32,
+        STITCH_DT_U64,     STITCH_DT_I64, STITCH_DT_F64};
+    static char names[15][16];
+    tdata t[17];
+    fz_tensor ft[17];
+    for (int i = 0; i < 15; i++) {
+      snprintf(names[i], sizeof(names[i]), "t.%s", stitch_dtype_name(all[i]));
+      t[i] = mk(names[i], all[i], 3, (uint64_t)(i % 3), &r);
+      if (i % 3 == 0)
+        t[i].t.ndim = 1;
+    }
+    t[15] = mk("scalar", STITCH_DT_F64, 1, 0, &r);
+    t[15].t.ndim = 0;
+    t[16] = mk("empty", STITCH_DT_F32, 0, 5, &r);
+    for (int i = 0; i < 17; i++)
+      ft[i] = t[i].t;
+    size_t len;
+    uint8_t *p =
+        fz_st_build(ft, 17, "{\"format\":\"pt\",\"step\":\"3\"}", &len);
+    write_file(T, "all-dtypes-meta", p, len);
+    free(p), free_all(t, 17);
+  }
+  {
+    size_t len;
+    uint8_t *p = fz_st_build(NULL, 0, NULL, &len);
+    write_file(T, "empty", p, len);
+    free(p);
+    p = fz_st_build(NULL, 0, "{}", &len);
+    write_file(T, "meta-only", p, len);
+    free(p);
+  }
+  {
+    tdata a = mk("q\"uo\\te/\x01\xc3\xa9", STITCH_DT_U8, 3, 0, &r);
+    size_t len;
+    uint8_t *p = fz_st_build(&a.t, 1, NULL, &len);
+    write_file(T, "odd-name", p, len);
+    free(p), free(a.p);
+  }
+  /* Hostile headers; the data region is always 8 bytes. */
+  write_str(T, "bad-overlap",
+            "{\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]},"
+            "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[4,8]}}");
+  write_str(T, "bad-hole",
+            "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[4,8]}}");
+  write_str(T, "bad-trailing",
+            "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}");
+  write_str(
+      T, "bad-past-end",
+      "{\"a\":{\"dtype\":\"U8\",\"shape\":[16],\"data_offsets\":[0,16]}}");
+  write_str(T, "bad-shape-overflow",
+            "{\"a\":{\"dtype\":\"F64\",\"shape\":[4294967296,4294967296],"
+            "\"data_offsets\":[0,8]}}");
+  write_str(T, "bad-size-overflow",
+            "{\"a\":{\"dtype\":\"F64\",\"shape\":[2305843009213693952,1],"
+            "\"data_offsets\":[0,8]}}");
+  write_str(T, "bad-dtype",
+            "{\"a\":{\"dtype\":\"F4\",\"shape\":[8],\"data_offsets\":[0,8]}}");
+  write_str(T, "bad-dims",
+            "{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,8],"
+            "\"data_offsets\":[0,8]}}");
+  write_str(T, "bad-negative",
+            "{\"a\":{\"dtype\":\"U8\",\"shape\":[-8],\"data_offsets\":[0,8]}}");
+  write_str(T, "bad-reversed",
+            "{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[8,0]}}");
+  write_str(T, "bad-duplicate",
+            "{\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]},"
+            "\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]}}");
+  write_str(T, "bad-meta",
+            "{\"__metadata__\":{\"k\":1},"
+            "\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]}}");
+  write_str(T, "bad-not-object", "[1,2,3]");
+  write_str(T, "bad-json", "{\"a\":{\"dtype\":\"U8\",\"shape\":[8],");
+  write_str(T, "bad-empty-name",
+            "{\"\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]}}");
+  write_str(T, "bad-nul-name",
+            "{\"a\\u0000b\":{\"dtype\":\"U8\",\"shape\":[8],"
+            "\"data_offsets\":[0,8]}}");
+  write_str(T, "bad-newline-name",
+            "{\"a\\nb\":{\"dtype\":\"U9\",\"shape\":[8],"
+            "\"data_offsets\":[0,8]}}");
+  {
+    uint8_t b[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, '{', '}'};
+    write_file(T, "bad-header-len", b, 16);
+    write_file(T, "bad-short", b, 5);
+  }
+}
+
+/* ---- roundtrip recipes -------------------------------------------------- */
+
+static void gen_roundtrip(void) {
+  const char *T = "fuzz_delta_roundtrip";
+  /* flags, count-1, then per tensor: dtype, op|ndim<<4|from_input<<7,
+   * numel lo, numel hi, param; then value bytes. See the target's header. */
+  static const struct {
+    const char *name;
+    size_t n;
+    uint8_t b[48];
+  } recipes[] = {
+      {"sparse-bf16", 7, {0x00, 0, 8, 0x11, 0x00, 0x04, 20}},
+      {"lowbits-f32", 7, {0x01, 0, 11, 0x12, 0x00, 0x02, 0x0f}},
+      {"random-i32", 7, {0x02, 0, 10, 0x13, 0x00, 0x01, 0}},
+      {"pattern-f16", 7, {0x03, 0, 7, 0x14, 0x00, 0x03, 9}},
+      {"new-gone-reshape",
+       17,
+       {0x10, 2, 12, 0x15, 0x40, 0, 1, 5, 0x16, 0x80, 0, 2, 11, 0x17, 0x20, 0,
+        4}},
+      {"reshape-dtype", 7, {0x00, 0, 14, 0x27, 0x10, 0, 3}},
+      {"nibble-u8", 7, {0x01, 0, 1, 0x18, 0x00, 0x08, 30}},
+      {"mixed-multiblock", 7, {0x44, 0, 8, 0x19, 0x00, 0x0c, 50}},
+      {"input-values",
+       14,
+       {0x00, 0, 11, 0x9a, 0x10, 0x00, 0, 0x7f, 0x80, 0xff, 0xff, 0x00, 0x00,
+        0x80}},
+      {"scalar-and-empty",
+       12,
+       {0x20, 1, 12, 0x01, 1, 0, 255, 9, 0x11, 0, 0, 0}},
+      {"all-ops", 32, {0x7f, 5,    0,    0x11, 0x80, 0,    100,  3,
+                       0x12, 0x00, 1,    0xff, 4,    0x13, 0x10, 1,
+                       0,    14,   0x18, 0x40, 0,    3,    1,    0x28,
+                       0x00, 2,    200,  13,   0xa9, 0x80, 0,    7}},
+      {"nan-inf-f32",
+       15,
+       {0x00, 0, 11, 0x91, 0x20, 0x00, 255, 0x00, 0x00, 0x80, 0x7f, 0x00, 0x00,
+        0xc0, 0xff}},
+  };
+  for (size_t i = 0; i < sizeof(recipes) / sizeof(recipes[0]); i++)
+    write_file(T, recipes[i].name, recipes[i].b, recipes[i].n);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: fuzz_gen_corpus DIR\n");
+    return 2;
+  }
+  outdir = argv[1];
+  if (mkdir(outdir, 0755) != 0 && errno != EEXIST) {
+    fprintf(stderr, "gen_corpus: mkdir %s: %s\n", outdir, strerror(errno));
+    return 1;
+  }
+  uint8_t *keep;
+  size_t keep_len;
+  gen_deltas(&keep, &keep_len);
+  gen_delta_mutants(keep, keep_len);
+  free(keep);
+  gen_safetensors();
+  gen_roundtrip();
+  if (failures) {
+    fprintf(stderr, "gen_corpus: %d seed(s) off their coding\n", failures);
+    return 1;
+  }
+  return 0;
+}

@@ -257,12 +257,7 @@ int stitch_delta_open(const char *path, stitch_delta **out, stitch_diag *d) {
   int rc = stitch_delta_parse(m.data, m.len, out, d);
   if (rc != 0) {
     stitch_map_close(&m);
-    if (d != NULL) {
-      char tmp[STITCH_DIAG_MAX];
-      memcpy(tmp, d->msg, sizeof(tmp));
-      stitch_diag_set(d, rc, "%.120s: %.190s", path, tmp);
-    }
-    return rc;
+    return stitch_diag_prefix(d, rc, path); /* the error names the file */
   }
   (*out)->map = m.data;
   (*out)->map_len = m.len;

@@ -273,13 +273,7 @@ int stitch_st_open(const char *path, stitch_st **out, stitch_diag *d) {
   int rc = stitch_st_parse(m.data, m.len, out, d);
   if (rc != 0) {
     stitch_map_close(&m);
-    /* Prefix the path so the one-line error names the file. */
-    if (d != NULL) {
-      char tmp[STITCH_DIAG_MAX];
-      memcpy(tmp, d->msg, sizeof(tmp));
-      stitch_diag_set(d, rc, "%.120s: %.190s", path, tmp);
-    }
-    return rc;
+    return stitch_diag_prefix(d, rc, path); /* the error names the file */
   }
   (*out)->map = m;
   madvise(m.data, m.len, MADV_SEQUENTIAL);

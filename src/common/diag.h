@@ -9,6 +9,9 @@
 int stitch_diag_set(stitch_diag *d, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Puts "PATH: " before the reason already in d; returns err. */
+int stitch_diag_prefix(stitch_diag *d, int err, const char *path);
+
 #define RETURN_IF(cond, d, err, ...)                                          \
   do {                                                                        \
     if (cond)                                                                 \

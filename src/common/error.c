@@ -5,6 +5,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 const char *stitch_strerror(int err) {
   switch (err) {
@@ -40,6 +41,15 @@ int stitch_diag_set(stitch_diag *d, int err, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(d->msg, sizeof(d->msg), fmt, ap);
     va_end(ap);
+  }
+  return err;
+}
+
+int stitch_diag_prefix(stitch_diag *d, int err, const char *path) {
+  if (d != NULL) {
+    char tmp[STITCH_DIAG_MAX];
+    memcpy(tmp, d->msg, sizeof(tmp));
+    stitch_diag_set(d, err, "%.120s: %.190s", path, tmp);
   }
   return err;
 }

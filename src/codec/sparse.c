@@ -53,6 +53,7 @@ typedef struct model {
   rc_ctx unary[NUNARY];
   uint8_t cls[MI_MAX + 1];
   uint32_t weight[MI_MAX + 1]; /* 2^cls: a group's expected-changes proxy */
+  uint32_t wbyte[256];         /* 1-byte and nibble formats: weight of a byte */
 } model;
 
 #define Q24(x) ((uint32_t)((x) * (double)RC_PROB_ONE))
@@ -203,10 +204,28 @@ mi_of(const sym_fmt *f, unsigned bits, uint64_t v) {
 
 /* Sum of 2^class over symbols [start, start + gn): the group's context.
  * A full group takes the fixed-count loop the compiler unrolls. */
+/* For formats of at most 8 bits, a byte's weight (both nibbles' for 4-bit
+ * symbols) in one lookup. */
+static inline __attribute__((always_inline)) void
+model_init_bytes(model *m, const sym_fmt *f, const unsigned bits) {
+  if (bits == 4)
+    for (unsigned b = 0; b < 256; b++)
+      m->wbyte[b] = m->weight[mi_of(f, 4, b & 15)] + m->weight[mi_of(f, 4, b >> 4)];
+  else if (bits == 8)
+    for (unsigned b = 0; b < 256; b++)
+      m->wbyte[b] = m->weight[mi_of(f, 8, b)];
+}
+
 static inline __attribute__((always_inline)) uint32_t
 group_weight(const model *m, const sym_fmt *f, const unsigned bits,
              const uint8_t *p, uint64_t start, uint64_t gn) {
   uint32_t w = 0;
+  if (bits <= 8 && gn == GROUP) {
+    const uint8_t *q = p + (bits == 4 ? start / 2 : start);
+    for (unsigned j = 0; j < GROUP * bits / 8; j++)
+      w += m->wbyte[q[j]];
+    return w;
+  }
   if (gn == GROUP)
     for (unsigned j = 0; j < GROUP; j++)
       w += m->weight[mi_of(f, bits, ld(p, start + j, bits))];
@@ -314,6 +333,7 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
   unsigned ref = block_ref(f, bits, old, sp);
   model m;
   model_init(&m, ref);
+  model_init_bytes(&m, f, bits);
   /* ref as a 1- or 2-byte varint (it is below 2^11). */
   size_t hl = ref < 128 ? 1 : 2;
   out[0] = (uint8_t)(ref < 128 ? ref : (ref & 0x7f) | 0x80);
@@ -413,6 +433,7 @@ decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
             "sparse block: class reference %u out of range", ref);
   model m;
   model_init(&m, ref);
+  model_init_bytes(&m, f, bits);
   rc_dec r;
   rc_dec_init(&r, in + hl, len - hl);
   const uint64_t M = mask_of(bits);

@@ -73,6 +73,15 @@ traj nvfp4-lr1e-6 nvfp4 "$small" 1e-6
 # the 0.1%-10% band the requirements name.
 traj nvfp4-lr1e-5 nvfp4 "$small" 1e-5
 
+# Apply on every CPU (stitch_delta_apply_all): memory bandwidth is a whole
+# machine's, and a node applies with all its cores.
+echo
+echo "## apply on all $(nproc) CPUs: bf16-lr3e-7 and bf16-lr1e-6"
+for name in bf16-lr3e-7 bf16-lr1e-6; do
+  echo "\$ $bench $work/$name --reps $reps --threads 0"
+  "$bench" "$work/$name" --reps "$reps" --threads 0
+done
+
 # Instruction counts for one step, each operation alone (--toggle-collect
 # counts only inside the bench's bench_<op>_once function).
 cg="$work/cg"

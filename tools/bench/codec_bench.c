@@ -548,8 +548,13 @@ static double rate(uint64_t bytes, double s) { return s > 0 ? bytes / s : 0; }
 static double ratio(double a, double b) { return b > 0 ? a / b : 0; }
 
 static void print_header(const opts *o) {
-  printf("# %s, best of %u, one thread; rates in MB/s of checkpoint bytes\n",
-         o->dir, o->reps);
+  char th[32] = "one thread";
+  if (o->threads != 1)
+    snprintf(th, sizeof(th), "apply on %u threads",
+             o->threads ? o->threads : (unsigned)sysconf(_SC_NPROCESSORS_ONLN));
+  printf("# %s, best of %u, %s (the rest on one); rates in MB/s of checkpoint "
+         "bytes\n",
+         o->dir, o->reps, th);
   printf("%4s %8s %11s %11s %6s %12s %6s %12s %7s %7s %7s %5s %5s %7s %7s "
          "%5s %7s %5s\n",
          "step", "density", "delta_B", "bound_B", "d/bnd", "i32val_B",

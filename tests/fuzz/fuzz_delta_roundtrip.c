@@ -138,7 +138,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (size_t i = 0; i < nt; i++) {
     const uint8_t *h = data + 2 + 5 * i;
     spec *s = &sp[i];
-    snprintf(s->name, sizeof(s->name), "layer.%zu.w", i);
+    snprintf(s->name, sizeof(s->name), "layer.%u.w", (unsigned)(i % 1000));
     stitch_dtype dt = dtypes[h[0] % 15];
     s->op = (enum op)((h[1] & 15) % OP_COUNT);
     int ndim = (h[1] >> 4) & 3, from_input = (h[1] >> 7) && nvals > 0;

@@ -63,7 +63,20 @@ if smoke 2>/dev/null; then
 fi
 [ "$MODE" = check ] && { echo "python deps missing or broken (run tools/setup-python.sh)" >&2; exit 1; }
 
+# A stock Debian 12 python3 has no pip, and its environment is "externally managed" (PEP 668): install
+# python3-pip, and let pip write into that interpreter (this is a build or CI machine, not a desktop).
+if ! "$PY" -m pip --version >/dev/null 2>&1; then
+  echo "setup-python: installing python3-pip" >&2
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
+fi
 PIP=("$PY" -m pip install --no-cache-dir --disable-pip-version-check --no-input --root-user-action=ignore)
+if "$PY" -c 'import os, sys, sysconfig
+sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else 1)'; then
+  PIP+=(--break-system-packages)
+fi
 t0=$(date +%s)
 site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 before=$(du -sm "$site" 2>/dev/null | cut -f1)

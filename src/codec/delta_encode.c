@@ -48,14 +48,27 @@ static uint64_t bytes_of(uint64_t sym, unsigned bits) {
   return bits == 4 ? sym / 2 : sym * (bits / 8);
 }
 
-/* Codes one block into e->best; returns its coding and length. */
+/* The candidate just coded into e->cand is the best so far: swap the
+ * buffers rather than copy. */
+static void take_candidate(enc *e, int coding, size_t n, int *best_coding,
+                           size_t *best_len) {
+  uint8_t *t = e->best;
+  e->best = e->cand;
+  e->cand = t;
+  *best_coding = coding;
+  *best_len = n;
+}
+
+/* Codes one block; *out points at its payload (e->best, or the new bytes
+ * themselves for RAW). */
 static int code_block(enc *e, const sym_fmt *f, const uint8_t *old,
                       const uint8_t *nw, block_span sp, int *coding,
-                      size_t *len, uint64_t *changed) {
+                      size_t *len, uint64_t *changed, const uint8_t **out) {
   unsigned sb = f->bits <= 8 ? 1 : f->bits / 8;
   size_t off = bytes_of(sp.start, f->bits), nb = bytes_of(sp.n, f->bits);
   const uint8_t *ob = old ? old + off : NULL, *nbp = nw + off;
   *changed = 0;
+  *out = NULL;
   if (ob != NULL && memcmp(ob, nbp, nb) == 0) {
     *coding = STITCH_CODING_SAME;
     *len = 0;
@@ -64,33 +77,26 @@ static int code_block(enc *e, const sym_fmt *f, const uint8_t *old,
   /* Raw is the ceiling every other coding must beat. */
   *coding = STITCH_CODING_RAW;
   *len = nb;
-  memcpy(e->best, nbp, nb);
   if (ob != NULL) {
     size_t n;
     int rc = sparse_encode(f, old, nw, sp, e->cand, nb, &n, changed);
-    if (rc == 0 && n < *len) {
-      memcpy(e->best, e->cand, n);
-      *coding = STITCH_CODING_SPARSE;
-      *len = n;
-    } else if (rc != 0 && rc != STITCH_ELIMIT) {
+    if (rc == 0 && n < *len)
+      take_candidate(e, STITCH_CODING_SPARSE, n, coding, len);
+    else if (rc != 0 && rc != STITCH_ELIMIT)
       return rc;
-    }
-    if (*coding == STITCH_CODING_SPARSE && *len <= nb / 8)
-      return 0;
     if (*coding != STITCH_CODING_SPARSE)
       *changed = sparse_count(f, old, nw, sp);
   }
-  for (int c = ob ? STITCH_CODING_XOR : STITCH_CODING_PLANES;
-       c <= STITCH_CODING_PLANES; c++) {
-    size_t n;
-    if (dense_encode(c, sb, ob, nbp, nb, e->level, e->cand, *len, &n,
-                     e->scratch) == 0 &&
-        n < *len) {
-      memcpy(e->best, e->cand, n);
-      *coding = c;
-      *len = n;
+  if (!(*coding == STITCH_CODING_SPARSE && *len <= nb / 8))
+    for (int c = ob ? STITCH_CODING_XOR : STITCH_CODING_PLANES;
+         c <= STITCH_CODING_PLANES; c++) {
+      size_t n;
+      if (dense_encode(c, sb, ob, nbp, nb, e->level, e->cand, *len, &n,
+                       e->scratch) == 0 &&
+          n < *len)
+        take_candidate(e, c, n, coding, len);
     }
-  }
+  *out = *coding == STITCH_CODING_RAW ? nbp : e->best;
   return 0;
 }
 
@@ -159,14 +165,15 @@ static int encode_tensor(enc *e, const stitch_st *base, const stitch_tensor *t,
     int coding;
     size_t len;
     uint64_t ch;
+    const uint8_t *payload;
     CHECK_RC(code_block(e, &f, bt ? bt->data : NULL, t->data, sp, &coding,
-                        &len, &ch));
+                        &len, &ch, &payload));
     CHECK_RC(dbuf_u8(ix, (uint8_t)coding));
     if (coding != STITCH_CODING_SAME) {
       CHECK_RC(dbuf_varint(ix, len));
       CHECK_RC(dbuf_varint(ix, ch));
-      CHECK_RC(dbuf_u64(ix, XXH3_64bits(e->best, len)));
-      CHECK_RC(dbuf_put(&e->payload, e->best, len));
+      CHECK_RC(dbuf_u64(ix, XXH3_64bits(payload, len)));
+      CHECK_RC(dbuf_put(&e->payload, payload, len));
     }
     ts->blocks++;
     ts->blocks_by_coding[coding]++;

@@ -58,7 +58,7 @@ static int cmp_str(const void *a, const void *b) {
 
 static int parse_tensor(stitch_delta *dl, rd *r, delta_entry *e, char **np,
                         uint64_t *payload_at, stitch_diag *d) {
-  uint64_t nl, v;
+  uint64_t nl;
   const uint8_t *name;
   uint8_t dt, nd;
   RETURN_IF(rd_varint(r, &nl) || nl == 0 || nl > STITCH_ST_MAX_NAME ||
@@ -153,7 +153,6 @@ static int parse_tensor(stitch_delta *dl, rd *r, delta_entry *e, char **np,
     t->changed += ch;
     t->encoded += len;
   }
-  (void)v;
   return 0;
 }
 

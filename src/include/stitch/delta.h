@@ -76,9 +76,8 @@ typedef struct stitch_delta_stats {
   double bound_bits;     /* sum of per-tensor memoryless bounds */
   uint64_t idxval_bytes;
   /* Per-tensor detail, owned by the stats; free with stitch_delta_stats_free.
-   * NULL unless requested by passing a stats pointer. */
+   * Names point into the result checkpoint, which must outlive them. */
   stitch_delta_tensor *t;
-  char *names;
 } stitch_delta_stats;
 
 void stitch_delta_stats_free(stitch_delta_stats *s);

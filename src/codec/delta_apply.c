@@ -302,35 +302,48 @@ const stitch_digest *stitch_delta_result_digest(const stitch_delta *dl) {
 
 const char *stitch_delta_metadata(const stitch_delta *dl) { return dl->meta; }
 
+int delta_block_decode(const sym_fmt *f, block_span sp, int coding,
+                       const uint8_t *in, size_t len, uint64_t changed,
+                       uint64_t checksum, uint8_t *tensor_data,
+                       uint8_t *scratch, const char *name, uint64_t b,
+                       stitch_diag *d) {
+  if (coding == STITCH_CODING_SAME)
+    return 0;
+  RETURN_IF(XXH3_64bits(in, len) != checksum, d, STITCH_ECHECKSUM,
+            "delta: tensor '%s' block %llu: checksum mismatch", name,
+            (unsigned long long)b);
+  if (coding == STITCH_CODING_SPARSE) {
+    uint64_t ch;
+    CHECK_RC(sparse_decode(f, tensor_data, sp, in, len, &ch, d));
+    RETURN_IF(ch != changed, d, STITCH_EFORMAT,
+              "delta: tensor '%s' block %llu decoded %llu changes, index says "
+              "%llu",
+              name, (unsigned long long)b, (unsigned long long)ch,
+              (unsigned long long)changed);
+    return 0;
+  }
+  RETURN_IF(coding >= STITCH_CODING_COUNT_, d, STITCH_EFORMAT,
+            "delta: tensor '%s' block %llu has unknown coding %d", name,
+            (unsigned long long)b, coding);
+  unsigned sb = f->bits <= 8 ? 1 : f->bits / 8;
+  size_t off = f->bits == 4 ? sp.start / 2 : sp.start * sb;
+  size_t nb = f->bits == 4 ? sp.n / 2 : sp.n * sb;
+  return dense_decode(coding, sb, tensor_data + off, nb, in, len, scratch, d);
+}
+
 int delta_apply_block(const stitch_delta *dl, const delta_entry *e, uint32_t b,
                       uint8_t *data, uint8_t *scratch, stitch_diag *d) {
   int c = e->coding[b];
   if (c == STITCH_CODING_SAME)
     return 0;
-  const uint8_t *in = dl->buf + e->payload_off[b];
-  size_t len = (size_t)e->payload_len[b];
-  const char *name = e->pub.name;
-  RETURN_IF(XXH3_64bits(in, len) != e->checksum[b], d, STITCH_ECHECKSUM,
-            "delta: tensor '%s' block %u: checksum mismatch", name, b);
   sym_fmt f;
   CHECK_RC(sym_fmt_for(e->pub.dtype, e->flags & DELTA_TF_NIBBLE, &f));
   uint64_t B = 1ull << dl->block_log2;
   block_span sp = {(uint64_t)b * B, 0};
   sp.n = e->pub.symbols - sp.start < B ? e->pub.symbols - sp.start : B;
-  if (c == STITCH_CODING_SPARSE) {
-    uint64_t ch;
-    CHECK_RC(sparse_decode(&f, data, sp, in, len, &ch, d));
-    RETURN_IF(ch != e->blk_changed[b], d, STITCH_EFORMAT,
-              "delta: tensor '%s' block %u decoded %llu changes, index says "
-              "%llu",
-              name, b, (unsigned long long)ch,
-              (unsigned long long)e->blk_changed[b]);
-    return 0;
-  }
-  unsigned sb = f.bits <= 8 ? 1 : f.bits / 8;
-  size_t off = f.bits == 4 ? sp.start / 2 : sp.start * sb;
-  size_t nb = f.bits == 4 ? sp.n / 2 : sp.n * sb;
-  return dense_decode(c, sb, data + off, nb, in, len, scratch, d);
+  return delta_block_decode(&f, sp, c, dl->buf + e->payload_off[b],
+                            (size_t)e->payload_len[b], e->blk_changed[b],
+                            e->checksum[b], data, scratch, e->pub.name, b, d);
 }
 
 int stitch_delta_apply_tensor(const stitch_delta *dl, size_t i, uint8_t *data,
@@ -358,13 +371,10 @@ typedef struct apply_job {
   const stitch_delta *dl;
   uint8_t *const *data;
   const uint64_t *first; /* first item of each tensor; [count] = total */
-  uint8_t **scratch;     /* one per worker, allocated on first use */
-  size_t work;
-  stitch_diag *diag;     /* one per worker */
-  size_t *failed;        /* the item each worker's diag is about */
 } apply_job;
 
-static int apply_item(void *ctx, size_t item, unsigned worker) {
+static int apply_item(void *ctx, size_t item, uint8_t *scratch,
+                      stitch_diag *d) {
   apply_job *j = ctx;
   size_t lo = 0, hi = j->dl->count;
   while (hi - lo > 1) {
@@ -374,17 +384,9 @@ static int apply_item(void *ctx, size_t item, unsigned worker) {
     else
       hi = mid;
   }
-  if (j->scratch[worker] == NULL &&
-      (j->scratch[worker] = malloc(j->work)) == NULL) {
-    j->failed[worker] = item;
-    return stitch_diag_set(&j->diag[worker], STITCH_ENOMEM, "out of memory");
-  }
-  int rc = delta_apply_block(j->dl, &j->dl->t[lo],
-                             (uint32_t)(item - j->first[lo]), j->data[lo],
-                             j->scratch[worker], &j->diag[worker]);
-  if (rc != 0)
-    j->failed[worker] = item;
-  return rc;
+  return delta_apply_block(j->dl, &j->dl->t[lo],
+                           (uint32_t)(item - j->first[lo]), j->data[lo],
+                           scratch, d);
 }
 
 int stitch_delta_apply_all(const stitch_delta *dl, uint8_t *const *data,
@@ -401,35 +403,14 @@ int stitch_delta_apply_all(const stitch_delta *dl, uint8_t *const *data,
   first[0] = 0;
   for (size_t i = 0; i < n; i++)
     first[i + 1] = first[i] + dl->t[i].pub.blocks;
-  threads = stitch_parallel_threads(threads, (size_t)first[n]);
   /* Scratch holds one dense block: at most the largest tensor. */
   size_t work = (size_t)8 << dl->block_log2, largest = 1;
   for (size_t i = 0; i < n; i++)
     largest = dl->t[i].pub.nbytes > largest ? (size_t)dl->t[i].pub.nbytes : largest;
   work = work < largest ? work : largest;
-  apply_job j = {dl,
-                 data,
-                 first,
-                 calloc(threads, sizeof(uint8_t *)),
-                 work,
-                 calloc(threads, sizeof(stitch_diag)),
-                 calloc(threads, sizeof(size_t))};
-  int rc = STITCH_ENOMEM;
-  if (j.scratch != NULL && j.diag != NULL && j.failed != NULL) {
-    size_t bad = 0;
-    rc = stitch_parallel_for((size_t)first[n], threads, apply_item, &j, &bad);
-    /* The message of the lowest failing block, whichever worker ran it. */
-    for (unsigned w = 0; rc != 0 && d != NULL && w < threads; w++)
-      if (j.diag[w].msg[0] != 0 && j.failed[w] == bad)
-        *d = j.diag[w];
-  } else {
-    stitch_diag_set(d, rc, "out of memory");
-  }
-  for (unsigned w = 0; j.scratch != NULL && w < threads; w++)
-    free(j.scratch[w]);
-  free(j.scratch);
-  free(j.diag);
-  free(j.failed);
+  apply_job j = {dl, data, first};
+  int rc = stitch_parallel_diag((size_t)first[n], threads, work, apply_item,
+                                &j, d);
   free(first);
   return rc;
 }

@@ -101,6 +101,23 @@ struct stitch_delta {
   char *names;
 };
 
+/* Decodes one block, symbols SP of a tensor with symbol format F, in place
+ * into TENSOR_DATA (the whole tensor: the block's range holds the base's
+ * bytes, or anything for PLANES and RAW, and receives the result's). IN and
+ * LEN are the payload; its XXH3-64 must equal CHECKSUM, and a SPARSE block
+ * must decode exactly CHANGED changes. SCRATCH holds the block's bytes
+ * (dense codings). NAME and B only name the block in messages. SAME does
+ * nothing. The caller has checked that SP lies inside the tensor. A block
+ * decodes the same at any offset (sparse groups count from its start, and
+ * blocks of nibbles start on a byte), so TENSOR_DATA may instead be a copy
+ * of the block alone with SP.start = 0, as chunked patches do
+ * (src/version/chunk.c). */
+int delta_block_decode(const sym_fmt *f, block_span sp, int coding,
+                       const uint8_t *in, size_t len, uint64_t changed,
+                       uint64_t checksum, uint8_t *tensor_data,
+                       uint8_t *scratch, const char *name, uint64_t b,
+                       stitch_diag *d);
+
 /* Applies block b of tensor e to DATA in place (checksum verified first). */
 int delta_apply_block(const stitch_delta *dl, const delta_entry *e, uint32_t b,
                       uint8_t *data, uint8_t *scratch, stitch_diag *d);

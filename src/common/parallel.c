@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "common/parallel.h"
 
+#include "common/diag.h"
 #include "stitch/error.h"
 
 #include <pthread.h>
@@ -90,4 +91,57 @@ int stitch_parallel_for(size_t n, unsigned threads, par_fn fn, void *ctx,
   if (failed_item != NULL)
     *failed_item = j.rc_item;
   return j.rc;
+}
+
+typedef struct diag_job {
+  par_diag_fn fn;
+  void *ctx;
+  size_t scratch_len;
+  uint8_t **scratch; /* one per worker, allocated on first use */
+  stitch_diag *diag; /* one per worker */
+  size_t *failed;    /* the item each worker's diag is about */
+} diag_job;
+
+static int diag_item(void *ctx, size_t item, unsigned worker) {
+  diag_job *j = ctx;
+  int rc;
+  if (j->scratch[worker] == NULL &&
+      (j->scratch[worker] = malloc(j->scratch_len ? j->scratch_len : 1)) ==
+          NULL)
+    rc = stitch_diag_set(&j->diag[worker], STITCH_ENOMEM, "out of memory");
+  else
+    rc = j->fn(j->ctx, item, j->scratch[worker], &j->diag[worker]);
+  if (rc != 0)
+    j->failed[worker] = item;
+  return rc;
+}
+
+int stitch_parallel_diag(size_t n, unsigned threads, size_t scratch_len,
+                         par_diag_fn fn, void *ctx, stitch_diag *d) {
+  if (n == 0)
+    return 0;
+  threads = stitch_parallel_threads(threads, n);
+  diag_job j = {fn,
+                ctx,
+                scratch_len,
+                calloc(threads, sizeof(uint8_t *)),
+                calloc(threads, sizeof(stitch_diag)),
+                calloc(threads, sizeof(size_t))};
+  int rc = STITCH_ENOMEM;
+  if (j.scratch != NULL && j.diag != NULL && j.failed != NULL) {
+    size_t bad = 0;
+    rc = stitch_parallel_for(n, threads, diag_item, &j, &bad);
+    /* The message of the lowest failing item, whichever worker ran it. */
+    for (unsigned w = 0; rc != 0 && d != NULL && w < threads; w++)
+      if (j.diag[w].msg[0] != 0 && j.failed[w] == bad)
+        *d = j.diag[w];
+  } else {
+    stitch_diag_set(d, rc, "out of memory");
+  }
+  for (unsigned w = 0; j.scratch != NULL && w < threads; w++)
+    free(j.scratch[w]);
+  free(j.scratch);
+  free(j.diag);
+  free(j.failed);
+  return rc;
 }

@@ -7,7 +7,10 @@
 #ifndef STITCH_COMMON_PARALLEL_H
 #define STITCH_COMMON_PARALLEL_H
 
+#include "stitch/error.h"
+
 #include <stddef.h>
+#include <stdint.h>
 
 /* Returns 0 or a negative STITCH_E* code. worker < threads. */
 typedef int (*par_fn)(void *ctx, size_t item, unsigned worker);
@@ -18,5 +21,14 @@ typedef int (*par_fn)(void *ctx, size_t item, unsigned worker);
 int stitch_parallel_for(size_t n, unsigned threads, par_fn fn, void *ctx,
                         size_t *failed_item);
 unsigned stitch_parallel_threads(unsigned threads, size_t n);
+
+/* For items that each need a scratch buffer and report failures with a
+ * message: fn gets the item, its worker's SCRATCH_LEN bytes of scratch
+ * (allocated on first use) and its worker's diag. On failure *d (if not
+ * NULL) gets the message of the lowest failing item. */
+typedef int (*par_diag_fn)(void *ctx, size_t item, uint8_t *scratch,
+                           stitch_diag *d);
+int stitch_parallel_diag(size_t n, unsigned threads, size_t scratch_len,
+                         par_diag_fn fn, void *ctx, stitch_diag *d);
 
 #endif

@@ -51,6 +51,16 @@
       FAIL_("%s and %s differ in their first %zu bytes", #a, #b,              \
             (size_t)(n));                                                     \
   } while (0)
+/* For calls that must fail with CODE and a message holding SUBSTR. */
+#define ASSERT_ERR(expr, code, diag, substr)                                   \
+  do {                                                                         \
+    int rc_ = (expr);                                                          \
+    if (rc_ != (code))                                                         \
+      FAIL_("%s returned %d (%s), expected %d (%s)", #expr, rc_,               \
+            stitch_errname(rc_), (code), (diag).msg);                          \
+    if (strstr((diag).msg, (substr)) == NULL)                                  \
+      FAIL_("%s: message \"%s\" lacks \"%s\"", #expr, (diag).msg, (substr));   \
+  } while (0)
 /* For calls returning a stitch error code; prints the diag on failure. */
 #define ASSERT_OK(expr, diag)                                                 \
   do {                                                                        \

@@ -94,7 +94,7 @@ int stitch_tmpfile_write(stitch_tmpfile *t, const void *buf, size_t len,
   return 0;
 }
 
-static int fsync_dir_of(const char *path) {
+int stitch_fsync_dir_of(const char *path) {
   char *copy = strdup(path);
   if (copy == NULL)
     return -1;
@@ -120,7 +120,7 @@ int stitch_tmpfile_commit(stitch_tmpfile *t, stitch_diag *d) {
     stitch_tmpfile_abort(t);
     return stitch_diag_set(d, STITCH_EIO, "rename: %s", strerror(e));
   }
-  int rc = fsync_dir_of(t->path);
+  int rc = stitch_fsync_dir_of(t->path);
   free(t->tmp_path);
   free(t->path);
   t->tmp_path = t->path = NULL;
@@ -137,4 +137,35 @@ void stitch_tmpfile_abort(stitch_tmpfile *t) {
   free(t->tmp_path);
   free(t->path);
   t->tmp_path = t->path = NULL;
+}
+
+int stitch_write_file(const char *path, const void *buf, size_t len,
+                      stitch_diag *d) {
+  stitch_tmpfile t;
+  CHECK_RC(stitch_tmpfile_open(&t, path, d));
+  int rc = stitch_tmpfile_write(&t, buf, len, d);
+  if (rc != 0) {
+    stitch_tmpfile_abort(&t);
+    return rc;
+  }
+  return stitch_tmpfile_commit(&t, d);
+}
+
+int stitch_mkdir(const char *path, stitch_diag *d) {
+  if (mkdir(path, 0755) == 0 || errno == EEXIST) {
+    struct stat st;
+    RETURN_IF(stat(path, &st) != 0 || !S_ISDIR(st.st_mode), d, STITCH_EIO,
+              "%s: not a directory", path);
+    return 0;
+  }
+  return stitch_diag_set(d, STITCH_EIO, "mkdir %s: %s", path, strerror(errno));
+}
+
+int stitch_unlink_durable(const char *path, stitch_diag *d) {
+  if (unlink(path) != 0 && errno != ENOENT)
+    return stitch_diag_set(d, STITCH_EIO, "unlink %s: %s", path,
+                           strerror(errno));
+  RETURN_IF(stitch_fsync_dir_of(path) != 0, d, STITCH_EIO,
+            "fsync of the directory of %s: %s", path, strerror(errno));
+  return 0;
 }

@@ -34,4 +34,13 @@ int stitch_tmpfile_commit(stitch_tmpfile *t, stitch_diag *d);
 /* Closes and unlinks the temporary; safe to call twice. */
 void stitch_tmpfile_abort(stitch_tmpfile *t);
 
+/* The whole file at once: temporary, fsync, rename, fsync of the directory. */
+int stitch_write_file(const char *path, const void *buf, size_t len,
+                      stitch_diag *d);
+/* mkdir that accepts an existing directory. */
+int stitch_mkdir(const char *path, stitch_diag *d);
+/* unlink (a missing file is fine), then fsync the directory. */
+int stitch_unlink_durable(const char *path, stitch_diag *d);
+int stitch_fsync_dir_of(const char *path);
+
 #endif

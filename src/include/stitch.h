@@ -7,5 +7,6 @@
 #include "stitch/digest.h"
 #include "stitch/view.h"
 #include "stitch/delta.h"
+#include "stitch/version.h"
 
 #endif

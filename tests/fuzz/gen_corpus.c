@@ -12,9 +12,11 @@
  *
  * Regenerate the committed seeds with:
  *   build/tests/fuzz/fuzz_gen_corpus tests/fuzz/corpus */
+#include "fuzz/chunk_fixture.h"
 #include "fuzz/fuzz_common.h"
 
 #include <errno.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -511,6 +513,203 @@ static void gen_roundtrip(void) {
     write_file(T, recipes[i].name, recipes[i].b, recipes[i].n);
 }
 
+/* ---- manifests ---------------------------------------------------------- */
+
+/* The 32-byte seed of fuzz_manifest's key (fuzz_manifest.c has the same),
+ * so that the signed seeds verify there. Each seed is a mode byte (even:
+ * a signed manifest follows; odd: a body, which the target signs) and the
+ * payload; see fuzz_manifest.c. */
+#define FZ_MANIFEST_SEED "stitch fuzz_manifest fixed seed!"
+
+static void emit_manifest(const char *name, uint8_t mode, const uint8_t *p,
+                          size_t n) {
+  uint8_t *b = malloc(n + 1);
+  if (b == NULL)
+    exit(1);
+  b[0] = mode;
+  if (n > 0)
+    memcpy(b + 1, p, n);
+  write_file("fuzz_manifest", name, b, n + 1);
+  free(b);
+}
+
+/* Where the body of a signed manifest [1, body, sig] is. */
+static const uint8_t *manifest_body(const uint8_t *p, size_t n, size_t *len) {
+  unsigned w = p[2] == 0xc4 ? 1 : p[2] == 0xc5 ? 2 : 4;
+  if (n < 3 + w || p[0] != 0x93 || p[1] != 0x01 || p[2] < 0xc4 || p[2] > 0xc6)
+    exit(1);
+  *len = 0;
+  for (unsigned i = 0; i < w; i++)
+    *len = *len << 8 | p[3 + i];
+  return p + 3 + w;
+}
+
+/* First occurrence of needle in p[0..n), or exit. */
+static size_t find(const uint8_t *p, size_t n, const char *needle) {
+  size_t k = strlen(needle);
+  for (size_t i = 0; i + k <= n; i++)
+    if (memcmp(p + i, needle, k) == 0)
+      return i;
+  fprintf(stderr, "gen_corpus: manifest: no \"%s\"\n", needle + 1);
+  exit(1);
+}
+
+static uint8_t *sign_or_die(const stitch_manifest *m, const stitch_seckey *sk,
+                            size_t *len) {
+  uint8_t *out;
+  stitch_diag d = {{0}};
+  if (stitch_manifest_sign(m, sk, &out, len, NULL, &d) != 0) {
+    fprintf(stderr, "gen_corpus: manifest: %s\n", d.msg);
+    exit(1);
+  }
+  return out;
+}
+
+static void gen_manifest(void) {
+  stitch_pubkey pk, pk2;
+  stitch_seckey sk, sk2;
+  crypto_sign_seed_keypair(pk.b, sk.b, (const uint8_t *)FZ_MANIFEST_SEED);
+  crypto_sign_seed_keypair(pk2.b, sk2.b,
+                           (const uint8_t *)"another swarm's key, 32 bytes.!!");
+  stitch_digest empty;
+  stitch_view_digest_from(0, NULL, NULL, &empty);
+  fz_rng r = {77};
+
+  /* Blocks of 2^8 symbols: w 2, q 1 (40 bytes as 80 nibbles), s 1. */
+  stitch_mtensor t[3] = {
+      {"w", STITCH_DT_BF16, 2, {32, 16}, 1024, {{0}}},
+      {"q", STITCH_DT_U8, 1, {40}, 40, {{0}}},
+      {"s", STITCH_DT_F32, 0, {0}, 4, {{0}}},
+  };
+  uint8_t tf_anchor[3] = {DELTA_TF_NEW, DELTA_TF_NEW | DELTA_TF_NIBBLE,
+                          DELTA_TF_NEW};
+  uint8_t tf_delta[3] = {0, DELTA_TF_NIBBLE, 0};
+  uint8_t tf_cumul[3] = {0, 0, DELTA_TF_NEW};
+  stitch_chunk_ref ch_anchor[2] = {{{{0}}, 600, 0, 2}, {{{0}}, 100, 2, 2}};
+  stitch_chunk_ref ch_delta[1] = {{{{0}}, 50, 1, 2}};
+  stitch_chunk_ref ch_cumul[2] = {{{{0}}, 70, 0, 1}, {{{0}}, 9, 3, 1}};
+  for (int i = 0; i < 3; i++)
+    fz_fill(&r, t[i].digest.b, 32);
+  for (int i = 0; i < 2; i++) {
+    fz_fill(&r, ch_anchor[i].hash.b, 32);
+    fz_fill(&r, ch_cumul[i].hash.b, 32);
+  }
+  fz_fill(&r, ch_delta[0].hash.b, 32);
+  stitch_object anchor = {STITCH_OBJ_ANCHOR, 0, {{0}}, empty, 8, tf_anchor,
+                          2, ch_anchor, 0};
+  stitch_object delta = {STITCH_OBJ_DELTA, 0, {{0}}, {{0}}, 8, tf_delta,
+                         1, ch_delta, 0};
+  stitch_object cumul = {STITCH_OBJ_CUMULATIVE, 2, {{0}}, {{0}}, 8, tf_cumul,
+                         2, ch_cumul, 0};
+  fz_fill(&r, delta.base_view.b, 32);
+  fz_fill(&r, cumul.base_id.b, 32);
+  fz_fill(&r, cumul.base_view.b, 32);
+
+  stitch_manifest m = {.swarm = pk, .version = 1, .time_unix = 1767225600,
+                       .n_tensors = 3, .tensors = t};
+  fz_fill(&r, m.view.b, 32);
+  stitch_object objs[3];
+  static const struct {
+    const char *name;
+    uint64_t version;
+    int n;
+    int kinds[3];
+  } plans[] = {{"anchor", 1, 1, {STITCH_OBJ_ANCHOR}},
+               {"delta-anchor", 5, 2, {STITCH_OBJ_DELTA, STITCH_OBJ_ANCHOR}},
+               {"cumulative",
+                9,
+                3,
+                {STITCH_OBJ_DELTA, STITCH_OBJ_CUMULATIVE, STITCH_OBJ_ANCHOR}}};
+  uint8_t *keep = NULL;
+  size_t keep_len = 0;
+  for (size_t p = 0; p < sizeof(plans) / sizeof(plans[0]); p++) {
+    m.version = plans[p].version;
+    m.parent_version = m.version - 1;
+    memset(m.parent_id.b, 0, 32);
+    if (m.parent_version > 0)
+      fz_fill(&r, m.parent_id.b, 32);
+    m.meta = m.version == 5 ? "{\"step\":\"5\"}" : NULL;
+    delta.base_version = m.parent_version;
+    delta.base_id = m.parent_id;
+    for (int i = 0; i < plans[p].n; i++)
+      objs[i] = plans[p].kinds[i] == STITCH_OBJ_ANCHOR ? anchor
+                : plans[p].kinds[i] == STITCH_OBJ_DELTA ? delta
+                                                         : cumul;
+    m.n_objects = (uint64_t)plans[p].n;
+    m.objects = objs;
+    size_t n, bl;
+    uint8_t *s = sign_or_die(&m, &sk, &n);
+    const uint8_t *body = manifest_body(s, n, &bl);
+    char name[64];
+    emit_manifest(plans[p].name, 0, s, n);
+    snprintf(name, sizeof(name), "%s-body", plans[p].name);
+    emit_manifest(name, 1, body, bl);
+    if (m.version == 5) {
+      keep = s;
+      keep_len = n;
+    } else {
+      free(s);
+    }
+  }
+
+  /* Mutants of "delta-anchor", each refused for one reason. */
+  uint8_t *c = malloc(keep_len + 1);
+  size_t bl;
+  const uint8_t *body = manifest_body(keep, keep_len, &bl);
+  if (c == NULL)
+    exit(1);
+  memcpy(c, keep, keep_len);
+  c[1] = 0x02;
+  emit_manifest("bad-format", 0, c, keep_len);
+  c[1] = 0x01;
+  c[keep_len - 1] ^= 1;
+  emit_manifest("bad-signature", 0, c, keep_len);
+  c[keep_len - 1] ^= 1;
+  c[keep_len] = 0xc0;
+  emit_manifest("bad-trailing", 0, c, keep_len + 1);
+  emit_manifest("bad-truncated", 0, c, keep_len / 2);
+  memcpy(c, body, bl);
+  c[find(c, bl, "\xa4time") + 2] = 'a'; /* "tame": an unknown key */
+  emit_manifest("bad-unknown-key-body", 1, c, bl);
+  memcpy(c, body, bl);
+  c[find(c, bl, "\xa1q\x02") + 1] = 'w'; /* two tensors named "w" */
+  emit_manifest("bad-dup-name-body", 1, c, bl);
+  free(c);
+  free(keep);
+  m.swarm = pk2; /* signed by another swarm's key */
+  m.objects = &anchor;
+  m.n_objects = 1;
+  m.version = 1;
+  m.parent_version = 0;
+  memset(m.parent_id.b, 0, 32);
+  uint8_t *s = sign_or_die(&m, &sk2, &keep_len);
+  emit_manifest("bad-other-swarm", 0, s, keep_len);
+  free(s);
+  static const uint8_t big[10] = {0xdd, 0xff, 0xff, 0xff, 0xff};
+  emit_manifest("bad-count-body", 1, big, sizeof(big));
+  uint8_t deep[65];
+  memset(deep, 0x91, sizeof(deep));
+  deep[64] = 0x90;
+  emit_manifest("bad-deep-body", 1, deep, sizeof(deep));
+}
+
+/* ---- chunks ------------------------------------------------------------- */
+
+static void emit_chunk(const char *name, const uint8_t *p, size_t n) {
+  write_file("fuzz_chunk", name, p, n);
+}
+
+/* Chunk 0 of fuzz_chunk's fixed object, other chunks and re-codings of it,
+ * and damaged forms (chunk_fixture.h). */
+static void gen_chunk(void) {
+  fzc f;
+  if (fzc_build(&f) != 0 || fzc_seeds(&f, emit_chunk) != 0) {
+    fprintf(stderr, "gen_corpus: fuzz_chunk's fixture lost its reach\n");
+    failures++;
+  }
+  fzc_free(&f);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: fuzz_gen_corpus DIR\n");
@@ -528,6 +727,8 @@ int main(int argc, char **argv) {
   free(keep);
   gen_safetensors();
   gen_roundtrip();
+  gen_manifest();
+  gen_chunk();
   if (failures) {
     fprintf(stderr, "gen_corpus: %d seed(s) off their coding\n", failures);
     return 1;

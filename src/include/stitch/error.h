@@ -27,7 +27,11 @@ extern "C" {
   X(DIGEST, "digest mismatch after apply")                                    \
   X(VERSION, "unsupported format version")                                    \
   X(NOTFOUND, "not found")                                                    \
-  X(EXISTS, "already exists")
+  X(EXISTS, "already exists")                                                 \
+  X(SWARM, "manifest belongs to another swarm")                               \
+  X(SIGNATURE, "signature does not verify")                                   \
+  X(ROLLBACK, "version rollback or fork")                                     \
+  X(GAP, "version chain has a gap")
 
 typedef enum stitch_errno {
   STITCH_OK = 0,

@@ -19,3 +19,11 @@ set_tests_properties(real_trajectory PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900)
 add_test(NAME cli_errors
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cli_errors.sh $<TARGET_FILE_DIR:stitch-cli>)
 set_tests_properties(cli_errors PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+# The version layer through the CLI (issue 3), and kill -9 during applies.
+if(TARGET stitch-synth)
+  add_test(NAME versions
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/versions.sh ${STITCH_BIN})
+  add_test(NAME crash
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/crash.sh ${STITCH_BIN} 40)
+  set_tests_properties(versions crash PROPERTIES TIMEOUT 600)
+endif()

@@ -10,6 +10,22 @@ int cmd_delta(int argc, char **argv);
 int cmd_apply(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_digest(int argc, char **argv);
+int cmd_keygen(int argc, char **argv);
+int cmd_publish(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_log(int argc, char **argv);
+int cmd_recover(int argc, char **argv);
+
+/* Splits argv into up to max positionals and the flags in spec. Returns the
+ * number of positionals, or -1 after printing a usage error. */
+typedef struct flag {
+  const char *name;
+  int takes_value;
+  const char *value; /* "1" when given without a value */
+} flag;
+int cli_parse_args(int argc, char **argv, const char **pos, int max,
+                   flag *flags, int nflags);
 
 /* Prints "stitch: error: MSG" and returns 1 (the exit status for errors). */
 int cli_fail(int err, const stitch_diag *d);

@@ -11,47 +11,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Splits argv into up to max positionals and the flags in spec; a flag
- * ending in '=' takes a value. Returns the number of positionals or -1. */
-typedef struct flag {
-  const char *name;
-  int takes_value;
-  const char *value; /* "1" when given without a value */
-} flag;
-
-static int parse_args(int argc, char **argv, const char **pos, int max,
-                      flag *flags, int nflags) {
-  int n = 0;
-  for (int i = 0; i < argc; i++) {
-    if (argv[i][0] == '-' && argv[i][1] != 0) {
-      int k;
-      for (k = 0; k < nflags; k++)
-        if (strcmp(argv[i], flags[k].name) == 0)
-          break;
-      if (k == nflags) {
-        cli_usage_error("unknown option '%s'", argv[i]);
-        return -1;
-      }
-      if (flags[k].takes_value) {
-        if (i + 1 >= argc) {
-          cli_usage_error("option '%s' needs a value", argv[i]);
-          return -1;
-        }
-        flags[k].value = argv[++i];
-      } else {
-        flags[k].value = "1";
-      }
-    } else {
-      if (n == max) {
-        cli_usage_error("too many arguments");
-        return -1;
-      }
-      pos[n++] = argv[i];
-    }
-  }
-  return n;
-}
-
 static void print_stats_line(const stitch_delta_stats *s) {
   double bound = s->bound_bits / 8.0;
   double dens = s->symbols ? 100.0 * (double)s->changed / (double)s->symbols : 0;
@@ -123,7 +82,7 @@ int cmd_delta(int argc, char **argv) {
   const char *pos[2];
   flag fl[] = {{"-o", 1, NULL},     {"--stats", 0, NULL}, {"--json", 0, NULL},
                {"--block-log2", 1, NULL}, {"--level", 1, NULL}};
-  int n = parse_args(argc, argv, pos, 2, fl, 5);
+  int n = cli_parse_args(argc, argv, pos, 2, fl, 5);
   if (n < 0)
     return 2;
   if (n != 2 || fl[0].value == NULL)
@@ -177,7 +136,7 @@ int cmd_delta(int argc, char **argv) {
 int cmd_apply(int argc, char **argv) {
   const char *pos[2];
   flag fl[] = {{"-o", 1, NULL}};
-  int n = parse_args(argc, argv, pos, 2, fl, 1);
+  int n = cli_parse_args(argc, argv, pos, 2, fl, 1);
   if (n < 0)
     return 2;
   if (n != 2 || fl[0].value == NULL)
@@ -303,7 +262,7 @@ static int inspect_checkpoint(const char *path, int as_json) {
 int cmd_inspect(int argc, char **argv) {
   const char *pos[1];
   flag fl[] = {{"--json", 0, NULL}};
-  int n = parse_args(argc, argv, pos, 1, fl, 1);
+  int n = cli_parse_args(argc, argv, pos, 1, fl, 1);
   if (n < 0)
     return 2;
   if (n != 1)
@@ -316,7 +275,7 @@ int cmd_inspect(int argc, char **argv) {
 int cmd_digest(int argc, char **argv) {
   const char *pos[1];
   flag fl[] = {{"--tensors", 0, NULL}};
-  int n = parse_args(argc, argv, pos, 1, fl, 1);
+  int n = cli_parse_args(argc, argv, pos, 1, fl, 1);
   if (n < 0)
     return 2;
   if (n != 1)

@@ -16,6 +16,13 @@ static const struct {
     {"apply", cmd_apply, "apply OLD DELTA -o OUT"},
     {"inspect", cmd_inspect, "inspect FILE [--json]"},
     {"digest", cmd_digest, "digest FILE [--tensors]"},
+    {"keygen", cmd_keygen, "keygen --out PREFIX"},
+    {"publish", cmd_publish,
+     "publish --key PREFIX.key --store DIR CHECKPOINT [--json] [options]"},
+    {"pull", cmd_pull, "pull --store DIR --pub PREFIX.pub --weights FILE"},
+    {"verify", cmd_verify, "verify --store DIR --pub PREFIX.pub [--deep]"},
+    {"log", cmd_log, "log --store DIR --pub PREFIX.pub [--json]"},
+    {"recover", cmd_recover, "recover --weights FILE"},
 };
 
 /* Messages quote names from the input, which may hold control characters:
@@ -41,6 +48,39 @@ int cli_usage_error(const char *fmt, ...) {
   fputc('\n', stderr);
   va_end(ap);
   return 2;
+}
+
+int cli_parse_args(int argc, char **argv, const char **pos, int max,
+                      flag *flags, int nflags) {
+  int n = 0;
+  for (int i = 0; i < argc; i++) {
+    if (argv[i][0] == '-' && argv[i][1] != 0) {
+      int k;
+      for (k = 0; k < nflags; k++)
+        if (strcmp(argv[i], flags[k].name) == 0)
+          break;
+      if (k == nflags) {
+        cli_usage_error("unknown option '%s'", argv[i]);
+        return -1;
+      }
+      if (flags[k].takes_value) {
+        if (i + 1 >= argc) {
+          cli_usage_error("option '%s' needs a value", argv[i]);
+          return -1;
+        }
+        flags[k].value = argv[++i];
+      } else {
+        flags[k].value = "1";
+      }
+    } else {
+      if (n == max) {
+        cli_usage_error("too many arguments");
+        return -1;
+      }
+      pos[n++] = argv[i];
+    }
+  }
+  return n;
 }
 
 static void usage(FILE *f) {

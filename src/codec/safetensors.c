@@ -11,6 +11,7 @@
 
 #include "common/diag.h"
 #include "common/fileio.h"
+#include "codec/st_internal.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -405,29 +406,28 @@ int stitch_st_writer_add(stitch_st_writer *w, const char *name,
 
 /* NULL on failure (out of memory, or a duplicate name): every tensor
  * must be in the header, or the file would not describe its data. */
-static char *build_header(stitch_st_writer *w) {
+static char *header_json(json_t *meta, size_t n, const stitch_tensor *t) {
   json_t *root = json_object();
   int bad = root == NULL;
-  if (!bad && w->metadata != NULL)
-    bad = json_object_set(root, "__metadata__", w->metadata) != 0;
-  for (size_t i = 0; i < w->count && !bad; i++) {
-    wtensor *t = &w->t[i];
+  if (!bad && meta != NULL)
+    bad = json_object_set(root, "__metadata__", meta) != 0;
+  for (size_t i = 0; i < n && !bad; i++) {
     json_t *e = json_object(), *sh = json_array(), *off = json_array();
     bad = e == NULL || sh == NULL || off == NULL ||
           json_object_set_new(e, "dtype",
-                              json_string(stitch_dtype_name(t->dtype))) != 0;
-    for (int k = 0; k < t->ndim && !bad; k++)
-      bad = json_array_append_new(sh, json_integer((json_int_t)t->shape[k]));
+                              json_string(stitch_dtype_name(t[i].dtype))) != 0;
+    for (int k = 0; k < t[i].ndim && !bad; k++)
+      bad = json_array_append_new(sh, json_integer((json_int_t)t[i].shape[k]));
     bad = bad ||
-          json_array_append_new(off, json_integer((json_int_t)t->offset)) ||
+          json_array_append_new(off, json_integer((json_int_t)t[i].offset)) ||
           json_array_append_new(
-              off, json_integer((json_int_t)(t->offset + t->nbytes)));
+              off, json_integer((json_int_t)(t[i].offset + t[i].nbytes)));
     if (!bad) {
       json_object_set_new(e, "shape", sh);
       json_object_set_new(e, "data_offsets", off);
       sh = off = NULL;
-      bad = json_object_get(root, t->name) != NULL ||
-            json_object_set_new(root, t->name, e) != 0;
+      bad = json_object_get(root, t[i].name) != NULL ||
+            json_object_set_new(root, t[i].name, e) != 0;
       e = NULL;
     }
     json_decref(e);
@@ -436,6 +436,32 @@ static char *build_header(stitch_st_writer *w) {
   }
   char *s = bad ? NULL : json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
   json_decref(root);
+  return s;
+}
+
+char *st_header_json(const char *meta, size_t n, const stitch_tensor *t) {
+  json_t *mj = NULL;
+  if (meta != NULL && (mj = json_loads(meta, 0, NULL)) == NULL)
+    return NULL;
+  char *s = header_json(mj, n, t);
+  json_decref(mj);
+  return s;
+}
+
+static char *build_header(stitch_st_writer *w) {
+  stitch_tensor *t = calloc(w->count ? w->count : 1, sizeof(*t));
+  if (t == NULL)
+    return NULL;
+  for (size_t i = 0; i < w->count; i++) {
+    t[i].name = w->t[i].name;
+    t[i].dtype = w->t[i].dtype;
+    t[i].ndim = w->t[i].ndim;
+    memcpy(t[i].shape, w->t[i].shape, sizeof(t[i].shape));
+    t[i].nbytes = w->t[i].nbytes;
+    t[i].offset = w->t[i].offset;
+  }
+  char *s = header_json(w->metadata, w->count, t);
+  free(t);
   return s;
 }
 

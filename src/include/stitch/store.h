@@ -1,0 +1,187 @@
+/* stitch/store.h: the version store, the catch-up planner, publishing, and
+ * transactional apply to a weights file (proto/store.md, docs/versions.md).
+ */
+#ifndef STITCH_STORE_H
+#define STITCH_STORE_H
+
+#include "stitch/version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- The store: a content-addressed directory ------------------------- */
+
+typedef struct stitch_store stitch_store;
+
+/* A verified manifest with its id (the hash of its signed bytes). */
+typedef struct stitch_vref {
+  const stitch_manifest *m;
+  stitch_digest id;
+} stitch_vref;
+
+/* Opens DIR for swarm SWARM, creating it when CREATE is set. Loads and
+ * verifies every manifest (signature, swarm, fields); a manifest that does
+ * not verify, or two manifests with one version number, make the open fail.
+ */
+int stitch_store_open(const char *dir, const stitch_pubkey *swarm, int create,
+                      stitch_store **out, stitch_diag *d);
+void stitch_store_close(stitch_store *s);
+
+/* The version the `latest` pointer names (0: none yet). */
+uint64_t stitch_store_latest(const stitch_store *s);
+/* Versions held, ascending; the store owns them. The refs are one array:
+ * stitch_store_at(s, 0) is its start (for stitch_plan_path). */
+size_t stitch_store_count(const stitch_store *s);
+const stitch_vref *stitch_store_at(const stitch_store *s, size_t i);
+/* NULL when the store does not hold that version. */
+const stitch_vref *stitch_store_find(const stitch_store *s, uint64_t version);
+
+/* Writes a chunk (after checking BUF hashes to HASH) durably; a chunk
+ * already present is left alone. */
+int stitch_store_put_chunk(stitch_store *s, const stitch_digest *hash,
+                           const uint8_t *buf, size_t len, stitch_diag *d);
+/* Maps a chunk read-only into *buf / *len; release with
+ * stitch_store_release. The bytes are not re-hashed here (the patch does). */
+int stitch_store_get_chunk(const stitch_store *s, const stitch_digest *hash,
+                           const uint8_t **buf, size_t *len, stitch_diag *d);
+void stitch_store_release(const uint8_t *buf, size_t len);
+int stitch_store_has_chunk(const stitch_store *s, const stitch_digest *hash);
+/* Verifies a signed manifest and adds it. Refuses a version at or below one
+ * held under another id (STITCH_EROLLBACK). Adding the same bytes twice is
+ * a no-op. */
+int stitch_store_put_manifest(stitch_store *s, const uint8_t *buf, size_t len,
+                              stitch_diag *d);
+/* Advances `latest` (never backwards) once every chunk of VERSION is held. */
+int stitch_store_set_latest(stitch_store *s, uint64_t version, stitch_diag *d);
+/* Drops versions older than the retention window: KEEP versions back from
+ * latest, extended back to the newest anchor at or before the window's
+ * start, so that every kept version stays reachable. Chunks no kept version
+ * needs are removed. */
+int stitch_store_gc(stitch_store *s, unsigned keep, stitch_diag *d);
+
+/* Checks the whole store: every chunk of every object is present, hashes
+ * to its name and parses; every version's parent is held under the id it
+ * names (or is older than everything held); every version is reachable
+ * from nothing. *chunks counts the chunks checked. */
+int stitch_store_verify(const stitch_store *s, uint64_t *chunks,
+                        stitch_diag *d);
+
+/* ---- Catch-up planning ------------------------------------------------ */
+
+#define STITCH_PLAN_MAX 64
+
+typedef struct stitch_plan_step {
+  uint64_t version;
+  uint32_t object;  /* index into the manifest's objects */
+  uint64_t bytes;
+} stitch_plan_step;
+
+typedef struct stitch_plan {
+  size_t n;
+  stitch_plan_step step[STITCH_PLAN_MAX];
+  uint64_t bytes; /* sum over the steps */
+} stitch_plan;
+
+/* The fewest bytes that take a node from FROM (version 0: nothing) to TO,
+ * given verified manifests V[0..n) in ascending version order. FROM_ID is
+ * the id of the node's version (ignored for 0). Fails with STITCH_EROLLBACK
+ * when TO is below FROM or V holds FROM under another id, and STITCH_EGAP
+ * when no chain of objects connects them. */
+int stitch_plan_path(const stitch_vref *v, size_t n, uint64_t from,
+                     const stitch_digest *from_id, uint64_t to,
+                     stitch_plan *out, stitch_diag *d);
+
+/* ---- Publishing ------------------------------------------------------- */
+
+typedef struct stitch_publish_opts {
+  size_t chunk_bytes;        /* 0: STITCH_CHUNK_DEFAULT */
+  unsigned max_chain;        /* deltas after an anchor before the next
+                                anchor; 0: 32 */
+  double anchor_ratio;       /* anchor when delta >= ratio x anchor; 0: 0.5 */
+  unsigned cumulative_every; /* cumulative delta from the last anchor every
+                                this many versions; 0: 4; -1u: never */
+  unsigned keep;             /* retention window in versions; 0: 16 */
+  unsigned threads;          /* 0: all CPUs */
+  uint64_t time_unix;        /* 0: now */
+  void (*progress)(void *arg, const char *what, uint64_t done,
+                   uint64_t total);
+  void *progress_arg;
+} stitch_publish_opts;
+
+typedef struct stitch_publish_result {
+  uint64_t version;
+  stitch_digest id;
+  uint64_t view_bytes;  /* bytes of the tensors */
+  size_t n_objects;
+  stitch_obj_kind kind[STITCH_MAX_OBJECTS];
+  uint64_t base[STITCH_MAX_OBJECTS];
+  uint64_t bytes[STITCH_MAX_OBJECTS];
+  uint64_t chunks[STITCH_MAX_OBJECTS];
+} stitch_publish_result;
+
+/* Makes CKPT the next version in the store at DIR (created if missing),
+ * signed with SK. The publisher keeps a copy of the previous view (and of
+ * the last anchor's) under DIR/publisher to diff against. Crash-safe: the
+ * `latest` pointer moves only after every file is durable. */
+int stitch_publish(const char *dir, const stitch_seckey *sk,
+                   const stitch_st *ckpt, const stitch_publish_opts *opts,
+                   stitch_publish_result *res, stitch_diag *d);
+
+/* ---- Weights files: state, journal, apply ----------------------------- */
+
+/* What a weights file holds, recorded in PATH.stitch-state. */
+typedef struct stitch_wstate {
+  stitch_pubkey swarm;
+  uint64_t version;
+  stitch_digest id;
+  stitch_digest view;
+  /* Set by stitch_weights_state when the file's size, mtime or inode
+   * differ from when the state was written: something else changed the
+   * weights, so the state cannot be trusted until they are digested. */
+  int stale;
+} stitch_wstate;
+
+/* Reads the state (STITCH_ENOTFOUND when there is none). */
+int stitch_weights_state(const char *path, stitch_wstate *st, stitch_diag *d);
+/* Finishes or undoes an apply that a crash interrupted (PATH.stitch-journal),
+ * leaving the file at exactly one version. *recovered (may be NULL) is set
+ * when there was something to do. */
+int stitch_weights_recover(const char *path, int *recovered, stitch_diag *d);
+
+typedef struct stitch_apply_opts {
+  unsigned threads;
+  /* Testing hook: stop (return STITCH_EIO) after this many in-place writes;
+   * 0: never. Lets tests cut an apply short at chosen points. */
+  uint64_t fail_after;
+  void (*progress)(void *arg, const char *what, uint64_t done,
+                   uint64_t total);
+  void *progress_arg;
+} stitch_apply_opts;
+
+/* Applies a complete patch of object OBJ of version VR to the weights file
+ * at PATH as one transaction: in place through an undo journal when the
+ * layout allows, otherwise by writing a new file. The file must hold the
+ * object's base (any, or none, for an anchor). Every tensor digest is
+ * checked before the state records VR; on any failure the file is left at
+ * its old version. */
+int stitch_weights_apply(const char *path, const stitch_vref *vr, size_t obj,
+                         const stitch_patch *p, const stitch_apply_opts *o,
+                         stitch_diag *d);
+
+typedef struct stitch_pull_result {
+  uint64_t from, to;
+  stitch_plan plan;
+  int recovered;
+} stitch_pull_result;
+
+/* Brings the weights file at PATH from its version to the store's latest,
+ * along the cheapest plan, verifying every signature, chunk and digest. */
+int stitch_pull(const char *dir, const stitch_pubkey *swarm, const char *path,
+                const stitch_apply_opts *o, stitch_pull_result *res,
+                stitch_diag *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,113 @@
+/* pull.c: bring a weights file to the store's latest version. */
+#define _GNU_SOURCE
+#include "stitch/store.h"
+
+#include "common/diag.h"
+#include "version/journal.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A file with no state, or one changed since its state was written: adopt
+ * it if its view digest is a version the store holds, so weights made by
+ * `stitch view` or copied by hand can join. */
+static int adopt(const char *path, const stitch_store *s, stitch_wstate *st,
+                 stitch_diag *d) {
+  stitch_st *cur;
+  CHECK_RC(stitch_st_open(path, &cur, d));
+  stitch_digest view;
+  int rc = stitch_view_digest(cur, &view, NULL);
+  stitch_st_free(cur);
+  CHECK_RC(rc);
+  for (size_t i = stitch_store_count(s); i-- > 0;) {
+    const stitch_vref *r = stitch_store_at(s, i);
+    if (memcmp(r->m->view.b, view.b, 32) == 0) {
+      *st = (stitch_wstate){r->m->swarm, r->m->version, r->id, r->m->view, 0};
+      return wstate_write(path, st, d);
+    }
+  }
+  return stitch_diag_set(d, STITCH_EBASE,
+                         "%s holds no stitch state and matches no version "
+                         "in the store; move it away to start from an anchor",
+                         path);
+}
+
+/* Gathers the chunks of one plan step from the store and applies them. */
+static int apply_step(const stitch_store *s, const char *path,
+                      const stitch_vref *vr, uint32_t obj,
+                      const stitch_apply_opts *o, stitch_diag *d) {
+  const stitch_object *ob = &vr->m->objects[obj];
+  stitch_patch *p;
+  CHECK_RC(stitch_patch_new(vr->m, obj, &p, d));
+  size_t n = (size_t)ob->n_chunks;
+  const uint8_t **bufs = calloc(n ? n : 1, sizeof(*bufs));
+  size_t *lens = calloc(n ? n : 1, sizeof(*lens));
+  int rc = bufs && lens ? 0 : stitch_diag_set(d, STITCH_ENOMEM, "out of memory");
+  for (size_t c = 0; rc == 0 && c < n; c++) {
+    rc = stitch_store_get_chunk(s, &ob->chunks[c].hash, &bufs[c], &lens[c], d);
+    if (rc == 0)
+      rc = stitch_patch_add(p, c, bufs[c], lens[c], d);
+    if (rc != 0)
+      break;
+    if (o != NULL && o->progress != NULL)
+      o->progress(o->progress_arg, "verify chunks", c + 1, n);
+  }
+  if (rc != 0 && d != NULL) {
+    stitch_diag why = *d;
+    stitch_diag_set(d, rc, "version %" PRIu64 ": %s", vr->m->version,
+                    why.msg);
+  }
+  if (rc == 0)
+    rc = stitch_weights_apply(path, vr, obj, p, o, d);
+  stitch_patch_free(p);
+  for (size_t c = 0; bufs != NULL && c < n; c++)
+    if (bufs[c] != NULL)
+      stitch_store_release(bufs[c], lens[c]);
+  free(bufs);
+  free(lens);
+  return rc;
+}
+
+int stitch_pull(const char *dir, const stitch_pubkey *swarm, const char *path,
+                const stitch_apply_opts *o, stitch_pull_result *res,
+                stitch_diag *d) {
+  stitch_pull_result tmp;
+  res = res ? res : &tmp;
+  memset(res, 0, sizeof(*res));
+  CHECK_RC(stitch_weights_recover(path, &res->recovered, d));
+  stitch_store *s;
+  CHECK_RC(stitch_store_open(dir, swarm, 0, &s, d));
+  int rc = 0;
+  uint64_t latest = stitch_store_latest(s);
+  if (latest == 0)
+    rc = stitch_diag_set(d, STITCH_ENOTFOUND, "%s holds no version yet", dir);
+  stitch_wstate st;
+  memset(&st, 0, sizeof(st));
+  stitch_diag sub;
+  if (rc == 0) {
+    rc = stitch_weights_state(path, &st, &sub);
+    if ((rc == 0 && st.stale) || (rc == STITCH_ENOTFOUND && access(path, F_OK) == 0))
+      rc = adopt(path, s, &st, d); /* identify the bytes by their digest */
+    else if (rc == STITCH_ENOTFOUND)
+      rc = 0; /* nothing yet: start from an anchor */
+    else if (rc != 0 && d != NULL)
+      *d = sub;
+  }
+  if (rc == 0 && st.version > 0 && memcmp(st.swarm.b, swarm->b, 32) != 0)
+    rc = stitch_diag_set(d, STITCH_ESWARM,
+                         "%s holds weights of another swarm", path);
+  res->from = st.version;
+  res->to = latest;
+  if (rc == 0)
+    rc = stitch_plan_path(stitch_store_at(s, 0), stitch_store_count(s),
+                          st.version, &st.id, latest, &res->plan, d);
+  for (size_t k = 0; rc == 0 && k < res->plan.n; k++) {
+    const stitch_plan_step *step = &res->plan.step[k];
+    rc = apply_step(s, path, stitch_store_find(s, step->version),
+                    step->object, o, d);
+  }
+  stitch_store_close(s);
+  return rc;
+}

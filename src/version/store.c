@@ -389,7 +389,9 @@ static int sweep_chunks(stitch_store *s, const stitch_digest *keep,
     if (e->d_name[0] == '.' || strlen(e->d_name) != 2)
       continue;
     char sub[4200];
-    snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name);
+    if (snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name) >=
+        (int)sizeof(sub))
+      continue;
     DIR *dh = opendir(sub);
     if (dh == NULL)
       continue;
@@ -399,7 +401,9 @@ static int sweep_chunks(stitch_store *s, const stitch_digest *keep,
       if (!ok || bsearch(&h, keep, nkeep, sizeof(h), cmp_digest) != NULL)
         continue;
       char file[4400];
-      snprintf(file, sizeof(file), "%s/%s", sub, f->d_name);
+      if (snprintf(file, sizeof(file), "%s/%s", sub, f->d_name) >=
+          (int)sizeof(file))
+        continue;
       if (unlink(file) != 0 && errno != ENOENT)
         rc = stitch_diag_set(d, STITCH_EIO, "unlink %s: %s", file,
                              strerror(errno));

@@ -14,8 +14,10 @@
  *   build/tests/fuzz/fuzz_gen_corpus tests/fuzz/corpus */
 #include "fuzz/chunk_fixture.h"
 #include "fuzz/fuzz_common.h"
+#include "swarm/wire.h"
 
 #include <errno.h>
+#include <msgpack.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -710,6 +712,156 @@ static void gen_chunk(void) {
   fzc_free(&f);
 }
 
+/* ---- swarm frames ------------------------------------------------------- */
+
+/* fuzz_wire's input is a split header (byte 0's low 4 bits: how many split
+ * bytes follow) and then a stream of frames (fuzz_wire.c). */
+static void emit_wire(const char *name, const uint8_t *split, size_t k,
+                      const uint8_t *stream, size_t len) {
+  uint8_t *b = malloc(1 + k + len);
+  if (b == NULL)
+    exit(1);
+  b[0] = (uint8_t)k;
+  if (k > 0)
+    memcpy(b + 1, split, k);
+  if (len > 0)
+    memcpy(b + 1 + k, stream, len);
+  write_file("fuzz_wire", name, b, 1 + k + len);
+  free(b);
+}
+
+static void wire_or_die(dbuf *out, const wire_msg *m) {
+  if (wire_encode(out, m) != 0) {
+    fprintf(stderr, "gen_corpus: wire: cannot encode type %d\n", m->type);
+    exit(1);
+  }
+}
+
+/* A frame around a body packed by hand (for bodies the encoder refuses). */
+static void wire_raw(dbuf *out, int type, const msgpack_sbuffer *sb) {
+  uint32_t len = (uint32_t)sb->size + 1;
+  uint8_t h[5] = {(uint8_t)len, (uint8_t)(len >> 8), (uint8_t)(len >> 16),
+                  (uint8_t)(len >> 24), (uint8_t)type};
+  if (dbuf_put(out, h, 5) != 0 || dbuf_put(out, sb->data, sb->size) != 0)
+    exit(1);
+}
+
+static void gen_wire(void) {
+  fz_rng r = {11};
+  static uint8_t blob[700], bits[3] = {0xff, 0x5a, 0x03};
+  fz_fill(&r, blob, sizeof(blob));
+  wire_msg *m = calloc(1, sizeof(*m));
+  dbuf s = {NULL, 0, 0, 1u << 20};
+  if (m == NULL)
+    exit(1);
+  m->proto = WIRE_PROTO;
+  fz_fill(&r, m->swarm.b, 32);
+  fz_fill(&r, m->node.b, 32);
+  fz_fill(&r, m->nonce, 16);
+  fz_fill(&r, m->sig, 64);
+  strcpy(m->listen, "10.1.2.3:7070");
+  strcpy(m->region, "eu-west");
+  m->version = 300, m->object = 1, m->chunk = 2;
+  m->n_peers = 2;
+  strcpy(m->peer_addr[0], "10.1.2.4:7070");
+  strcpy(m->peer_addr[1], "[2001:db8::1]:7070");
+  strcpy(m->peer_region[1], "us-east");
+  static const char *const names[WIRE_TYPE_COUNT_] = {
+      NULL,      "hello",  "auth",  "manifest", "bitfield", "have",
+      "request", "cancel", "chunk", "reject",   "peers",    "ping"};
+  for (int t = 1; t < WIRE_TYPE_COUNT_; t++) {
+    m->type = (wire_type)t;
+    m->data = t == WIRE_BITFIELD ? bits : blob;
+    m->data_len = t == WIRE_BITFIELD ? 3 : t == WIRE_CHUNK ? 600 : 90;
+    m->nbits = 18;
+    s.len = 0;
+    wire_or_die(&s, m);
+    emit_wire(names[t], NULL, 0, s.p, s.len);
+  }
+  /* What a connection starts with, whole and in uneven pieces. */
+  static const wire_type conv[5] = {WIRE_HELLO, WIRE_AUTH, WIRE_BITFIELD,
+                                    WIRE_REQUEST, WIRE_CHUNK};
+  s.len = 0;
+  for (int i = 0; i < 5; i++) {
+    m->type = conv[i];
+    m->data = conv[i] == WIRE_BITFIELD ? bits : blob;
+    m->data_len = conv[i] == WIRE_BITFIELD ? 3 : 200;
+    wire_or_die(&s, m);
+  }
+  static const uint8_t split[3] = {0, 6, 200};
+  emit_wire("stream", NULL, 0, s.p, s.len);
+  emit_wire("stream-split", split, 3, s.p, s.len);
+  emit_wire("stream-truncated", split, 1, s.p, s.len - 7);
+
+  /* Headers the reader refuses, each followed by a byte of body. */
+  static const uint8_t heads[3][6] = {
+      {2, 0, 0, 0, 12, 0x90},         /* unknown type */
+      {0, 0, 0, 0, WIRE_PING, 0x90},  /* length 0 */
+      {1, 0, 1, 0, WIRE_HAVE, 0x93}}; /* 65537 bytes: over HAVE's limit */
+  static const char *const head_names[3] = {"bad-type", "bad-zero-length",
+                                            "bad-over-limit"};
+  for (int i = 0; i < 3; i++)
+    emit_wire(head_names[i], NULL, 0, heads[i], 6);
+  /* Bodies the decoder refuses. */
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  struct {
+    const char *name;
+    int type;
+  } bad[] = {
+      {"bad-swarm-bin31", WIRE_HELLO}, {"bad-bitfield-spare", WIRE_BITFIELD},
+      {"bad-peers-65", WIRE_PEERS},    {"bad-trailing", WIRE_REQUEST},
+      {"bad-huge-array", WIRE_PEERS},  {"bad-nul-listen", WIRE_HELLO}};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    switch (i) {
+    case 0:
+    case 5:
+      msgpack_pack_array(&pk, 6);
+      msgpack_pack_uint8(&pk, 1);
+      msgpack_pack_bin_with_body(&pk, blob, i == 0 ? 31 : 32);
+      msgpack_pack_bin_with_body(&pk, blob, 32);
+      msgpack_pack_bin_with_body(&pk, blob, 16);
+      msgpack_pack_str_with_body(&pk, i == 5 ? "a\0:1" : "a:1", 4);
+      msgpack_pack_str_with_body(&pk, "", 0);
+      break;
+    case 1:
+      msgpack_pack_array(&pk, 4);
+      msgpack_pack_uint8(&pk, 1);
+      msgpack_pack_uint8(&pk, 0);
+      msgpack_pack_uint8(&pk, 17); /* bits[2] has bit 17 set */
+      msgpack_pack_bin_with_body(&pk, bits, 3);
+      break;
+    case 2:
+      msgpack_pack_array(&pk, 1);
+      msgpack_pack_array(&pk, 65);
+      for (int p = 0; p < 65; p++) {
+        msgpack_pack_array(&pk, 2);
+        msgpack_pack_str_with_body(&pk, "h:1", 3);
+        msgpack_pack_str_with_body(&pk, "", 0);
+      }
+      break;
+    case 3:
+      msgpack_pack_array(&pk, 3);
+      msgpack_pack_uint8(&pk, 1);
+      msgpack_pack_uint8(&pk, 0);
+      msgpack_pack_uint8(&pk, 5);
+      msgpack_pack_nil(&pk);
+      break;
+    default: /* 2^32 - 1 peers claimed in a 10-byte body */
+      msgpack_pack_array(&pk, 0xffffffffu);
+      msgpack_sbuffer_write(&sb, "\0\0\0\0\0", 5);
+      break;
+    }
+    s.len = 0;
+    wire_raw(&s, bad[i].type, &sb);
+    emit_wire(bad[i].name, NULL, 0, s.p, s.len);
+    msgpack_sbuffer_destroy(&sb);
+  }
+  dbuf_free(&s);
+  free(m);
+}
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: fuzz_gen_corpus DIR\n");
@@ -729,6 +881,7 @@ int main(int argc, char **argv) {
   gen_roundtrip();
   gen_manifest();
   gen_chunk();
+  gen_wire();
   if (failures) {
     fprintf(stderr, "gen_corpus: %d seed(s) off their coding\n", failures);
     return 1;

@@ -1,0 +1,573 @@
+/* wire.c: frames and messages of the swarm protocol (proto/wire.md).
+ *
+ * What a peer can make us do here is bounded before it happens:
+ *  - the reader checks a frame's length against its type's limit when the
+ *    5-byte header is complete, before a byte of the body is buffered, and
+ *    grows its buffer only as body bytes arrive (a header claiming 32 MiB
+ *    followed by silence costs 256 bytes);
+ *  - decoding runs msgpack_check over the body first, then reads each
+ *    header in place with msgpack_check_head. Nothing is unpacked or
+ *    allocated: every count and length was checked against the bytes that
+ *    are there, and the fields are few and fixed.
+ *
+ * The writer is hand-written and emits the shortest msgpack form of every
+ * header, the bytes msgpack-c's packer gives (tests/test_wire.c compares).
+ * It runs twice over a message, once to measure and once to write, so the
+ * size it reserves is the size it writes. It refuses any message that the
+ * decoder would refuse: encode(m) always decodes back to m. */
+#define _POSIX_C_SOURCE 200809L /* strnlen */
+#include "swarm/wire.h"
+
+#include "common/diag.h"
+#include "common/msgpack_check.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* body > PEERS' list > one entry: the deepest any message nests. */
+#define WIRE_DEPTH 3
+/* A reader keeps a buffer this large between frames; a larger one (after a
+ * chunk or a manifest) is freed, so one big frame does not pin memory for
+ * the life of a connection. */
+#define WIRE_KEEP_MAX (1u << 20)
+
+static const char *const type_names[WIRE_TYPE_COUNT_] = {
+    "type 0",  "HELLO",  "AUTH",  "MANIFEST", "BITFIELD", "HAVE",
+    "REQUEST", "CANCEL", "CHUNK", "REJECT",   "PEERS",    "PING"};
+
+/* Fields of each message's array. */
+static const unsigned n_fields[WIRE_TYPE_COUNT_] = {0, 6, 1, 1, 4, 3,
+                                                    3, 3, 4, 3, 1, 0};
+
+static int known(int type) { return type > 0 && type < WIRE_TYPE_COUNT_; }
+
+size_t wire_type_limit(int type) {
+  switch (type) {
+  case WIRE_MANIFEST:
+    return (size_t)STITCH_MANIFEST_MAX + 64;
+  case WIRE_CHUNK:
+    return (size_t)STITCH_CHUNK_MAX + 64;
+  case WIRE_BITFIELD:
+    return STITCH_MAX_CHUNKS / 8 + 64;
+  case WIRE_PEERS:
+    return WIRE_MAX_PEERS_MSG *
+               (STITCH_SWARM_ADDR_MAX + STITCH_SWARM_REGION_MAX + 8) +
+           64;
+  default:
+    return known(type) ? WIRE_SMALL_MAX : 0;
+  }
+}
+
+void wire_auth_input(const uint8_t nonce[WIRE_NONCE_BYTES],
+                     const stitch_pubkey *signer, uint8_t out[64]) {
+  /* 15 characters and the terminating NUL: the domain is 16 bytes. */
+  static const char domain[16] = "stitch-hello-v1";
+  memcpy(out, domain, 16);
+  memcpy(out + 16, nonce, WIRE_NONCE_BYTES);
+  memcpy(out + 16 + WIRE_NONCE_BYTES, signer->b, STITCH_PUBKEY_BYTES);
+}
+
+/* ---- decoding ----------------------------------------------------------- */
+
+/* A position inside a body that passed msgpack_check: every header read
+ * at an element the enclosing arrays declare lies inside the body. */
+typedef struct cur {
+  const uint8_t *p;
+  size_t len, pos;
+  const char *msg; /* "REQUEST", for diags */
+  stitch_diag *d;
+} cur;
+
+static const char *kind_name(msgpack_check_kind k) {
+  static const char *const names[] = {"nil",
+                                      "a boolean",
+                                      "an unsigned integer",
+                                      "a negative integer",
+                                      "a float",
+                                      "a str",
+                                      "a bin",
+                                      "an ext",
+                                      "an array",
+                                      "a map"};
+  return names[k];
+}
+
+/* Reads the next header, which must be of kind K. WHAT names the field
+ * ("field 2 (chunk)"). */
+static int next(cur *c, msgpack_check_kind k, const char *what,
+                msgpack_check_hdr *h) {
+  /* Cannot fail after msgpack_check; checked so that a slip here is a
+   * refusal, not a read of an unset header. */
+  CHECK_RC(msgpack_check_head(c->p, c->len, c->pos, h, c->d));
+  RETURN_IF(h->kind != k, c->d, STITCH_EFORMAT, "wire: %s: %s is not %s",
+            c->msg, what, kind_name(k));
+  c->pos += h->size;
+  return 0;
+}
+
+static int get_uint(cur *c, const char *what, uint64_t max, uint64_t *v) {
+  msgpack_check_hdr h;
+  CHECK_RC(next(c, MSGPACK_CHECK_UINT, what, &h));
+  RETURN_IF(h.n > max, c->d, STITCH_EFORMAT,
+            "wire: %s: %s is %llu, at most %llu", c->msg, what,
+            (unsigned long long)h.n, (unsigned long long)max);
+  *v = h.n;
+  return 0;
+}
+
+/* A bin of MIN..MAX bytes; *p points into the body. A bin longer than
+ * MAX is over a limit (ELIMIT); shorter, or not the exact size a key or
+ * a signature has, malformed (EFORMAT). */
+static int get_bin(cur *c, const char *what, size_t min, size_t max,
+                   const uint8_t **p, size_t *n) {
+  msgpack_check_hdr h;
+  CHECK_RC(next(c, MSGPACK_CHECK_BIN, what, &h));
+  if (h.n < min || h.n > max) {
+    int err = min != max && h.n > max ? STITCH_ELIMIT : STITCH_EFORMAT;
+    if (min == max)
+      return stitch_diag_set(c->d, err,
+                             "wire: %s: %s is a bin of %llu bytes, not %zu",
+                             c->msg, what, (unsigned long long)h.n, min);
+    return stitch_diag_set(c->d, err,
+                           "wire: %s: %s is a bin of %llu bytes, not %zu..%zu",
+                           c->msg, what, (unsigned long long)h.n, min, max);
+  }
+  *p = c->p + c->pos;
+  *n = (size_t)h.n;
+  c->pos += (size_t)h.n;
+  return 0;
+}
+
+static int get_fixed(cur *c, const char *what, size_t n, uint8_t *out) {
+  const uint8_t *p;
+  size_t got;
+  CHECK_RC(get_bin(c, what, n, n, &p, &got));
+  memcpy(out, p, n);
+  return 0;
+}
+
+/* A str of MIN..CAP-1 bytes without NUL, copied with a NUL into OUT (CAP
+ * bytes). */
+static int get_str(cur *c, const char *what, size_t min, size_t cap,
+                   char *out) {
+  msgpack_check_hdr h;
+  CHECK_RC(next(c, MSGPACK_CHECK_STR, what, &h));
+  RETURN_IF(h.n < min || h.n >= cap, c->d, STITCH_EFORMAT,
+            "wire: %s: %s is a str of %llu bytes, not %zu..%zu", c->msg, what,
+            (unsigned long long)h.n, min, cap - 1);
+  const uint8_t *s = c->p + c->pos;
+  RETURN_IF(h.n > 0 && memchr(s, 0, (size_t)h.n) != NULL, c->d, STITCH_EFORMAT,
+            "wire: %s: %s holds a NUL byte", c->msg, what);
+  if (h.n > 0)
+    memcpy(out, s, (size_t)h.n);
+  out[h.n] = 0;
+  c->pos += (size_t)h.n;
+  return 0;
+}
+
+static int get_array(cur *c, const char *what, uint64_t *n) {
+  msgpack_check_hdr h;
+  CHECK_RC(next(c, MSGPACK_CHECK_ARRAY, what, &h));
+  *n = h.n;
+  return 0;
+}
+
+/* The (version, object) pair that BITFIELD, HAVE, REQUEST, CANCEL, CHUNK
+ * and REJECT start with, and the chunk index that all but BITFIELD have. */
+static int get_ref(cur *c, wire_msg *m, int with_chunk) {
+  uint64_t v;
+  CHECK_RC(get_uint(c, "field 0 (version)", UINT64_MAX, &m->version));
+  CHECK_RC(get_uint(c, "field 1 (object)", STITCH_MAX_OBJECTS - 1, &v));
+  m->object = (uint32_t)v;
+  if (with_chunk)
+    CHECK_RC(get_uint(c, "field 2 (chunk)", STITCH_MAX_CHUNKS - 1, &m->chunk));
+  return 0;
+}
+
+static int get_bits(cur *c, wire_msg *m) {
+  CHECK_RC(get_uint(c, "field 2 (nbits)", STITCH_MAX_CHUNKS, &m->nbits));
+  RETURN_IF(m->nbits == 0, c->d, STITCH_EFORMAT,
+            "wire: %s: field 2 (nbits) is 0", c->msg);
+  size_t want = (size_t)(m->nbits + 7) / 8;
+  CHECK_RC(get_bin(c, "field 3 (bits)", want, want, &m->data, &m->data_len));
+  unsigned spare = (unsigned)(m->nbits % 8);
+  RETURN_IF(spare != 0 && (m->data[want - 1] >> spare) != 0, c->d,
+            STITCH_EFORMAT,
+            "wire: %s: field 3 (bits) sets bits past nbits (%llu)", c->msg,
+            (unsigned long long)m->nbits);
+  return 0;
+}
+
+static int get_peers(cur *c, wire_msg *m) {
+  uint64_t n, k;
+  CHECK_RC(get_array(c, "field 0 (peers)", &n));
+  RETURN_IF(n > WIRE_MAX_PEERS_MSG, c->d, STITCH_ELIMIT,
+            "wire: %s: field 0 (peers) has %llu entries, at most %d", c->msg,
+            (unsigned long long)n, WIRE_MAX_PEERS_MSG);
+  for (size_t i = 0; i < n; i++) {
+    char what[64];
+    snprintf(what, sizeof(what), "peer %zu", i);
+    CHECK_RC(get_array(c, what, &k));
+    RETURN_IF(k != 2, c->d, STITCH_EFORMAT,
+              "wire: %s: peer %zu is an array of %llu, not 2 (addr, region)",
+              c->msg, i, (unsigned long long)k);
+    snprintf(what, sizeof(what), "peer %zu addr", i);
+    CHECK_RC(get_str(c, what, 1, STITCH_SWARM_ADDR_MAX, m->peer_addr[i]));
+    snprintf(what, sizeof(what), "peer %zu region", i);
+    CHECK_RC(get_str(c, what, 0, STITCH_SWARM_REGION_MAX, m->peer_region[i]));
+    m->n_peers = i + 1;
+  }
+  return 0;
+}
+
+static int get_fields(cur *c, wire_msg *m) {
+  switch (m->type) {
+  case WIRE_HELLO: /* field 0, proto, was read by the caller */
+    CHECK_RC(get_fixed(c, "field 1 (swarm)", STITCH_PUBKEY_BYTES, m->swarm.b));
+    CHECK_RC(get_fixed(c, "field 2 (node)", STITCH_PUBKEY_BYTES, m->node.b));
+    CHECK_RC(get_fixed(c, "field 3 (nonce)", WIRE_NONCE_BYTES, m->nonce));
+    CHECK_RC(
+        get_str(c, "field 4 (listen)", 0, STITCH_SWARM_ADDR_MAX, m->listen));
+    return get_str(c, "field 5 (region)", 0, STITCH_SWARM_REGION_MAX,
+                   m->region);
+  case WIRE_AUTH:
+    return get_fixed(c, "field 0 (sig)", STITCH_SIG_BYTES, m->sig);
+  case WIRE_MANIFEST:
+    return get_bin(c, "field 0 (manifest)", 1, STITCH_MANIFEST_MAX, &m->data,
+                   &m->data_len);
+  case WIRE_BITFIELD:
+    CHECK_RC(get_ref(c, m, 0));
+    return get_bits(c, m);
+  case WIRE_CHUNK:
+    CHECK_RC(get_ref(c, m, 1));
+    return get_bin(c, "field 3 (bytes)", 1, STITCH_CHUNK_MAX, &m->data,
+                   &m->data_len);
+  case WIRE_HAVE:
+  case WIRE_REQUEST:
+  case WIRE_CANCEL:
+  case WIRE_REJECT:
+    return get_ref(c, m, 1);
+  case WIRE_PEERS:
+    return get_peers(c, m);
+  default: /* PING */
+    return 0;
+  }
+}
+
+int wire_decode(int type, const uint8_t *body, size_t len, wire_msg *m,
+                stitch_diag *d) {
+  RETURN_IF(m == NULL || (body == NULL && len > 0), d, STITCH_EINVAL,
+            "wire: NULL argument");
+  memset(m, 0, sizeof(*m));
+  size_t limit = wire_type_limit(type);
+  RETURN_IF(limit == 0, d, STITCH_EFORMAT, "wire: unknown message type %d",
+            type);
+  const char *tn = type_names[type];
+  m->type = (wire_type)type;
+  /* The reader never hands out more; another caller might. */
+  RETURN_IF(len > limit - 1, d, STITCH_ELIMIT,
+            "wire: %s: body of %zu bytes, at most %zu", tn, len, limit - 1);
+  size_t used;
+  int rc = msgpack_check(body, len, WIRE_DEPTH, &used, d);
+  if (rc != 0) {
+    char where[32];
+    snprintf(where, sizeof(where), "wire: %s", tn);
+    return stitch_diag_prefix(d, rc, where);
+  }
+  RETURN_IF(used != len, d, STITCH_EFORMAT,
+            "wire: %s: %zu bytes after the message's array", tn, len - used);
+  cur c = {body, len, 0, tn, d};
+  uint64_t n;
+  msgpack_check_hdr h;
+  msgpack_check_head(body, len, 0, &h, NULL);
+  RETURN_IF(h.kind != MSGPACK_CHECK_ARRAY, d, STITCH_EFORMAT,
+            "wire: %s: the body is %s, not an array", tn, kind_name(h.kind));
+  n = h.n;
+  c.pos = h.size;
+  if (type == WIRE_HELLO && n >= 1) {
+    /* The protocol before the rest: a later one may lay HELLO out
+     * differently, and the useful answer is "upgrade". */
+    uint64_t proto;
+    CHECK_RC(get_uint(&c, "field 0 (proto)", UINT64_MAX, &proto));
+    m->proto = proto > UINT32_MAX ? UINT32_MAX : (uint32_t)proto;
+    RETURN_IF(proto != WIRE_PROTO, d, STITCH_EVERSION,
+              "wire: HELLO: protocol %llu; this build speaks %d",
+              (unsigned long long)proto, WIRE_PROTO);
+  }
+  RETURN_IF(n != n_fields[type], d, STITCH_EFORMAT,
+            "wire: %s: an array of %llu fields, expected %u", tn,
+            (unsigned long long)n, n_fields[type]);
+  return get_fields(&c, m);
+}
+
+/* ---- encoding ----------------------------------------------------------- */
+
+/* A writer that only counts when p is NULL (the measuring pass). */
+typedef struct wr {
+  uint8_t *p;
+  size_t n;
+} wr;
+
+static void w_put(wr *w, const void *src, size_t k) {
+  if (w->p != NULL && k > 0)
+    memcpy(w->p + w->n, src, k);
+  w->n += k;
+}
+
+static void w_byte(wr *w, uint8_t b) { w_put(w, &b, 1); }
+
+static void w_be(wr *w, uint64_t v, unsigned k) {
+  for (unsigned i = k; i-- > 0;)
+    w_byte(w, (uint8_t)(v >> (8 * i)));
+}
+
+/* The shortest header for N: the fix form FIX | N up to FIXMAX (FIX < 0:
+ * none), then the 8-bit form B8 (B8 < 0: none), then 16 and 32 bits. */
+static void w_head(wr *w, int fix, uint64_t fixmax, int b8, uint8_t b16,
+                   uint8_t b32, uint64_t n) {
+  if (fix >= 0 && n <= fixmax)
+    w_byte(w, (uint8_t)((unsigned)fix | n));
+  else if (b8 >= 0 && n < 256)
+    w_byte(w, (uint8_t)b8), w_be(w, n, 1);
+  else if (n < 65536)
+    w_byte(w, b16), w_be(w, n, 2);
+  else
+    w_byte(w, b32), w_be(w, n, 4);
+}
+
+static void w_uint(wr *w, uint64_t v) {
+  if (v < 128)
+    w_byte(w, (uint8_t)v);
+  else if (v < 256)
+    w_byte(w, 0xcc), w_be(w, v, 1);
+  else if (v < 65536)
+    w_byte(w, 0xcd), w_be(w, v, 2);
+  else if (v <= UINT32_MAX)
+    w_byte(w, 0xce), w_be(w, v, 4);
+  else
+    w_byte(w, 0xcf), w_be(w, v, 8);
+}
+
+static void w_array(wr *w, size_t n) { w_head(w, 0x90, 15, -1, 0xdc, 0xdd, n); }
+
+static void w_str(wr *w, const char *s) {
+  size_t n = strlen(s);
+  w_head(w, 0xa0, 31, 0xd9, 0xda, 0xdb, n);
+  w_put(w, s, n);
+}
+
+static void w_bin(wr *w, const void *p, size_t n) {
+  w_head(w, -1, 0, 0xc4, 0xc5, 0xc6, n);
+  w_put(w, p, n);
+}
+
+static void emit(wr *w, const wire_msg *m) {
+  w_array(w, n_fields[m->type]);
+  switch (m->type) {
+  case WIRE_HELLO:
+    w_uint(w, m->proto);
+    w_bin(w, m->swarm.b, STITCH_PUBKEY_BYTES);
+    w_bin(w, m->node.b, STITCH_PUBKEY_BYTES);
+    w_bin(w, m->nonce, WIRE_NONCE_BYTES);
+    w_str(w, m->listen);
+    w_str(w, m->region);
+    break;
+  case WIRE_AUTH:
+    w_bin(w, m->sig, STITCH_SIG_BYTES);
+    break;
+  case WIRE_MANIFEST:
+    w_bin(w, m->data, m->data_len);
+    break;
+  case WIRE_BITFIELD:
+    w_uint(w, m->version);
+    w_uint(w, m->object);
+    w_uint(w, m->nbits);
+    w_bin(w, m->data, m->data_len);
+    break;
+  case WIRE_CHUNK:
+  case WIRE_HAVE:
+  case WIRE_REQUEST:
+  case WIRE_CANCEL:
+  case WIRE_REJECT:
+    w_uint(w, m->version);
+    w_uint(w, m->object);
+    w_uint(w, m->chunk);
+    if (m->type == WIRE_CHUNK)
+      w_bin(w, m->data, m->data_len);
+    break;
+  case WIRE_PEERS:
+    w_array(w, m->n_peers);
+    for (size_t i = 0; i < m->n_peers; i++) {
+      w_array(w, 2);
+      w_str(w, m->peer_addr[i]);
+      w_str(w, m->peer_region[i]);
+    }
+    break;
+  default: /* PING */
+    break;
+  }
+}
+
+/* A NUL inside the array's CAP bytes, after at least MIN others. */
+static int cstr_ok(const char *s, size_t min, size_t cap) {
+  size_t n = strnlen(s, cap);
+  return n >= min && n < cap;
+}
+
+static int data_ok(const wire_msg *m, size_t min, size_t max) {
+  return m->data_len >= min && m->data_len <= max && m->data != NULL;
+}
+
+/* The decoder's rules, so that whatever is encoded decodes to itself. */
+static int msg_ok(const wire_msg *m) {
+  int ref = m->object < STITCH_MAX_OBJECTS && m->chunk < STITCH_MAX_CHUNKS;
+  switch (m->type) {
+  case WIRE_HELLO:
+    return m->proto == WIRE_PROTO &&
+           cstr_ok(m->listen, 0, STITCH_SWARM_ADDR_MAX) &&
+           cstr_ok(m->region, 0, STITCH_SWARM_REGION_MAX);
+  case WIRE_AUTH:
+  case WIRE_PING:
+    return 1;
+  case WIRE_MANIFEST:
+    return data_ok(m, 1, STITCH_MANIFEST_MAX);
+  case WIRE_BITFIELD: {
+    if (m->object >= STITCH_MAX_OBJECTS || m->nbits == 0 ||
+        m->nbits > STITCH_MAX_CHUNKS)
+      return 0;
+    size_t n = (size_t)(m->nbits + 7) / 8;
+    unsigned spare = (unsigned)(m->nbits % 8);
+    return data_ok(m, n, n) && (spare == 0 || (m->data[n - 1] >> spare) == 0);
+  }
+  case WIRE_CHUNK:
+    return ref && data_ok(m, 1, STITCH_CHUNK_MAX);
+  case WIRE_HAVE:
+  case WIRE_REQUEST:
+  case WIRE_CANCEL:
+  case WIRE_REJECT:
+    return ref;
+  case WIRE_PEERS:
+    if (m->n_peers > WIRE_MAX_PEERS_MSG)
+      return 0;
+    for (size_t i = 0; i < m->n_peers; i++)
+      if (!cstr_ok(m->peer_addr[i], 1, STITCH_SWARM_ADDR_MAX) ||
+          !cstr_ok(m->peer_region[i], 0, STITCH_SWARM_REGION_MAX))
+        return 0;
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+int wire_encode(dbuf *out, const wire_msg *m) {
+  if (out == NULL || m == NULL || !known((int)m->type) || !msg_ok(m))
+    return STITCH_EINVAL;
+  wr w = {NULL, 0};
+  emit(&w, m);
+  size_t body = w.n;
+  /* Fields within their rules always fit; this keeps the promise that no
+   * frame we send is one a peer must refuse. */
+  if (body + 1 > wire_type_limit((int)m->type))
+    return STITCH_EINVAL;
+  CHECK_RC(dbuf_reserve(out, 5 + body));
+  uint8_t *p = out->p + out->len;
+  uint32_t len = (uint32_t)(body + 1);
+  for (int i = 0; i < 4; i++)
+    p[i] = (uint8_t)(len >> (8 * i));
+  p[4] = (uint8_t)m->type;
+  wr body_w = {p + 5, 0};
+  emit(&body_w, m);
+  out->len += 5 + body;
+  return 0;
+}
+
+/* ---- the frame reader --------------------------------------------------- */
+
+void wire_reader_init(wire_reader *r) { memset(r, 0, sizeof(*r)); }
+
+void wire_reader_free(wire_reader *r) {
+  if (r == NULL)
+    return;
+  dbuf_free(&r->buf);
+  memset(r, 0, sizeof(*r));
+}
+
+static uint32_t head_len(const wire_reader *r) {
+  return (uint32_t)r->head[0] | (uint32_t)r->head[1] << 8 |
+         (uint32_t)r->head[2] << 16 | (uint32_t)r->head[3] << 24;
+}
+
+/* Takes header bytes from BUF until the header is whole and accepted
+ * (r->type set) or BUF is used up. A refused header stays in r, so every
+ * later call fails the same way: the stream cannot be resynchronized. */
+static int read_head(wire_reader *r, const uint8_t *buf, size_t len,
+                     size_t *pos, stitch_diag *d) {
+  while (r->type == 0) {
+    if (r->head_len >= 4)
+      RETURN_IF(head_len(r) == 0, d, STITCH_EFORMAT,
+                "wire: frame of length 0 (no type byte)");
+    if (r->head_len == 5) {
+      int t = r->head[4];
+      uint32_t n = head_len(r);
+      size_t limit = wire_type_limit(t);
+      RETURN_IF(limit == 0, d, STITCH_EFORMAT,
+                "wire: frame of unknown type %d (%u bytes)", t, n);
+      RETURN_IF(n > limit, d, STITCH_ELIMIT,
+                "wire: %s frame of %u bytes, at most %zu", type_names[t], n,
+                limit);
+      r->type = t;
+      r->need = n - 1;
+      r->buf.len = 0;
+      r->buf.max = limit;
+      return 0;
+    }
+    if (*pos == len)
+      return 0;
+    r->head[r->head_len++] = buf[(*pos)++];
+  }
+  return 0;
+}
+
+int wire_reader_feed(wire_reader *r, const uint8_t *buf, size_t len,
+                     size_t *used, int *type, const uint8_t **body,
+                     size_t *body_len, stitch_diag *d) {
+  RETURN_IF(r == NULL || used == NULL || type == NULL || body == NULL ||
+                body_len == NULL || (buf == NULL && len > 0),
+            d, STITCH_EINVAL, "wire: NULL argument");
+  *used = 0;
+  *type = 0;
+  *body = NULL;
+  *body_len = 0;
+  if (r->ready) { /* the last frame was handed out: start the next */
+    r->ready = 0;
+    r->head_len = 0;
+    r->type = 0;
+    r->need = 0;
+    r->buf.len = 0;
+    if (r->buf.cap > WIRE_KEEP_MAX)
+      dbuf_free(&r->buf);
+  }
+  size_t pos = 0;
+  int rc = read_head(r, buf, len, &pos, d);
+  *used = pos;
+  if (rc != 0 || r->type == 0)
+    return rc;
+  /* Only what arrived: the buffer grows (doubling, up to the type's
+   * limit) with the bytes, never with the header's claim. */
+  size_t n = len - pos < r->need ? len - pos : r->need;
+  if (n > 0) {
+    rc = dbuf_put(&r->buf, buf + pos, n);
+    RETURN_IF(rc != 0, d, rc, "wire: %s frame: cannot buffer %zu bytes",
+              type_names[r->type], n);
+    r->need -= (uint32_t)n;
+    *used = pos + n;
+  }
+  if (r->need == 0) {
+    static const uint8_t empty[1];
+    r->ready = 1;
+    *type = r->type;
+    *body = r->buf.p != NULL ? r->buf.p : empty;
+    *body_len = r->buf.len;
+  }
+  return 0;
+}

@@ -1,0 +1,110 @@
+/* wire.h: frames and messages of the swarm protocol (proto/wire.md).
+ *
+ * A frame is a u32 little-endian length L, a u8 message type, and L - 1
+ * bytes of body: one msgpack array holding the message's fields. The
+ * length and the type are checked against the type's limit before a byte
+ * of the body is buffered, and the buffer grows only as bytes arrive. */
+#ifndef STITCH_SWARM_WIRE_H
+#define STITCH_SWARM_WIRE_H
+
+#include "stitch/swarm.h"
+
+#include "common/bytes.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define WIRE_PROTO 1
+#define WIRE_NONCE_BYTES 16
+#define WIRE_MAX_PEERS_MSG 64 /* addresses in one PEERS message */
+#define WIRE_SMALL_MAX (64u << 10) /* every message without a payload */
+
+typedef enum wire_type {
+  WIRE_HELLO = 1,    /* proto, swarm key, node key, nonce, listen, region */
+  WIRE_AUTH = 2,     /* signature of the peer's nonce: proves the node key */
+  WIRE_MANIFEST = 3, /* a signed manifest */
+  WIRE_BITFIELD = 4, /* chunks held of (version, object), one bit each */
+  WIRE_HAVE = 5,     /* one more chunk held */
+  WIRE_REQUEST = 6,  /* please send (version, object, chunk) */
+  WIRE_CANCEL = 7,   /* no longer needed */
+  WIRE_CHUNK = 8,    /* (version, object, chunk) and its bytes */
+  WIRE_REJECT = 9,   /* will not send (version, object, chunk) now */
+  WIRE_PEERS = 10,   /* addresses of other nodes (peer exchange) */
+  WIRE_PING = 11,    /* keepalive */
+  WIRE_TYPE_COUNT_
+} wire_type;
+
+typedef struct wire_addr {
+  const char *addr;   /* NUL-terminated copies in the message's storage */
+  const char *region;
+} wire_addr;
+
+/* A decoded message. Pointers (keys, names, bits, data) point into the
+ * frame it was decoded from, or into the caller's memory when encoding. */
+typedef struct wire_msg {
+  wire_type type;
+  /* HELLO */
+  uint32_t proto;
+  stitch_pubkey swarm, node;
+  uint8_t nonce[WIRE_NONCE_BYTES];
+  char listen[STITCH_SWARM_ADDR_MAX];
+  char region[STITCH_SWARM_REGION_MAX];
+  /* AUTH */
+  uint8_t sig[STITCH_SIG_BYTES];
+  /* BITFIELD, HAVE, REQUEST, CANCEL, CHUNK, REJECT */
+  uint64_t version;
+  uint32_t object;
+  uint64_t chunk;   /* HAVE, REQUEST, CANCEL, CHUNK, REJECT */
+  uint64_t nbits;   /* BITFIELD: bits that follow (the object's chunks) */
+  /* MANIFEST: the signed bytes; BITFIELD: ceil(nbits / 8) bytes, bit i of
+   * the field is bit (i % 8) of byte i / 8; CHUNK: the chunk's bytes. */
+  const uint8_t *data;
+  size_t data_len;
+  /* PEERS */
+  size_t n_peers;
+  char peer_addr[WIRE_MAX_PEERS_MSG][STITCH_SWARM_ADDR_MAX];
+  char peer_region[WIRE_MAX_PEERS_MSG][STITCH_SWARM_REGION_MAX];
+} wire_msg;
+
+/* The largest frame (type byte and body) a type may have. */
+size_t wire_type_limit(int type);
+
+/* Appends M as one frame to OUT. */
+int wire_encode(dbuf *out, const wire_msg *m);
+
+/* Decodes one frame's type and body (as wire_reader hands them out).
+ * Strings are copied into M's arrays; data points into BODY. Rejects
+ * anything that is not exactly the type's fields with the right types and
+ * sizes, and trailing bytes. */
+int wire_decode(int type, const uint8_t *body, size_t len, wire_msg *m,
+                stitch_diag *d);
+
+/* Incremental frame reader: feed bytes as they arrive, take whole frames.
+ * The buffer holds at most one frame, never more than its type's limit,
+ * and grows only as its bytes come in. */
+typedef struct wire_reader {
+  dbuf buf;       /* the frame being assembled */
+  uint8_t head[5];
+  size_t head_len;
+  uint32_t need;  /* body bytes still to come */
+  int type;
+  int ready;      /* a whole frame is in buf */
+} wire_reader;
+
+void wire_reader_init(wire_reader *r);
+void wire_reader_free(wire_reader *r);
+/* Consumes up to LEN bytes of BUF into the frame being assembled and sets
+ * *used. When *type is set (> 0), a whole frame is ready: its body is
+ * *body / *body_len, valid until the next call. Fails (STITCH_ELIMIT,
+ * STITCH_EFORMAT) on an unknown type or a length past the type's limit,
+ * before buffering anything of that frame. */
+int wire_reader_feed(wire_reader *r, const uint8_t *buf, size_t len,
+                     size_t *used, int *type, const uint8_t **body,
+                     size_t *body_len, stitch_diag *d);
+
+/* The bytes HELLO's AUTH signs: "stitch-hello-v1", 0, the nonce the peer
+ * sent, then the signer's node key. */
+void wire_auth_input(const uint8_t nonce[WIRE_NONCE_BYTES],
+                     const stitch_pubkey *signer, uint8_t out[64]);
+
+#endif

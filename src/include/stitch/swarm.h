@@ -1,0 +1,158 @@
+/* stitch/swarm.h: the swarm's protocol core, sans I/O (docs/swarm.md,
+ * proto/wire.md).
+ *
+ * One stitch_swarm is one node (or the seed). It never touches sockets,
+ * files, clocks or randomness: a driver (libuv in stitchd, SimGrid in
+ * stitch-sim, an in-memory network in the tests) feeds it the bytes each
+ * peer sent with the current time, takes the bytes it wants to send, calls
+ * stitch_swarm_tick when stitch_swarm_wake says, and carries out the
+ * actions it asks for (connect to an address, close a peer, apply a
+ * version). Chunk and manifest storage and randomness come in through
+ * stitch_swarm_io. Given the same inputs, times and random numbers, a core
+ * does the same thing: the simulator relies on it.
+ *
+ * The model is nghttp2's session: bytes in, bytes out, callbacks for what
+ * the application owns. */
+#ifndef STITCH_SWARM_H
+#define STITCH_SWARM_H
+
+#include "stitch/store.h"
+#include "stitch/version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STITCH_SWARM_ADDR_MAX 128   /* "host:port", NUL included */
+#define STITCH_SWARM_REGION_MAX 32
+
+/* What the core needs from its host. Every function gets `user`. */
+typedef struct stitch_swarm_io {
+  void *user;
+  /* Uniform 64-bit random numbers (tests and the simulator seed them). */
+  uint64_t (*random)(void *user);
+  /* Chunk storage. read gives a pointer the core reads until it calls
+   * release (a mapping, or memory the host keeps). write gets a chunk whose
+   * hash the core has checked; it must be durable or at least readable
+   * when it returns 0. */
+  int (*chunk_has)(void *user, const stitch_digest *hash);
+  int (*chunk_read)(void *user, const stitch_digest *hash,
+                    const uint8_t **buf, size_t *len);
+  void (*chunk_release)(void *user, const uint8_t *buf, size_t len);
+  int (*chunk_write)(void *user, const stitch_digest *hash,
+                     const uint8_t *buf, size_t len);
+  /* A manifest the core verified and will act on. */
+  int (*manifest_write)(void *user, const uint8_t *buf, size_t len);
+  /* One line per event that matters; may be NULL. */
+  void (*log)(void *user, const char *line);
+} stitch_swarm_io;
+
+typedef struct stitch_swarm_config {
+  stitch_pubkey swarm;          /* the trainer's key: the root of trust */
+  stitch_pubkey node_pk;        /* this node's identity */
+  stitch_seckey node_sk;
+  char listen[STITCH_SWARM_ADDR_MAX]; /* advertised to peers; "" if none */
+  char region[STITCH_SWARM_REGION_MAX];
+  int seed;                     /* the trainer's seed: super-seeds, never
+                                   fetches */
+  unsigned max_peers;           /* 0: 8 */
+  unsigned cross_region;        /* links kept to other regions; 0: 2 */
+  unsigned pipeline;            /* requests in flight per peer; 0: 4 */
+  /* What the weights hold when the core starts (0: nothing). */
+  uint64_t held_version;
+  stitch_digest held_id;
+} stitch_swarm_config;
+
+typedef struct stitch_swarm stitch_swarm;
+
+/* IO is copied. Manifests already held (a restart) are given with
+ * stitch_swarm_add_manifest before the first peer. */
+int stitch_swarm_new(const stitch_swarm_config *cfg,
+                     const stitch_swarm_io *io, stitch_swarm **out,
+                     stitch_diag *d);
+void stitch_swarm_free(stitch_swarm *s);
+
+/* ---- Peers: the driver's side ----------------------------------------- */
+
+/* A transport to a peer is up (OUTBOUND: we dialed ADDR). Returns its id. */
+int stitch_swarm_peer_open(stitch_swarm *s, uint64_t now_ms, int outbound,
+                           const char *addr, uint32_t *peer);
+/* Bytes the peer sent. A nonzero return means the core dropped the peer
+ * (a protocol violation, a bad chunk, a limit): close the transport, then
+ * call stitch_swarm_peer_close for it, which frees the slot. */
+int stitch_swarm_peer_recv(stitch_swarm *s, uint32_t peer, const uint8_t *buf,
+                           size_t len, uint64_t now_ms);
+/* Bytes waiting to go to the peer (*len 0: none). They stay valid until
+ * stitch_swarm_peer_sent or the next call into the core for this peer. */
+void stitch_swarm_peer_pending(stitch_swarm *s, uint32_t peer,
+                               const uint8_t **buf, size_t *len);
+void stitch_swarm_peer_sent(stitch_swarm *s, uint32_t peer, size_t n);
+/* The transport is gone (either side closed it). */
+void stitch_swarm_peer_close(stitch_swarm *s, uint32_t peer, uint64_t now_ms);
+
+/* Timers: keepalives, request timeouts, neighbour refresh, re-planning.
+ * stitch_swarm_wake gives the time (ms) the core next wants a tick. */
+int stitch_swarm_tick(stitch_swarm *s, uint64_t now_ms);
+uint64_t stitch_swarm_wake(const stitch_swarm *s);
+
+/* What the core asks the driver or the agent to do. */
+typedef enum stitch_swarm_action_kind {
+  STITCH_SWARM_NONE = 0,
+  STITCH_SWARM_CONNECT, /* dial addr, then stitch_swarm_peer_open(outbound) */
+  STITCH_SWARM_CLOSE,   /* close peer's transport, then peer_close */
+  STITCH_SWARM_APPLY    /* every chunk of (version, object) is held: apply
+                           it, then call stitch_swarm_applied */
+} stitch_swarm_action_kind;
+
+typedef struct stitch_swarm_action {
+  stitch_swarm_action_kind kind;
+  uint32_t peer;
+  char addr[STITCH_SWARM_ADDR_MAX];
+  uint64_t version;
+  uint32_t object;
+} stitch_swarm_action;
+
+/* Takes the next action (kind NONE when there is none). */
+void stitch_swarm_next_action(stitch_swarm *s, stitch_swarm_action *a);
+
+/* ---- The agent's side ------------------------------------------------- */
+
+/* A peer address to try (from the command line or a config file). */
+int stitch_swarm_add_peer_addr(stitch_swarm *s, const char *addr,
+                               const char *region);
+/* A signed manifest from outside the swarm: the seed's newly published
+ * version, or one already in the node's store at start. Verified here;
+ * gossiped to every neighbour when new. */
+int stitch_swarm_add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
+                              uint64_t now_ms, stitch_diag *d);
+/* The agent applied (version, id): the weights hold it now. */
+int stitch_swarm_applied(stitch_swarm *s, uint64_t version,
+                         const stitch_digest *id, uint64_t now_ms);
+/* The agent failed to apply: the core fetches that object again from
+ * other peers (its chunks are dropped from the held set). */
+int stitch_swarm_apply_failed(stitch_swarm *s, uint64_t version,
+                              uint32_t object, uint64_t now_ms);
+
+/* The manifests the core holds, ascending (for planning and applying). */
+size_t stitch_swarm_versions(const stitch_swarm *s, const stitch_vref **v);
+
+typedef struct stitch_swarm_stats {
+  uint64_t held_version;    /* applied */
+  uint64_t latest_version;  /* newest verified manifest */
+  uint64_t fetching_version;
+  uint64_t fetch_done, fetch_total; /* chunks of the plan in flight */
+  uint32_t peers;
+  uint64_t bytes_up, bytes_down;       /* chunk payloads */
+  uint64_t bytes_from_seed, bytes_same_region, bytes_other_region;
+  uint64_t bytes_to_same_region, bytes_to_other_region;
+  uint64_t verify_failures;  /* chunks or manifests that did not verify */
+  uint64_t bans;
+  uint64_t manifests_forwarded;
+} stitch_swarm_stats;
+
+void stitch_swarm_get_stats(const stitch_swarm *s, stitch_swarm_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,955 @@
+/* core.c: the swarm core: peers, the handshake, messages, gossip, serving
+ * and neighbour upkeep (docs/swarm.md). What to fetch and what the seed
+ * offers is in fetch.c. No I/O: bytes, time and randomness come in through
+ * the API and stitch_swarm_io. */
+#include "swarm/core_internal.h"
+
+#include "common/diag.h"
+
+#include <inttypes.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- Small helpers ---------------------------------------------------- */
+
+void core_log(stitch_swarm *s, const char *fmt, ...) {
+  if (s->io.log == NULL)
+    return;
+  char line[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof(line), fmt, ap);
+  va_end(ap);
+  s->io.log(s->io.user, line);
+}
+
+uint64_t core_random(stitch_swarm *s) { return s->io.random(s->io.user); }
+
+void core_push_action(stitch_swarm *s, const stitch_swarm_action *a) {
+  if (s->act_len == CORE_MAX_ACTIONS) {
+    core_log(s, "action queue full: dropping an action");
+    return;
+  }
+  s->actions[(s->act_head + s->act_len++) % CORE_MAX_ACTIONS] = *a;
+}
+
+void stitch_swarm_next_action(stitch_swarm *s, stitch_swarm_action *a) {
+  memset(a, 0, sizeof(*a));
+  if (s->act_len == 0)
+    return;
+  *a = s->actions[s->act_head];
+  s->act_head = (s->act_head + 1) % CORE_MAX_ACTIONS;
+  s->act_len--;
+}
+
+int bits_get(const bits *b, uint64_t i) {
+  return i < b->n && (b->b[i / 8] >> (i % 8)) & 1;
+}
+
+void bits_set(bits *b, uint64_t i) {
+  if (i < b->n && !bits_get(b, i)) {
+    b->b[i / 8] |= (uint8_t)(1u << (i % 8));
+    b->count++;
+  }
+}
+
+static int bits_init(bits *b, uint64_t version, uint32_t object, uint64_t n) {
+  b->version = version;
+  b->object = object;
+  b->n = n;
+  b->count = 0;
+  b->b = calloc(n / 8 + 1, 1);
+  return b->b ? 0 : STITCH_ENOMEM;
+}
+
+static bits *bits_find(bits *arr, size_t n, uint64_t version,
+                       uint32_t object) {
+  for (size_t i = 0; i < n; i++)
+    if (arr[i].version == version && arr[i].object == object)
+      return &arr[i];
+  return NULL;
+}
+
+/* The entry for (version, object) in a peer's list, made when CREATE. */
+static bits *list_bits(bits **arr, size_t *n, uint64_t version,
+                       uint32_t object, int create, uint64_t nbits) {
+  bits *b = bits_find(*arr, *n, version, object);
+  if (b != NULL || !create)
+    return b;
+  bits *na = realloc(*arr, (*n + 1) * sizeof(**arr));
+  if (na == NULL)
+    return NULL;
+  *arr = na;
+  if (bits_init(&na[*n], version, object, nbits) != 0)
+    return NULL;
+  return &na[(*n)++];
+}
+
+bits *peer_bits(peer *p, uint64_t version, uint32_t object, int create,
+                uint64_t n) {
+  return list_bits(&p->have, &p->n_have, version, object, create, n);
+}
+
+bits *peer_offered(peer *p, uint64_t version, uint32_t object, uint64_t n) {
+  return list_bits(&p->offered, &p->n_offered, version, object, 1, n);
+}
+
+static void free_list(bits **arr, size_t *n) {
+  for (size_t i = 0; i < *n; i++)
+    free((*arr)[i].b);
+  free(*arr);
+  *arr = NULL;
+  *n = 0;
+}
+
+vstate *core_find_version(stitch_swarm *s, uint64_t v) {
+  for (size_t i = 0; i < s->n_v; i++)
+    if (s->v[i].ref.m->version == v)
+      return &s->v[i];
+  return NULL;
+}
+
+peer *core_peer(stitch_swarm *s, uint32_t id) {
+  for (size_t i = 0; i < s->n_peers; i++)
+    if (s->peers[i].state != PEER_FREE && s->peers[i].id == id)
+      return &s->peers[i];
+  return NULL;
+}
+
+static size_t count_peers(const stitch_swarm *s, int ready_only) {
+  size_t n = 0;
+  for (size_t i = 0; i < s->n_peers; i++)
+    n += ready_only ? s->peers[i].state == PEER_READY
+                    : s->peers[i].state != PEER_FREE &&
+                          s->peers[i].state != PEER_CLOSING;
+  return n;
+}
+
+static int banned_key(const stitch_swarm *s, const stitch_pubkey *k) {
+  for (size_t i = 0; i < s->n_bans; i++)
+    if (memcmp(s->bans[i].b, k->b, 32) == 0)
+      return 1;
+  return 0;
+}
+
+static int banned_addr(const stitch_swarm *s, const char *a) {
+  for (size_t i = 0; i < s->n_ban_addrs; i++)
+    if (strcmp(s->ban_addrs[i], a) == 0)
+      return 1;
+  return 0;
+}
+
+/* ---- Creating and freeing --------------------------------------------- */
+
+int stitch_swarm_new(const stitch_swarm_config *cfg,
+                     const stitch_swarm_io *io, stitch_swarm **out,
+                     stitch_diag *d) {
+  *out = NULL;
+  RETURN_IF(io->random == NULL || io->chunk_has == NULL ||
+                io->chunk_read == NULL || io->chunk_write == NULL ||
+                io->manifest_write == NULL,
+            d, STITCH_EINVAL, "swarm: an io callback is missing");
+  RETURN_IF(memchr(cfg->listen, 0, sizeof(cfg->listen)) == NULL ||
+                memchr(cfg->region, 0, sizeof(cfg->region)) == NULL,
+            d, STITCH_EINVAL, "swarm: listen or region is not terminated");
+  stitch_swarm *s = calloc(1, sizeof(*s));
+  RETURN_IF(s == NULL, d, STITCH_ENOMEM, "out of memory");
+  s->cfg = *cfg;
+  s->io = *io;
+  if (s->cfg.max_peers == 0)
+    s->cfg.max_peers = 8;
+  if (s->cfg.cross_region == 0)
+    s->cfg.cross_region = 2;
+  if (s->cfg.pipeline == 0)
+    s->cfg.pipeline = 4;
+  if (s->cfg.pipeline > CORE_MAX_PIPELINE)
+    s->cfg.pipeline = CORE_MAX_PIPELINE;
+  s->held_version = cfg->held_version;
+  s->held_id = cfg->held_id;
+  s->st.held_version = cfg->held_version;
+  s->next_peer_id = 1;
+  *out = s;
+  return 0;
+}
+
+static void peer_reset(stitch_swarm *s, peer *p) {
+  (void)s;
+  wire_reader_free(&p->rd);
+  dbuf_free(&p->out);
+  free_list(&p->have, &p->n_have);
+  free_list(&p->offered, &p->n_offered);
+  free(p->told);
+  memset(p, 0, sizeof(*p));
+}
+
+static void version_free(vstate *v) {
+  for (int o = 0; o < STITCH_MAX_OBJECTS; o++) {
+    free(v->held[o].b);
+    free(v->avail[o]);
+    free(v->inflight[o]);
+    free(v->sent[o]);
+    free(v->offers[o]);
+  }
+  free(v->raw);
+  stitch_manifest_free((stitch_manifest *)v->ref.m);
+}
+
+/* The planner takes the versions as one array of refs. */
+static int sync_refs(stitch_swarm *s) {
+  stitch_vref *r = realloc(s->refs, (s->n_v ? s->n_v : 1) * sizeof(*r));
+  if (r == NULL)
+    return STITCH_ENOMEM;
+  s->refs = r;
+  for (size_t i = 0; i < s->n_v; i++)
+    r[i] = s->v[i].ref;
+  return 0;
+}
+
+void stitch_swarm_free(stitch_swarm *s) {
+  if (s == NULL)
+    return;
+  for (size_t i = 0; i < s->n_peers; i++)
+    peer_reset(s, &s->peers[i]);
+  free(s->peers);
+  for (size_t i = 0; i < s->n_v; i++)
+    version_free(&s->v[i]);
+  free(s->v);
+  free(s->refs);
+  free(s->addrs);
+  free(s);
+}
+
+/* ---- Sending ---------------------------------------------------------- */
+
+int core_send(stitch_swarm *s, peer *p, const wire_msg *m) {
+  if (p->state == PEER_CLOSING || p->state == PEER_FREE)
+    return 0;
+  /* Compact what the driver already sent before growing. */
+  if (p->out_off > 0 && p->out_off == p->out.len) {
+    p->out.len = 0;
+    p->out_off = 0;
+  }
+  int rc = wire_encode(&p->out, m);
+  if (rc != 0) {
+    core_drop(s, p, 0, "send buffer full");
+    return rc;
+  }
+  p->last_send_ms = s->now_ms;
+  return 0;
+}
+
+void core_drop(stitch_swarm *s, peer *p, int ban, const char *why) {
+  if (p->state == PEER_CLOSING || p->state == PEER_FREE)
+    return;
+  core_log(s, "peer %u (%s): dropped: %s%s", p->id,
+           p->listen[0] ? p->listen : p->addr, why, ban ? "; banned" : "");
+  if (ban) {
+    s->st.bans++;
+    if (p->state != PEER_HELLO && s->n_bans < CORE_MAX_BANS &&
+        !banned_key(s, &p->node))
+      s->bans[s->n_bans++] = p->node;
+    const char *a = p->listen[0] ? p->listen : p->addr;
+    if (a[0] && s->n_ban_addrs < CORE_MAX_BANS && !banned_addr(s, a))
+      snprintf(s->ban_addrs[s->n_ban_addrs++], STITCH_SWARM_ADDR_MAX, "%s",
+               a);
+  }
+  fetch_peer_gone(s, p);
+  p->state = PEER_CLOSING;
+  stitch_swarm_action a = {STITCH_SWARM_CLOSE, p->id, "", 0, 0};
+  core_push_action(s, &a);
+}
+
+/* ---- Addresses -------------------------------------------------------- */
+
+static addr_entry *find_addr(stitch_swarm *s, const char *a) {
+  for (size_t i = 0; i < s->n_addrs; i++)
+    if (strcmp(s->addrs[i].addr, a) == 0)
+      return &s->addrs[i];
+  return NULL;
+}
+
+static void learn_addr(stitch_swarm *s, const char *a, const char *region) {
+  if (a[0] == 0 || strcmp(a, s->cfg.listen) == 0 || banned_addr(s, a))
+    return;
+  addr_entry *e = find_addr(s, a);
+  if (e != NULL) {
+    if (region[0])
+      snprintf(e->region, sizeof(e->region), "%s", region);
+    return;
+  }
+  if (s->n_addrs == CORE_MAX_ADDRS)
+    return;
+  if (s->n_addrs % 64 == 0) {
+    addr_entry *na = realloc(s->addrs, (s->n_addrs + 64) * sizeof(*na));
+    if (na == NULL)
+      return;
+    s->addrs = na;
+  }
+  e = &s->addrs[s->n_addrs++];
+  memset(e, 0, sizeof(*e));
+  snprintf(e->addr, sizeof(e->addr), "%s", a);
+  snprintf(e->region, sizeof(e->region), "%s", region);
+}
+
+int stitch_swarm_add_peer_addr(stitch_swarm *s, const char *addr,
+                               const char *region) {
+  if (addr == NULL || strlen(addr) >= STITCH_SWARM_ADDR_MAX || !addr[0])
+    return STITCH_EINVAL;
+  learn_addr(s, addr, region ? region : "");
+  return 0;
+}
+
+/* Is some peer (any state) already linked to ADDR? */
+static int linked_to(const stitch_swarm *s, const char *a) {
+  for (size_t i = 0; i < s->n_peers; i++) {
+    const peer *p = &s->peers[i];
+    if (p->state != PEER_FREE && p->state != PEER_CLOSING &&
+        (strcmp(p->addr, a) == 0 || strcmp(p->listen, a) == 0))
+      return 1;
+  }
+  return 0;
+}
+
+/* Opens links until max_peers: same region first, but keeping
+ * cfg.cross_region links to other regions when there are any. */
+static void maintain(stitch_swarm *s) {
+  size_t have = count_peers(s, 0), pending = 0, cross = 0;
+  for (size_t i = 0; i < s->n_addrs; i++) {
+    addr_entry *e = &s->addrs[i];
+    if (e->connecting && s->now_ms - e->connect_ms >= CORE_CONNECT_MS) {
+      e->connecting = 0; /* never answered: count as a failure */
+      e->failures++;
+      e->next_try_ms = s->now_ms + (1000ull << (e->failures < 6 ? e->failures : 6));
+    }
+    pending += e->connecting;
+  }
+  for (size_t i = 0; i < s->n_peers; i++)
+    cross += s->peers[i].state == PEER_READY &&
+             strcmp(s->peers[i].region, s->cfg.region) != 0;
+  if (s->cfg.seed)
+    return; /* the seed waits for nodes to dial it */
+  while (have + pending < s->cfg.max_peers) {
+    int want_cross = cross < s->cfg.cross_region;
+    addr_entry *best = NULL;
+    for (int pass = 0; pass < 2 && best == NULL; pass++) {
+      size_t start = s->n_addrs ? (size_t)(core_random(s) % s->n_addrs) : 0;
+      for (size_t k = 0; k < s->n_addrs; k++) {
+        addr_entry *e = &s->addrs[(start + k) % s->n_addrs];
+        if (e->connecting || e->next_try_ms > s->now_ms ||
+            linked_to(s, e->addr) || banned_addr(s, e->addr))
+          continue;
+        int other = e->region[0] && strcmp(e->region, s->cfg.region) != 0;
+        /* Pass 0 takes what the mix wants; pass 1 anything. */
+        if (pass == 0 && other != want_cross && e->region[0])
+          continue;
+        best = e;
+        break;
+      }
+    }
+    if (best == NULL)
+      return;
+    best->connecting = 1;
+    best->connect_ms = s->now_ms;
+    stitch_swarm_action a = {STITCH_SWARM_CONNECT, 0, "", 0, 0};
+    snprintf(a.addr, sizeof(a.addr), "%s", best->addr);
+    core_push_action(s, &a);
+    pending++;
+    cross += best->region[0] && strcmp(best->region, s->cfg.region) != 0;
+  }
+}
+
+static void send_peers(stitch_swarm *s, peer *p) {
+  wire_msg m;
+  memset(&m, 0, sizeof(m));
+  m.type = WIRE_PEERS;
+  size_t start = s->n_addrs ? (size_t)(core_random(s) % s->n_addrs) : 0;
+  for (size_t k = 0; k < s->n_addrs && m.n_peers < 16; k++) {
+    const addr_entry *e = &s->addrs[(start + k) % s->n_addrs];
+    if (e->failures > 2 || strcmp(e->addr, p->listen) == 0)
+      continue;
+    snprintf(m.peer_addr[m.n_peers], STITCH_SWARM_ADDR_MAX, "%s", e->addr);
+    snprintf(m.peer_region[m.n_peers], STITCH_SWARM_REGION_MAX, "%s",
+             e->region);
+    m.n_peers++;
+  }
+  if (s->cfg.listen[0] && m.n_peers < 16) {
+    snprintf(m.peer_addr[m.n_peers], STITCH_SWARM_ADDR_MAX, "%s",
+             s->cfg.listen);
+    snprintf(m.peer_region[m.n_peers], STITCH_SWARM_REGION_MAX, "%s",
+             s->cfg.region);
+    m.n_peers++;
+  }
+  p->last_pex_ms = s->now_ms;
+  if (m.n_peers > 0)
+    core_send(s, p, &m);
+}
+
+/* ---- Peers: the driver's side ----------------------------------------- */
+
+int stitch_swarm_peer_open(stitch_swarm *s, uint64_t now_ms, int outbound,
+                           const char *addr, uint32_t *id) {
+  s->now_ms = now_ms;
+  *id = 0;
+  peer *p = NULL;
+  for (size_t i = 0; i < s->n_peers && p == NULL; i++)
+    if (s->peers[i].state == PEER_FREE)
+      p = &s->peers[i];
+  if (p == NULL) {
+    peer *np = realloc(s->peers, (s->n_peers + 1) * sizeof(*np));
+    if (np == NULL)
+      return STITCH_ENOMEM;
+    s->peers = np;
+    p = &s->peers[s->n_peers++];
+  }
+  memset(p, 0, sizeof(*p));
+  p->state = PEER_HELLO;
+  p->id = s->next_peer_id++;
+  p->outbound = outbound;
+  snprintf(p->addr, sizeof(p->addr), "%s", addr ? addr : "");
+  wire_reader_init(&p->rd);
+  p->out.max = (size_t)STITCH_CHUNK_MAX + (STITCH_MANIFEST_MAX + (4u << 20)) *
+                                              (size_t)2;
+  p->opened_ms = p->last_recv_ms = p->tokens_ms = now_ms;
+  p->tokens = CORE_RATE_BURST;
+  for (int i = 0; i < WIRE_NONCE_BYTES; i += 8) {
+    uint64_t r = core_random(s);
+    memcpy(p->nonce + i, &r, 8);
+  }
+  *id = p->id;
+  if (outbound) {
+    addr_entry *e = find_addr(s, p->addr);
+    if (e != NULL)
+      e->connecting = 0;
+  }
+  int too_many = !outbound && count_peers(s, 0) >
+                                  s->cfg.max_peers + CORE_INBOUND_SLACK +
+                                      (s->cfg.seed ? s->cfg.max_peers : 0);
+  wire_msg m;
+  memset(&m, 0, sizeof(m));
+  m.type = WIRE_HELLO;
+  m.proto = WIRE_PROTO;
+  m.swarm = s->cfg.swarm;
+  m.node = s->cfg.node_pk;
+  memcpy(m.nonce, p->nonce, sizeof(m.nonce));
+  snprintf(m.listen, sizeof(m.listen), "%s", s->cfg.listen);
+  snprintf(m.region, sizeof(m.region), "%s", s->cfg.region);
+  core_send(s, p, &m);
+  if (too_many) {
+    /* Full: tell it where else to go, then close. */
+    send_peers(s, p);
+    core_drop(s, p, 0, "full");
+  }
+  return 0;
+}
+
+void stitch_swarm_peer_pending(stitch_swarm *s, uint32_t id,
+                               const uint8_t **buf, size_t *len) {
+  *buf = NULL;
+  *len = 0;
+  peer *p = core_peer(s, id);
+  if (p == NULL)
+    return;
+  if (p->out_off == p->out.len && p->state == PEER_READY) {
+    p->out.len = p->out_off = 0;
+    fetch_serve_next(s, p);
+  }
+  *buf = p->out.p + p->out_off;
+  *len = p->out.len - p->out_off;
+}
+
+void stitch_swarm_peer_sent(stitch_swarm *s, uint32_t id, size_t n) {
+  peer *p = core_peer(s, id);
+  if (p == NULL)
+    return;
+  p->out_off += n <= p->out.len - p->out_off ? n : p->out.len - p->out_off;
+  if (p->out_off == p->out.len)
+    p->out.len = p->out_off = 0;
+}
+
+void stitch_swarm_peer_close(stitch_swarm *s, uint32_t id, uint64_t now_ms) {
+  s->now_ms = now_ms;
+  peer *p = core_peer(s, id);
+  if (p == NULL)
+    return;
+  if (p->state != PEER_CLOSING) {
+    core_log(s, "peer %u (%s): closed", p->id,
+             p->listen[0] ? p->listen : p->addr);
+    fetch_peer_gone(s, p);
+  }
+  if (p->outbound && p->state == PEER_HELLO) {
+    addr_entry *e = find_addr(s, p->addr);
+    if (e != NULL) {
+      e->failures++;
+      e->next_try_ms = now_ms + (1000ull << (e->failures < 6 ? e->failures : 6));
+    }
+  }
+  peer_reset(s, p);
+  fetch_schedule(s);
+}
+
+/* ---- Manifests -------------------------------------------------------- */
+
+/* Verifies and adds a manifest; FROM is the peer it came from (NULL: the
+ * agent). Returns 1 when new, 0 when known or too old, negative when
+ * invalid. */
+static int add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
+                        peer *from, stitch_diag *d) {
+  stitch_manifest *m;
+  stitch_digest id;
+  int rc = stitch_manifest_open(buf, len, &s->cfg.swarm, &m, &id, d);
+  if (rc != 0) {
+    s->st.verify_failures++;
+    return rc;
+  }
+  vstate *have = core_find_version(s, m->version);
+  if (have != NULL) {
+    int same = memcmp(have->ref.id.b, id.b, 32) == 0;
+    stitch_manifest_free(m);
+    return same ? 0
+                : stitch_diag_set(d, STITCH_EROLLBACK,
+                                  "version %" PRIu64 " under another id: a "
+                                  "fork",
+                                  have->ref.m->version);
+  }
+  uint64_t oldest = s->n_v ? s->v[0].ref.m->version : 0;
+  if (m->version < s->held_version ||
+      (s->n_v == CORE_MAX_VERSIONS && m->version < oldest)) {
+    stitch_manifest_free(m);
+    return 0; /* too old to matter */
+  }
+  if ((rc = s->io.manifest_write(s->io.user, buf, len)) != 0) {
+    stitch_manifest_free(m);
+    return stitch_diag_set(d, rc, "could not store version %" PRIu64,
+                           m->version);
+  }
+  if (s->n_v == CORE_MAX_VERSIONS) {
+    /* Forget the oldest: peers' bits about it go with it. */
+    for (size_t k = 0; k < s->n_peers; k++) {
+      peer *q = &s->peers[k];
+      for (unsigned r = 0; r < q->n_req;)
+        if (q->req[r].c.version == s->v[0].ref.m->version)
+          q->req[r] = q->req[--q->n_req];
+        else
+          r++;
+    }
+    version_free(&s->v[0]);
+    memmove(s->v, s->v + 1, (s->n_v - 1) * sizeof(*s->v));
+    s->n_v--;
+  }
+  if (s->n_v % 8 == 0) {
+    vstate *nv = realloc(s->v, (s->n_v + 8) * sizeof(*nv));
+    if (nv == NULL) {
+      stitch_manifest_free(m);
+      return stitch_diag_set(d, STITCH_ENOMEM, "out of memory");
+    }
+    s->v = nv;
+  }
+  size_t i = s->n_v;
+  while (i > 0 && s->v[i - 1].ref.m->version > m->version)
+    i--;
+  memmove(&s->v[i + 1], &s->v[i], (s->n_v - i) * sizeof(*s->v));
+  vstate *v = &s->v[i];
+  memset(v, 0, sizeof(*v));
+  v->ref.m = m;
+  v->ref.id = id;
+  s->n_v++;
+  int bad = (v->raw = malloc(len)) == NULL || sync_refs(s) != 0;
+  if (!bad) {
+    memcpy(v->raw, buf, len);
+    v->raw_len = len;
+  }
+  for (uint32_t o = 0; o < m->n_objects && !bad; o++) {
+    uint64_t n = m->objects[o].n_chunks;
+    bad = bits_init(&v->held[o], m->version, o, n) != 0 ||
+          (v->avail[o] = calloc(n + 1, 2)) == NULL ||
+          (v->inflight[o] = calloc(n + 1, 1)) == NULL ||
+          (v->sent[o] = calloc(n + 1, 4)) == NULL ||
+          (v->offers[o] = calloc(n + 1, 2)) == NULL;
+    for (uint64_t c = 0; c < n && !bad; c++)
+      if (s->io.chunk_has(s->io.user, &m->objects[o].chunks[c].hash))
+        bits_set(&v->held[o], c);
+  }
+  if (bad)
+    return stitch_diag_set(d, STITCH_ENOMEM, "out of memory");
+  if (m->version > s->st.latest_version)
+    s->st.latest_version = m->version;
+  core_log(s, "version %" PRIu64 ": manifest verified (%s%s)", m->version,
+           from ? "from peer " : "local", from ? from->listen : "");
+  /* Gossip: every neighbour but the one it came from, at once. */
+  wire_msg g;
+  memset(&g, 0, sizeof(g));
+  g.type = WIRE_MANIFEST;
+  g.data = buf;
+  g.data_len = len;
+  for (size_t k = 0; k < s->n_peers; k++)
+    if (s->peers[k].state == PEER_READY && &s->peers[k] != from) {
+      core_send(s, &s->peers[k], &g);
+      s->st.manifests_forwarded++;
+    }
+  return 1;
+}
+
+int stitch_swarm_add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
+                              uint64_t now_ms, stitch_diag *d) {
+  s->now_ms = now_ms;
+  int rc = add_manifest(s, buf, len, NULL, d);
+  if (rc < 0)
+    return rc;
+  if (rc == 1) {
+    fetch_replan(s);
+    for (size_t k = 0; k < s->n_peers; k++)
+      if (s->peers[k].state == PEER_READY)
+        fetch_announce_interest(s, &s->peers[k]);
+    fetch_schedule(s);
+  }
+  return 0;
+}
+
+size_t stitch_swarm_versions(const stitch_swarm *s, const stitch_vref **v) {
+  *v = s->refs;
+  return s->n_v;
+}
+
+int stitch_swarm_applied(stitch_swarm *s, uint64_t version,
+                         const stitch_digest *id, uint64_t now_ms) {
+  s->now_ms = now_ms;
+  s->applying = 0;
+  if (version > s->held_version) {
+    s->held_version = version;
+    s->held_id = *id;
+    s->st.held_version = version;
+    core_log(s, "version %" PRIu64 ": applied", version);
+  }
+  fetch_replan(s);
+  for (size_t k = 0; k < s->n_peers; k++)
+    if (s->peers[k].state == PEER_READY)
+      fetch_announce_interest(s, &s->peers[k]);
+  fetch_schedule(s);
+  return 0;
+}
+
+int stitch_swarm_apply_failed(stitch_swarm *s, uint64_t version,
+                              uint32_t object, uint64_t now_ms) {
+  s->now_ms = now_ms;
+  s->applying = 0;
+  vstate *v = core_find_version(s, version);
+  if (v != NULL && object < v->ref.m->n_objects) {
+    memset(v->held[object].b, 0, v->held[object].n / 8 + 1);
+    v->held[object].count = 0;
+  }
+  core_log(s, "version %" PRIu64 ": apply failed; fetching it again", version);
+  fetch_replan(s);
+  fetch_schedule(s);
+  return 0;
+}
+
+/* ---- Receiving -------------------------------------------------------- */
+
+static void on_hello(stitch_swarm *s, peer *p, const wire_msg *m) {
+  if (m->proto != WIRE_PROTO) {
+    core_drop(s, p, 0, "another protocol version");
+    return;
+  }
+  if (memcmp(m->swarm.b, s->cfg.swarm.b, 32) != 0) {
+    core_drop(s, p, 0, "another swarm");
+    return;
+  }
+  if (memcmp(m->node.b, s->cfg.node_pk.b, 32) == 0) {
+    core_drop(s, p, 0, "that is us");
+    return;
+  }
+  if (banned_key(s, &m->node)) {
+    core_drop(s, p, 0, "banned");
+    return;
+  }
+  p->node = m->node;
+  p->is_seed = memcmp(m->node.b, s->cfg.swarm.b, 32) == 0;
+  snprintf(p->listen, sizeof(p->listen), "%s", m->listen);
+  snprintf(p->region, sizeof(p->region), "%s", m->region);
+  uint8_t in[64];
+  wire_auth_input(m->nonce, &s->cfg.node_pk, in);
+  wire_msg a;
+  memset(&a, 0, sizeof(a));
+  a.type = WIRE_AUTH;
+  crypto_sign_detached(a.sig, NULL, in, sizeof(in), s->cfg.node_sk.b);
+  p->state = PEER_AUTH;
+  core_send(s, p, &a);
+}
+
+static void on_auth(stitch_swarm *s, peer *p, const wire_msg *m) {
+  uint8_t in[64];
+  wire_auth_input(p->nonce, &p->node, in);
+  if (crypto_sign_verify_detached(m->sig, in, sizeof(in), p->node.b) != 0) {
+    core_drop(s, p, 1, "its AUTH does not verify");
+    return;
+  }
+  /* One link per node: keep the older one. */
+  for (size_t i = 0; i < s->n_peers; i++) {
+    peer *q = &s->peers[i];
+    if (q != p && q->state == PEER_READY &&
+        memcmp(q->node.b, p->node.b, 32) == 0) {
+      core_drop(s, p, 0, "already linked");
+      return;
+    }
+  }
+  p->state = PEER_READY;
+  p->progress_ms = s->now_ms;
+  learn_addr(s, p->listen, p->region);
+  core_log(s, "peer %u (%s, %s%s): ready", p->id, p->listen,
+           p->region[0] ? p->region : "no region", p->is_seed ? ", seed" : "");
+  /* Everything it should know: the manifests from the newest anchor on
+   * (enough to plan from anything), what we hold, whom we know. */
+  size_t from = 0;
+  for (size_t i = 0; i < s->n_v; i++)
+    for (uint64_t o = 0; o < s->v[i].ref.m->n_objects; o++)
+      if (s->v[i].ref.m->objects[o].kind == STITCH_OBJ_ANCHOR)
+        from = i;
+  for (size_t i = from; i < s->n_v; i++) {
+    wire_msg g;
+    memset(&g, 0, sizeof(g));
+    g.type = WIRE_MANIFEST;
+    g.data = s->v[i].raw;
+    g.data_len = s->v[i].raw_len;
+    core_send(s, p, &g);
+  }
+  fetch_announce_interest(s, p);
+  send_peers(s, p);
+  if (s->cfg.seed)
+    seed_offer(s, p);
+  fetch_schedule(s);
+}
+
+static void on_request(stitch_swarm *s, peer *p, const wire_msg *m) {
+  vstate *v = core_find_version(s, m->version);
+  chunk_id c = {m->version, m->object, m->chunk};
+  wire_msg r;
+  memset(&r, 0, sizeof(r));
+  r.type = WIRE_REJECT;
+  r.version = m->version;
+  r.object = m->object;
+  r.chunk = m->chunk;
+  if (v == NULL || m->object >= v->ref.m->n_objects ||
+      !bits_get(&v->held[m->object], m->chunk)) {
+    core_send(s, p, &r);
+    return;
+  }
+  if (p->n_serve == CORE_MAX_SERVE) {
+    core_drop(s, p, 0, "too many requests queued");
+    return;
+  }
+  p->serve[p->n_serve++] = c;
+}
+
+static void on_cancel(stitch_swarm *s, peer *p, const wire_msg *m) {
+  (void)s;
+  for (unsigned i = 0; i < p->n_serve; i++)
+    if (p->serve[i].version == m->version && p->serve[i].object == m->object &&
+        p->serve[i].chunk == m->chunk) {
+      memmove(&p->serve[i], &p->serve[i + 1],
+              (p->n_serve - i - 1) * sizeof(p->serve[0]));
+      p->n_serve--;
+      return;
+    }
+}
+
+static void on_have(stitch_swarm *s, peer *p, const wire_msg *m, int field) {
+  vstate *v = core_find_version(s, m->version);
+  if (v == NULL || m->object >= v->ref.m->n_objects)
+    return; /* a version we do not know (yet, or any more) */
+  uint64_t n = v->ref.m->objects[m->object].n_chunks;
+  if (field ? m->nbits != n : m->chunk >= n) {
+    core_drop(s, p, 1, "HAVE or BITFIELD does not fit the manifest");
+    return;
+  }
+  bits *b = peer_bits(p, m->version, m->object, 1, n);
+  if (b == NULL)
+    return;
+  if (field) {
+    for (uint64_t i = 0; i < n; i++)
+      if ((m->data[i / 8] >> (i % 8)) & 1 && !bits_get(b, i)) {
+        bits_set(b, i);
+        fetch_on_have_bit(s, p, m->version, m->object, i);
+      }
+  } else if (!bits_get(b, m->chunk)) {
+    bits_set(b, m->chunk);
+    fetch_on_have_bit(s, p, m->version, m->object, m->chunk);
+    p->progress_ms = s->now_ms;
+  }
+  if (s->cfg.seed)
+    seed_offer(s, p);
+}
+
+static void on_peers(stitch_swarm *s, peer *p, const wire_msg *m) {
+  (void)p;
+  for (size_t i = 0; i < m->n_peers; i++)
+    learn_addr(s, m->peer_addr[i], m->peer_region[i]);
+}
+
+/* One whole frame from a peer. */
+static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
+                     size_t len) {
+  wire_msg *m = malloc(sizeof(*m));
+  stitch_diag d = {{0}};
+  if (m == NULL) {
+    core_drop(s, p, 0, "out of memory");
+    return;
+  }
+  if (wire_decode(type, body, len, m, &d) != 0) {
+    core_drop(s, p, 1, d.msg);
+    free(m);
+    return;
+  }
+  /* HELLO, then AUTH, then anything else. */
+  if ((p->state == PEER_HELLO) != (type == WIRE_HELLO) ||
+      (p->state == PEER_AUTH) != (type == WIRE_AUTH)) {
+    core_drop(s, p, 1, "message out of order in the handshake");
+    free(m);
+    return;
+  }
+  switch (type) {
+  case WIRE_HELLO:
+    on_hello(s, p, m);
+    break;
+  case WIRE_AUTH:
+    on_auth(s, p, m);
+    break;
+  case WIRE_MANIFEST: {
+    int rc = add_manifest(s, m->data, m->data_len, p, &d);
+    if (rc < 0) {
+      core_drop(s, p, 1, d.msg);
+    } else if (rc == 1) {
+      fetch_replan(s);
+      for (size_t k = 0; k < s->n_peers; k++)
+        if (s->peers[k].state == PEER_READY)
+          fetch_announce_interest(s, &s->peers[k]);
+    }
+    break;
+  }
+  case WIRE_BITFIELD:
+    on_have(s, p, m, 1);
+    break;
+  case WIRE_HAVE:
+    on_have(s, p, m, 0);
+    break;
+  case WIRE_REQUEST:
+    on_request(s, p, m);
+    break;
+  case WIRE_CANCEL:
+    on_cancel(s, p, m);
+    break;
+  case WIRE_CHUNK:
+    if (fetch_on_chunk(s, p, m) != 0)
+      core_drop(s, p, 1, "sent a chunk that does not verify");
+    break;
+  case WIRE_REJECT: {
+    chunk_id c = {m->version, m->object, m->chunk};
+    fetch_on_reject(s, p, &c);
+    break;
+  }
+  case WIRE_PEERS:
+    on_peers(s, p, m);
+    break;
+  default: /* PING */
+    break;
+  }
+  free(m);
+}
+
+int stitch_swarm_peer_recv(stitch_swarm *s, uint32_t id, const uint8_t *buf,
+                           size_t len, uint64_t now_ms) {
+  s->now_ms = now_ms;
+  peer *p = core_peer(s, id);
+  if (p == NULL || p->state == PEER_CLOSING)
+    return STITCH_EINVAL;
+  p->last_recv_ms = now_ms;
+  while (len > 0 && p->state != PEER_CLOSING) {
+    size_t used = 0, take = len;
+    int type = 0;
+    const uint8_t *body;
+    size_t blen;
+    stitch_diag d = {{0}};
+    /* Feed a header on its own, so a CHUNK frame larger than anything we
+     * asked this peer for is refused before its body is buffered. */
+    size_t head = p->rd.ready ? 0 : p->rd.head_len;
+    if ((p->rd.ready || p->rd.type == 0) && take > 5 - head)
+      take = 5 - head;
+    if (wire_reader_feed(&p->rd, buf, take, &used, &type, &body, &blen, &d)) {
+      core_drop(s, p, 1, d.msg);
+      break;
+    }
+    buf += used;
+    len -= used;
+    if (p->rd.type == WIRE_CHUNK &&
+        (uint64_t)p->rd.need + p->rd.buf.len > p->chunk_allow) {
+      core_drop(s, p, 1, "a CHUNK frame larger than any chunk asked of it");
+      break;
+    }
+    if (type <= 0)
+      continue;
+    /* A token bucket on messages keeps a flood from costing us more than
+     * a peer is worth. */
+    p->tokens += (double)(now_ms - p->tokens_ms) * CORE_RATE_PER_S / 1000.0;
+    p->tokens_ms = now_ms;
+    if (p->tokens > CORE_RATE_BURST)
+      p->tokens = CORE_RATE_BURST;
+    if ((p->tokens -= 1) < 0) {
+      core_drop(s, p, 1, "too many messages");
+      break;
+    }
+    on_frame(s, p, type, body, blen);
+  }
+  if (p->state == PEER_CLOSING)
+    return STITCH_ELIMIT;
+  fetch_schedule(s);
+  return 0;
+}
+
+/* ---- Timers ----------------------------------------------------------- */
+
+int stitch_swarm_tick(stitch_swarm *s, uint64_t now_ms) {
+  s->now_ms = now_ms;
+  for (size_t i = 0; i < s->n_peers; i++) {
+    peer *p = &s->peers[i];
+    if (p->state == PEER_FREE || p->state == PEER_CLOSING)
+      continue;
+    if (p->state != PEER_READY && now_ms - p->opened_ms > CORE_HANDSHAKE_MS) {
+      core_drop(s, p, 0, "no handshake");
+      continue;
+    }
+    if (now_ms - p->last_recv_ms > CORE_DEAD_MS) {
+      core_drop(s, p, 0, "silent");
+      continue;
+    }
+    if (p->state == PEER_READY && now_ms - p->last_send_ms > CORE_PING_MS) {
+      wire_msg m;
+      memset(&m, 0, sizeof(m));
+      m.type = WIRE_PING;
+      core_send(s, p, &m);
+    }
+    if (p->state == PEER_READY && now_ms - p->last_pex_ms > CORE_PEX_MS)
+      send_peers(s, p);
+  }
+  if (now_ms >= s->next_maintain_ms) {
+    maintain(s);
+    s->next_maintain_ms = now_ms + CORE_MAINTAIN_MS;
+  }
+  fetch_tick(s);
+  fetch_schedule(s);
+  return 0;
+}
+
+uint64_t stitch_swarm_wake(const stitch_swarm *s) {
+  uint64_t w = s->next_maintain_ms;
+  /* The fetcher's timeouts and the seed's re-offers are checked on the
+   * same beat. */
+  uint64_t beat = s->now_ms + CORE_MAINTAIN_MS / 2;
+  return w < beat ? w : beat;
+}
+
+void stitch_swarm_get_stats(const stitch_swarm *s, stitch_swarm_stats *st) {
+  *st = s->st;
+  st->peers = (uint32_t)count_peers(s, 1);
+}

@@ -1,0 +1,176 @@
+/* core_internal.h: the swarm core's state, shared by core.c (peers,
+ * handshake, messages, gossip) and fetch.c (what to fetch, from whom, and
+ * what the seed offers). docs/swarm.md explains the behaviour. */
+#ifndef STITCH_SWARM_CORE_INTERNAL_H
+#define STITCH_SWARM_CORE_INTERNAL_H
+
+#include "stitch/swarm.h"
+
+#include "common/bytes.h"
+#include "swarm/wire.h"
+
+#define CORE_MAX_VERSIONS 64    /* newest kept; older ones are forgotten */
+#define CORE_MAX_PIPELINE 32
+#define CORE_MAX_SERVE 64       /* requests a peer may have queued with us */
+#define CORE_MAX_ADDRS 1024     /* known addresses */
+#define CORE_MAX_BANS 1024
+#define CORE_MAX_ACTIONS 256
+#define CORE_INBOUND_SLACK 4    /* inbound links beyond max_peers */
+#define CORE_PING_MS 10000      /* send a PING after this much silence */
+#define CORE_DEAD_MS 30000      /* drop a peer silent this long */
+#define CORE_HANDSHAKE_MS 10000
+#define CORE_CONNECT_MS 5000    /* a CONNECT not answered by peer_open */
+#define CORE_REQUEST_MS 15000   /* a request not answered */
+#define CORE_MAINTAIN_MS 500    /* neighbour upkeep */
+#define CORE_PEX_MS 20000
+#define CORE_SEED_IDLE_MS 2000  /* the seed re-offers to a peer idle this long */
+#define CORE_RATE_PER_S 4000    /* messages a peer may send per second */
+#define CORE_RATE_BURST 20000
+#define CORE_RANDOM_FIRST 4     /* chunks fetched at random before rarest-first */
+
+/* One chunk of one object, as the wire names it. */
+typedef struct chunk_id {
+  uint64_t version;
+  uint32_t object;
+  uint64_t chunk;
+} chunk_id;
+
+/* A bitfield over one object's chunks. */
+typedef struct bits {
+  uint64_t version;
+  uint32_t object;
+  uint64_t n;     /* chunks */
+  uint64_t count; /* bits set */
+  uint8_t *b;
+} bits;
+
+typedef struct request {
+  chunk_id c;
+  uint64_t sent_ms;
+} request;
+
+typedef enum peer_state {
+  PEER_FREE = 0,
+  PEER_HELLO, /* waiting for the peer's HELLO */
+  PEER_AUTH,  /* waiting for the peer's AUTH */
+  PEER_READY,
+  PEER_CLOSING /* asked the driver to close; ignore its bytes */
+} peer_state;
+
+typedef struct peer {
+  peer_state state;
+  uint32_t id;
+  int outbound;
+  char addr[STITCH_SWARM_ADDR_MAX];   /* transport address */
+  char listen[STITCH_SWARM_ADDR_MAX]; /* where it accepts (from HELLO) */
+  char region[STITCH_SWARM_REGION_MAX];
+  stitch_pubkey node;
+  int is_seed; /* its node key is the swarm key */
+  uint8_t nonce[WIRE_NONCE_BYTES]; /* ours, for its AUTH */
+  wire_reader rd;
+  dbuf out;
+  size_t out_off; /* bytes of out the driver has sent */
+  uint64_t opened_ms, last_recv_ms, last_send_ms, last_pex_ms;
+  double tokens;
+  uint64_t tokens_ms;
+  /* What it holds (or wants, for a BITFIELD with no bits set). */
+  bits *have;
+  size_t n_have;
+  /* Our requests to it. */
+  request req[CORE_MAX_PIPELINE];
+  unsigned n_req;
+  unsigned timeouts;
+  uint64_t chunk_allow; /* largest CHUNK body it may send: what we asked */
+  /* Its requests to us, served in order. */
+  chunk_id serve[CORE_MAX_SERVE];
+  unsigned n_serve;
+  /* (version, object) pairs we sent it a BITFIELD for. */
+  bits *told;
+  size_t n_told;
+  /* Seed: what we offered it, and when it last made progress. */
+  bits *offered;
+  size_t n_offered;
+  uint64_t progress_ms;
+} peer;
+
+typedef struct addr_entry {
+  char addr[STITCH_SWARM_ADDR_MAX];
+  char region[STITCH_SWARM_REGION_MAX];
+  uint64_t next_try_ms;
+  unsigned failures;
+  int connecting;      /* a CONNECT is out, since connect_ms */
+  uint64_t connect_ms;
+} addr_entry;
+
+/* A verified version, its manifest, and what we hold of each object. */
+typedef struct vstate {
+  stitch_vref ref; /* ref.m owned */
+  uint8_t *raw;    /* the signed manifest, to pass on */
+  size_t raw_len;
+  bits held[STITCH_MAX_OBJECTS];
+  uint16_t *avail[STITCH_MAX_OBJECTS];    /* ready peers that hold each chunk */
+  uint8_t *inflight[STITCH_MAX_OBJECTS];  /* our requests out for each */
+  uint32_t *sent[STITCH_MAX_OBJECTS];     /* seed: uploads per chunk */
+  uint16_t *offers[STITCH_MAX_OBJECTS];   /* seed: peers offered each */
+} vstate;
+
+struct stitch_swarm {
+  stitch_swarm_config cfg;
+  stitch_swarm_io io;
+  vstate *v; /* ascending */
+  size_t n_v;
+  stitch_vref *refs; /* the same, as one array for the planner */
+  uint64_t held_version;
+  stitch_digest held_id;
+  int applying; /* an APPLY is out */
+  /* The plan from held_version to the newest version. */
+  stitch_plan plan;
+  uint64_t fetched; /* chunks received since start: random-first */
+  peer *peers;
+  size_t n_peers;
+  uint32_t next_peer_id;
+  addr_entry *addrs;
+  size_t n_addrs;
+  stitch_pubkey bans[CORE_MAX_BANS];
+  size_t n_bans;
+  char ban_addrs[CORE_MAX_BANS][STITCH_SWARM_ADDR_MAX];
+  size_t n_ban_addrs;
+  stitch_swarm_action actions[CORE_MAX_ACTIONS];
+  size_t act_head, act_len;
+  uint64_t now_ms, next_maintain_ms;
+  stitch_swarm_stats st;
+};
+
+/* core.c */
+peer *core_peer(stitch_swarm *s, uint32_t id);
+void core_log(stitch_swarm *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void core_push_action(stitch_swarm *s, const stitch_swarm_action *a);
+int core_send(stitch_swarm *s, peer *p, const wire_msg *m);
+void core_drop(stitch_swarm *s, peer *p, int ban, const char *why);
+vstate *core_find_version(stitch_swarm *s, uint64_t v);
+uint64_t core_random(stitch_swarm *s);
+
+/* bits */
+int bits_get(const bits *b, uint64_t i);
+void bits_set(bits *b, uint64_t i);
+bits *peer_bits(peer *p, uint64_t version, uint32_t object, int create,
+                uint64_t n);
+bits *peer_offered(peer *p, uint64_t version, uint32_t object, uint64_t n);
+bits *peer_told(peer *p, uint64_t version, uint32_t object);
+
+/* fetch.c */
+void fetch_replan(stitch_swarm *s);
+void fetch_schedule(stitch_swarm *s);
+int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m);
+void fetch_on_reject(stitch_swarm *s, peer *p, const chunk_id *c);
+void fetch_peer_gone(stitch_swarm *s, peer *p);
+void fetch_tick(stitch_swarm *s);
+void fetch_serve_next(stitch_swarm *s, peer *p);
+void fetch_on_have_bit(stitch_swarm *s, peer *p, uint64_t version,
+                       uint32_t object, uint64_t chunk);
+void fetch_announce_interest(stitch_swarm *s, peer *p);
+void seed_offer(stitch_swarm *s, peer *p);
+void seed_on_upload(stitch_swarm *s, const chunk_id *c);
+
+#endif

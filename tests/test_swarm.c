@@ -1,0 +1,731 @@
+/* test_swarm.c: the swarm core driven in memory, in virtual time, through
+ * scripted exchanges (swarm_net.h): fan-out from a seed, corrupted chunks,
+ * floods of bad frames, forged manifests, late joiners, nodes leaving
+ * mid-transfer, determinism. Real versions come from stitch_publish;
+ * every node's weights are checked bit for bit against the trainer's. */
+#define _XOPEN_SOURCE 700 /* nftw */
+#include "ckpt_util.h"
+#include "stitch/store.h"
+#include "swarm_net.h"
+
+#include <ftw.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#define NV 6                  /* versions published to the store */
+#define NT 64                 /* BF16 tensors of 32 x 256 */
+#define T_ELEMS (32 * 256)
+#define N_B 4096              /* F32 elements of the last tensor */
+#define CHUNK_BYTES 4096
+#define DEADLINE_MS 120000    /* virtual; far beyond what any run needs */
+
+/* ---- The trainer: a trajectory, its store, its bytes ------------------ */
+
+static char root[64];
+static stitch_pubkey swarm_pk;
+static stitch_seckey swarm_sk;
+
+typedef struct version_bytes {
+  uint8_t *man; /* signed manifest */
+  size_t man_len;
+  stitch_manifest *m;
+  uint8_t *tensors[NT + 1]; /* the trainer's served bytes */
+} version_bytes;
+
+static version_bytes ver[NV + 1];
+static sn_store trainer_chunks;
+static char tname[NT + 1][32];
+
+static uint64_t tensor_bytes(int k) {
+  return k < NT ? T_ELEMS * 2 : N_B * 4;
+}
+
+static int rm_one(const char *p, const struct stat *sb, int flag,
+                  struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  return remove(p);
+}
+static void rm_root(void) { nftw(root, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
+static uint8_t *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  ASSERT(f != NULL);
+  ASSERT_EQ(fseek(f, 0, SEEK_END), 0);
+  long n = ftell(f);
+  ASSERT(n >= 0);
+  rewind(f);
+  uint8_t *b = malloc((size_t)n + 1);
+  ASSERT(b != NULL);
+  ASSERT_EQ(fread(b, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  *len = (size_t)n;
+  return b;
+}
+
+/* Reads version V's manifest and chunks back from the store directory. */
+static void load_version(const char *dir, uint64_t v) {
+  char mdir[128], prefix[32];
+  snprintf(mdir, sizeof(mdir), "%s/manifests", dir);
+  snprintf(prefix, sizeof(prefix), "%020" PRIu64 "-", v);
+  DIR *dp = opendir(mdir);
+  ASSERT(dp != NULL);
+  struct dirent *de;
+  char path[512] = "";
+  while ((de = readdir(dp)) != NULL)
+    if (strncmp(de->d_name, prefix, strlen(prefix)) == 0)
+      snprintf(path, sizeof(path), "%s/%s", mdir, de->d_name);
+  closedir(dp);
+  ASSERT(path[0] != 0);
+  version_bytes *vb = &ver[v];
+  vb->man = slurp(path, &vb->man_len);
+  stitch_diag d = {{0}};
+  ASSERT_OK(stitch_manifest_open(vb->man, vb->man_len, &swarm_pk, &vb->m,
+                                 NULL, &d),
+            d);
+  for (uint64_t o = 0; o < vb->m->n_objects; o++) {
+    const stitch_object *ob = &vb->m->objects[o];
+    for (uint64_t c = 0; c < ob->n_chunks; c++) {
+      char hex[65];
+      stitch_digest_hex(&ob->chunks[c].hash, hex);
+      snprintf(path, sizeof(path), "%s/chunks/%.2s/%s", dir, hex, hex);
+      size_t len;
+      uint8_t *b = slurp(path, &len);
+      sn_store_put(&trainer_chunks, &ob->chunks[c].hash, b, len);
+      free(b);
+    }
+  }
+}
+
+/* An Adam-like trajectory: every step moves ~1% of the BF16 weights by
+ * one ulp and a few F32 values; each step is published as a version. */
+static void make_versions(test_rng *r) {
+  uint64_t ks = r->s | 1;
+  sn_keypair(&ks, &swarm_pk, &swarm_sk);
+  const char *dir = test_path("store");
+  uint8_t *cur[NT + 1];
+  for (int k = 0; k <= NT; k++) {
+    snprintf(tname[k], sizeof(tname[k]), k < NT ? "layers.%02d.w" : "norm",
+             k);
+    cur[k] = malloc(tensor_bytes(k));
+    ASSERT(cur[k] != NULL);
+  }
+  for (int k = 0; k < NT; k++) {
+    uint16_t *w = (uint16_t *)cur[k];
+    for (size_t i = 0; i < T_ELEMS; i++)
+      w[i] = (uint16_t)((0x3c00 + test_rng_next(r) % 0x400) ^
+                        ((test_rng_next(r) & 1) << 15));
+  }
+  float *b = (float *)cur[NT];
+  for (size_t i = 0; i < N_B; i++)
+    b[i] = (float)test_rng_unit(r) - 0.5f;
+  for (uint64_t v = 1; v <= NV; v++) {
+    if (v > 1) {
+      for (size_t k = 0; k < NT * T_ELEMS / 100; k++) {
+        uint64_t x = test_rng_next(r) % (NT * T_ELEMS);
+        uint16_t *w = (uint16_t *)cur[x / T_ELEMS] + x % T_ELEMS;
+        *w = (uint16_t)(*w + ((test_rng_next(r) & 1) ? 1 : -1));
+      }
+      for (size_t k = 0; k < 40; k++)
+        b[test_rng_next(r) % N_B] += 1e-3f;
+    }
+    tspec ts[NT + 1];
+    for (int k = 0; k <= NT; k++)
+      ts[k] = (tspec){tname[k], k < NT ? STITCH_DT_BF16 : STITCH_DT_F32,
+                      k < NT ? 2 : 1, {k < NT ? 32 : N_B, 256}, cur[k]};
+    const char *ck = test_path("step%" PRIu64 ".safetensors", v);
+    write_ckpt(ck, ts, NT + 1, "{\"trainer\":\"test_swarm\"}");
+    stitch_st *st = open_ckpt(ck);
+    stitch_publish_opts o = {0};
+    o.chunk_bytes = CHUNK_BYTES;
+    o.threads = 2;
+    o.time_unix = 1700000000 + v;
+    stitch_publish_result res;
+    stitch_diag d = {{0}};
+    ASSERT_OK(stitch_publish(dir, &swarm_sk, st, &o, &res, &d), d);
+    ASSERT_UEQ(res.version, v);
+    stitch_st_free(st);
+    remove(ck);
+    for (int k = 0; k <= NT; k++) {
+      ver[v].tensors[k] = malloc(tensor_bytes(k));
+      ASSERT(ver[v].tensors[k] != NULL);
+      memcpy(ver[v].tensors[k], cur[k], tensor_bytes(k));
+    }
+    load_version(dir, v);
+  }
+  for (int k = 0; k <= NT; k++)
+    free(cur[k]);
+}
+
+/* ---- Scenario helpers ------------------------------------------------- */
+
+#define CHECK_NET(net, cond)                                                  \
+  do {                                                                        \
+    if (!(cond)) {                                                            \
+      sn_dump_all(net);                                                       \
+      FAIL_("check failed at t=%" PRIu64 " ms: %s", (net)->now, #cond);       \
+    }                                                                         \
+  } while (0)
+
+static const sn_params default_params = {
+    .seed = 1,
+    .up_bw = 2000,     /* 2 MB/s per node */
+    .bw_local = 2000,
+    .bw_remote = 800,
+    .lat_local = 5,
+    .lat_remote = 40,
+};
+
+/* The seed (n0, region "eu", the trainer's key) and N nodes alternating
+ * "eu" and "us". Each node is told of the seed and of the node before it;
+ * peer exchange must find the rest. Nothing is started. */
+static uint64_t test_seed;
+
+static sn_node *build(sn_net *net, const sn_params *p, int n) {
+  sn_params q = *p;
+  q.seed = test_seed;
+  sn_init(net, &q, &swarm_pk);
+  sn_node *seed = sn_add(net, "eu", 1, 1);
+  seed->cfg.node_pk = swarm_pk;
+  seed->cfg.node_sk = swarm_sk;
+  for (int i = 1; i <= n; i++)
+    sn_add(net, i % 2 ? "eu" : "us", 0, 1);
+  return seed;
+}
+
+static void start_node(sn_net *net, sn_node *n) {
+  int peers[2] = {0, n->idx - 1};
+  sn_start(net, n, peers, n->idx > 1 ? 2 : 1);
+}
+
+/* The seed gets version V's chunks, then its manifest, as stitchd seed
+ * does when the trainer publishes. */
+static uint64_t publish_ms[NV + 1];
+
+static void publish(sn_net *net, sn_node *seed, uint64_t v) {
+  for (uint64_t o = 0; o < ver[v].m->n_objects; o++) {
+    const stitch_object *ob = &ver[v].m->objects[o];
+    for (uint64_t c = 0; c < ob->n_chunks; c++) {
+      const sn_chunk *ch = sn_store_get(&trainer_chunks, &ob->chunks[c].hash);
+      ASSERT(ch != NULL);
+      sn_store_put(&seed->store, &ch->h, ch->p, ch->len);
+    }
+  }
+  stitch_diag d = {{0}};
+  ASSERT_OK(stitch_swarm_add_manifest(seed->sw, ver[v].man, ver[v].man_len,
+                                      net->now, &d),
+            d);
+  publish_ms[v] = net->now;
+  sn_actions(net, seed);
+}
+
+static int honest_node(const sn_node *n) {
+  return n->alive && !n->cfg.seed && n->evil == SN_HONEST;
+}
+
+/* Every live honest node holds version *arg. */
+static int all_at(sn_net *net, void *arg) {
+  uint64_t v = *(const uint64_t *)arg;
+  for (int i = 0; i < net->n_nodes; i++)
+    if (honest_node(&net->node[i]) && net->node[i].w_version != v)
+      return 0;
+  return 1;
+}
+
+static void run_until_all_at(sn_net *net, uint64_t v) {
+  int ok = sn_run(net, net->now + DEADLINE_MS, all_at, &v);
+  CHECK_NET(net, ok);
+}
+
+/* Node N's weights are the trainer's version V, byte for byte, and
+ * nothing it stored or applied was wrong. */
+static void check_exact(sn_net *net, const sn_node *n, uint64_t v) {
+  CHECK_NET(net, n->w_version == v);
+  CHECK_NET(net, n->apply_errors == 0);
+  CHECK_NET(net, n->bad_writes == 0);
+  CHECK_NET(net, n->tick_errors == 0);
+  const stitch_vref *vr = sn_find_version(n, v);
+  CHECK_NET(net, vr != NULL && vr->m->n_tensors == NT + 1);
+  CHECK_NET(net, n->w_n == NT + 1);
+  for (size_t i = 0; i < n->w_n; i++) {
+    int k = 0;
+    while (k <= NT && strcmp(tname[k], vr->m->tensors[i].name) != 0)
+      k++;
+    CHECK_NET(net, k <= NT && n->w_nbytes[i] == tensor_bytes(k));
+    CHECK_NET(net, memcmp(n->w_data[i], ver[v].tensors[k], tensor_bytes(k)) ==
+                       0);
+  }
+}
+
+static void check_all_exact(sn_net *net, uint64_t v) {
+  for (int i = 0; i < net->n_nodes; i++)
+    if (honest_node(&net->node[i]))
+      check_exact(net, &net->node[i], v);
+}
+
+/* Bytes of the distinct objects some node applied: what the swarm needed
+ * from the seed at least once. */
+static uint64_t needed_bytes(sn_net *net, uint64_t upto) {
+  uint64_t sum = 0;
+  for (uint64_t v = 1; v <= upto; v++)
+    for (uint64_t o = 0; o < ver[v].m->n_objects; o++) {
+      const stitch_object *ob = &ver[v].m->objects[o];
+      int used = 0;
+      for (int i = 0; i < net->n_nodes && !used; i++) {
+        const sn_node *n = &net->node[i];
+        for (uint64_t c = 0; c < ob->n_chunks && !used; c++)
+          used = !n->cfg.seed && sn_store_get(&n->store, &ob->chunks[c].hash);
+      }
+      sum += used ? ob->bytes : 0;
+    }
+  return sum;
+}
+
+static uint64_t last_apply_ms(const sn_net *net, uint64_t v) {
+  uint64_t t = 0;
+  for (int i = 0; i < net->n_nodes; i++)
+    if (honest_node(&net->node[i]) && net->node[i].applied_at[v] > t)
+      t = net->node[i].applied_at[v];
+  return t;
+}
+
+/* A fingerprint of everything a run produced, for the determinism check. */
+static void fingerprint(const sn_net *net, stitch_digest *out) {
+  uint64_t f[SN_MAX_NODES * 24 + 2];
+  size_t k = 0;
+  f[k++] = net->now;
+  f[k++] = net->n_conn;
+  for (int i = 0; i < net->n_nodes; i++) {
+    stitch_swarm_stats st;
+    sn_stats(&net->node[i], &st);
+    uint64_t row[] = {st.held_version,   st.latest_version,
+                      st.fetch_done,     st.fetch_total,
+                      st.peers,          st.bytes_up,
+                      st.bytes_down,     st.bytes_from_seed,
+                      st.bytes_same_region, st.bytes_other_region,
+                      st.verify_failures, st.bans,
+                      st.manifests_forwarded, net->node[i].w_version,
+                      net->node[i].applies, net->node[i].applied_at[1],
+                      net->node[i].applied_at[2], net->node[i].applied_at[3],
+                      net->node[i].rx_frames[WIRE_CHUNK],
+                      net->node[i].rx_frames[WIRE_REQUEST]};
+    memcpy(f + k, row, sizeof(row));
+    k += sizeof(row) / sizeof(row[0]);
+  }
+  stitch_hash((const uint8_t *)f, k * sizeof(f[0]), out);
+}
+
+/* ---- Scenarios -------------------------------------------------------- */
+
+/* 1 seed + 8 nodes, 3 versions published 300 ms apart. Returns the run's
+ * fingerprint. */
+static void scenario_fanout(int quiet, stitch_digest *fp) {
+  sn_net net;
+  sn_node *seed = build(&net, &default_params, 8);
+  for (int i = 0; i < net.n_nodes; i++)
+    i == 0 ? sn_start(&net, seed, NULL, 0) : start_node(&net, &net.node[i]);
+  sn_run(&net, 50, NULL, NULL);
+  for (uint64_t v = 1; v <= 3; v++) {
+    publish(&net, seed, v);
+    sn_run(&net, net.now + 300, NULL, NULL);
+  }
+  run_until_all_at(&net, 3);
+  check_all_exact(&net, 3);
+  stitch_swarm_stats ss;
+  sn_stats(seed, &ss);
+  uint64_t need = needed_bytes(&net, 3), down = 0;
+  for (int i = 1; i < net.n_nodes; i++) {
+    stitch_swarm_stats st;
+    sn_stats(&net.node[i], &st);
+    down += st.bytes_down;
+  }
+  if (!quiet)
+    printf("fan-out: 8 nodes at v3 bit-exact at t=%" PRIu64
+           " ms (v1 done %" PRIu64 " ms after publish); seed up %" PRIu64
+           " B = %.2fx the %" PRIu64 " B needed (a central store: 8x); "
+           "nodes down %" PRIu64 " B = %.2fx\n",
+           net.now, last_apply_ms(&net, 1) - publish_ms[1], ss.bytes_up,
+           (double)ss.bytes_up / (double)need, need, down,
+           (double)down / (double)need);
+  uint64_t fr[WIRE_TYPE_COUNT_] = {0};
+  for (int i = 0; i < net.n_nodes; i++)
+    for (int t = 0; t < WIRE_TYPE_COUNT_; t++)
+      fr[t] += net.node[i].rx_frames[t];
+  if (!quiet)
+    printf("fan-out frames: %" PRIu64 " MANIFEST, %" PRIu64 " BITFIELD, %"
+           PRIu64 " HAVE, %" PRIu64 " REQUEST, %" PRIu64 " CHUNK, %" PRIu64
+           " CANCEL, %" PRIu64 " REJECT, %" PRIu64 " PEERS; %zu links "
+           "opened, %" PRIu64 " dials to a node already being dialed\n",
+           fr[WIRE_MANIFEST], fr[WIRE_BITFIELD], fr[WIRE_HAVE],
+           fr[WIRE_REQUEST], fr[WIRE_CHUNK], fr[WIRE_CANCEL], fr[WIRE_REJECT],
+           fr[WIRE_PEERS], net.n_conn, net.dup_dials);
+  CHECK_NET(&net, need > 0);
+  CHECK_NET(&net, ss.bytes_up * 2 <= need * 3);
+  CHECK_NET(&net, quiet || net.dup_dials == 0); /* not what determinism is about */
+  fingerprint(&net, fp);
+  sn_free(&net);
+}
+
+/* An evil node flips a byte in every CHUNK it sends. It holds every chunk
+ * from the start, so honest nodes do ask it. */
+static void scenario_corrupt(void) {
+  sn_net net;
+  sn_node *seed = build(&net, &default_params, 6);
+  sn_node *evil = sn_add(&net, "eu", 0, 1);
+  evil->evil = SN_EVIL_FLIP;
+  evil->up_bw = 8000;
+  for (size_t i = 0; i < trainer_chunks.cap; i++)
+    if (trainer_chunks.slot[i].p != NULL)
+      sn_store_put(&evil->store, &trainer_chunks.slot[i].h,
+                   trainer_chunks.slot[i].p, trainer_chunks.slot[i].len);
+  sn_start(&net, seed, NULL, 0);
+  int to_seed = 0;
+  sn_start(&net, evil, &to_seed, 1);
+  for (int i = 1; i <= 6; i++) {
+    start_node(&net, &net.node[i]);
+    sn_link(&net, evil, &net.node[i]);
+  }
+  sn_run(&net, 50, NULL, NULL);
+  publish(&net, seed, 1);
+  sn_run(&net, net.now + 200, NULL, NULL);
+  publish(&net, seed, 2);
+  run_until_all_at(&net, 2);
+  check_all_exact(&net, 2);
+  uint64_t fails = 0, bans = 0, dropped = 0;
+  for (int i = 1; i <= 6; i++) {
+    stitch_swarm_stats st;
+    sn_stats(&net.node[i], &st);
+    fails += st.verify_failures;
+    bans += st.bans;
+  }
+  for (size_t k = 0; k < net.n_conn; k++)
+    for (int s = 0; s < 2; s++)
+      dropped += net.conn[k].d[s].from == evil->idx &&
+                 net.conn[k].closed_by == net.conn[k].d[s].to;
+  printf("corrupt chunks: 6 honest nodes at v2 bit-exact; %" PRIu64
+         " verify failures, %" PRIu64 " bans, %" PRIu64
+         " links to the evil node dropped by honest nodes\n",
+         fails, bans, dropped);
+  CHECK_NET(&net, fails >= 1);
+  CHECK_NET(&net, bans >= 1);
+  CHECK_NET(&net, dropped >= 1);
+  sn_free(&net);
+}
+
+/* The evil link is closed and every honest node holds version 2. */
+static int flood_done(sn_net *net, void *arg) {
+  uint64_t v = 2;
+  return !net->conn[*(const size_t *)arg].open && all_at(net, &v);
+}
+
+/* Evil nodes that, right after their handshake, send a 30 MiB CHUNK header
+ * and dribble, thousands of malformed frames, or a frame of an unknown
+ * type, each to its own victim, while the swarm moves to a new version. */
+static void scenario_flood(void) {
+  static const sn_evil kinds[3] = {SN_EVIL_UNKNOWN, SN_EVIL_GARBAGE,
+                                   SN_EVIL_HUGE};
+  static const char *names[3] = {"unknown type", "5000 malformed frames",
+                                 "30 MiB header + dribble"};
+  for (int k = 0; k < 3; k++) {
+    sn_net net;
+    sn_node *seed = build(&net, &default_params, 3);
+    sn_node *evil = sn_add(&net, "eu", 0, 0);
+    evil->evil = kinds[k];
+    evil->dribble = 16;
+    for (int i = 0; i <= 3; i++)
+      i == 0 ? sn_start(&net, seed, NULL, 0) : start_node(&net, &net.node[i]);
+    sn_run(&net, 50, NULL, NULL);
+    publish(&net, seed, 1);
+    run_until_all_at(&net, 1);
+    sn_node *victim = &net.node[1];
+    sn_start(&net, evil, NULL, 0);
+    sn_link(&net, evil, victim);
+    size_t link = net.n_conn - 1;
+    net.track_heap = 1;
+    publish(&net, seed, 2);
+    int ok = sn_run(&net, net.now + 60000, flood_done, &link);
+    const sn_conn *c = &net.conn[link];
+    const sn_pipe *p = &c->d[0];
+    stitch_swarm_stats vs;
+    sn_stats(victim, &vs);
+    const char *how = c->closed_by == victim->idx ? "dropped by the victim"
+                      : c->open ? "still open" : "closed by the attacker";
+    printf("flood (%s): link %s after %" PRIu64 " B in %" PRIu64
+           " ms (%s); the victim's core kept at most %" PRId64
+           " B for it (mallinfo2; 0 under ASan); victim at v%" PRIu64
+           ", bans %" PRIu64 "\n",
+           names[k], how, p->delivered,
+           (c->open ? net.now : c->closed_ms) - c->opened_ms,
+           c->open ? "-" : stitch_errname(c->close_rc), p->heap_peak,
+           victim->w_version, vs.bans);
+    CHECK_NET(&net, c->closed_by == victim->idx);
+    CHECK_NET(&net, ok);
+    /* Never more than what arrived (doubling buffers), never near the
+     * 30 MiB the header claimed. */
+    CHECK_NET(&net, p->heap_peak <= (int64_t)(2 * p->delivered + 65536));
+    CHECK_NET(&net, p->heap_peak < (4 << 20));
+    if (kinds[k] != SN_EVIL_HUGE) /* refused at the first bad frame */
+      CHECK_NET(&net, p->delivered < 16384);
+    check_all_exact(&net, 2);
+    sn_free(&net);
+  }
+}
+
+/* Version 99 built from version 3's manifest: signed by another key (its
+ * own swarm field, or the real one with the other key's signature), or
+ * signed by the trainer with one byte flipped. */
+static void forge(int kind, const stitch_pubkey *epk, const stitch_seckey *esk,
+                  uint8_t **out, size_t *len) {
+  stitch_manifest *m;
+  stitch_diag d = {{0}};
+  ASSERT_OK(stitch_manifest_open(ver[3].man, ver[3].man_len, &swarm_pk, &m,
+                                 NULL, &d),
+            d);
+  m->version = 99;
+  if (kind == 0)
+    m->swarm = *epk;
+  ASSERT_OK(stitch_manifest_sign(m, kind == 0 ? esk : &swarm_sk, out, len,
+                                 NULL, &d),
+            d);
+  stitch_manifest_free(m);
+  uint8_t *b = *out;
+  /* [format, body (bin), signature (bin 64)]: fixarray, fixint, bin. */
+  ASSERT(b[0] == 0x93 && b[1] == 0x01);
+  size_t hl = b[2] == 0xc4 ? 2 : b[2] == 0xc5 ? 3 : 5, body_len = 0;
+  for (size_t i = 3; i < 2 + hl; i++)
+    body_len = body_len << 8 | b[i];
+  const uint8_t *body = b + 2 + hl;
+  ASSERT_UEQ(2 + hl + body_len + 2 + 64, *len);
+  if (kind == 1) {
+    size_t in_len = 19 + body_len;
+    uint8_t *in = malloc(in_len);
+    ASSERT(in != NULL);
+    memcpy(in, "stitch-manifest-v1", 19); /* with its NUL */
+    memcpy(in + 19, body, body_len);
+    crypto_sign_detached(b + *len - 64, NULL, in, in_len, esk->b);
+    free(in);
+  } else if (kind == 2) {
+    b[2 + hl + body_len / 2] ^= 0x20;
+  }
+}
+
+static int victims_done(sn_net *net, void *arg) {
+  (void)arg;
+  for (size_t k = 0; k < net->n_conn; k++)
+    if (net->conn[k].open && (net->node[net->conn[k].d[0].from].evil ||
+                              net->node[net->conn[k].d[1].from].evil))
+      return 0;
+  uint64_t v = 2;
+  return all_at(net, &v);
+}
+
+/* Three evil nodes each hand one victim a forged version 99. */
+static void scenario_forged(void) {
+  static const char *what[3] = {"signed by another swarm's key",
+                                "other key's signature", "one byte flipped"};
+  sn_net net;
+  sn_node *seed = build(&net, &default_params, 5);
+  for (int i = 0; i <= 5; i++)
+    i == 0 ? sn_start(&net, seed, NULL, 0) : start_node(&net, &net.node[i]);
+  sn_run(&net, 50, NULL, NULL);
+  publish(&net, seed, 1);
+  run_until_all_at(&net, 1);
+  uint8_t *forged[3];
+  size_t flen[3];
+  sn_node *evil[3];
+  for (int k = 0; k < 3; k++) {
+    evil[k] = sn_add(&net, "eu", 0, 0);
+    forge(k, &evil[k]->cfg.node_pk, &evil[k]->cfg.node_sk, &forged[k],
+          &flen[k]);
+    stitch_hash(forged[k], flen[k], &net.watch[k]);
+    evil[k]->evil = SN_EVIL_MANIFEST;
+    evil[k]->evil_buf = forged[k];
+    evil[k]->evil_len = flen[k];
+  }
+  net.n_watch = 3;
+  for (int k = 0; k < 3; k++) {
+    sn_start(&net, evil[k], NULL, 0);
+    sn_link(&net, evil[k], &net.node[1 + k]);
+  }
+  publish(&net, seed, 2);
+  int ok = sn_run(&net, net.now + 60000, victims_done, NULL);
+  CHECK_NET(&net, ok);
+  check_all_exact(&net, 2);
+  for (int k = 0; k < 3; k++) {
+    sn_node *victim = &net.node[1 + k];
+    stitch_swarm_stats vs;
+    sn_stats(victim, &vs);
+    uint64_t elsewhere = 0;
+    for (int i = 0; i < net.n_nodes; i++)
+      if (i != victim->idx && net.node[i].evil == SN_HONEST)
+        elsewhere += net.node[i].watch_rx[k];
+    int dropped = 0;
+    for (size_t c = 0; c < net.n_conn; c++)
+      dropped |= net.conn[c].d[0].from == evil[k]->idx &&
+                 net.conn[c].closed_by == victim->idx;
+    printf("forged manifest (%s): victim received it %" PRIu64
+           " time(s), other nodes %" PRIu64 "; victim latest v%" PRIu64
+           ", verify failures %" PRIu64 ", bans %" PRIu64
+           ", sender dropped: %s\n",
+           what[k], victim->watch_rx[k], elsewhere, vs.latest_version,
+           vs.verify_failures, vs.bans, dropped ? "yes" : "no");
+    CHECK_NET(&net, victim->watch_rx[k] == 1);
+    CHECK_NET(&net, elsewhere == 0);
+    CHECK_NET(&net, vs.latest_version == 2);
+    CHECK_NET(&net, vs.verify_failures >= 1);
+    CHECK_NET(&net, dropped || vs.bans >= 1);
+  }
+  for (int k = 0; k < 3; k++)
+    free(forged[k]);
+  sn_free(&net);
+}
+
+/* Four nodes join after five versions and must catch up from an anchor. */
+static void scenario_late(void) {
+  sn_net net;
+  sn_node *seed = build(&net, &default_params, 8);
+  for (int i = 0; i <= 4; i++)
+    i == 0 ? sn_start(&net, seed, NULL, 0) : start_node(&net, &net.node[i]);
+  sn_run(&net, 50, NULL, NULL);
+  for (uint64_t v = 1; v <= 5; v++) {
+    publish(&net, seed, v);
+    sn_run(&net, net.now + 300, NULL, NULL);
+  }
+  run_until_all_at(&net, 5);
+  uint64_t t_join = net.now;
+  for (int i = 5; i <= 8; i++)
+    start_node(&net, &net.node[i]);
+  run_until_all_at(&net, 5);
+  uint64_t t_caught = net.now;
+  publish(&net, seed, 6);
+  run_until_all_at(&net, 6);
+  check_all_exact(&net, 6);
+  printf("late joiners: 4 nodes joined at t=%" PRIu64
+         " ms, at v5 bit-exact %" PRIu64 " ms later, then v6; applied: "
+         "%s (%s), %s, %s, %s; early node: %s\n",
+         t_join, t_caught - t_join, net.node[5].path, "a anchor, d delta, "
+         "c cumulative", net.node[6].path, net.node[7].path, net.node[8].path,
+         net.node[1].path);
+  sn_free(&net);
+}
+
+/* Half of version 1's chunks have reached the nodes' stores. */
+static int half_done(sn_net *net, void *arg) {
+  (void)arg;
+  uint64_t held = 0;
+  for (int i = 1; i < net->n_nodes; i++)
+    held += net->node[i].store.bytes;
+  return held * 2 >= ver[1].m->objects[0].bytes * (uint64_t)(net->n_nodes - 1);
+}
+
+static void scenario_leave(void) {
+  sn_net net;
+  sn_node *seed = build(&net, &default_params, 8);
+  for (int i = 0; i <= 8; i++)
+    i == 0 ? sn_start(&net, seed, NULL, 0) : start_node(&net, &net.node[i]);
+  sn_run(&net, 50, NULL, NULL);
+  publish(&net, seed, 1);
+  CHECK_NET(&net, sn_run(&net, net.now + DEADLINE_MS, half_done, NULL));
+  uint64_t t_kill = net.now;
+  char killed[64] = "";
+  /* The biggest uploaders among the unfinished, the others if need be. */
+  for (int k = 0; k < 3; k++) {
+    sn_node *best = NULL;
+    uint64_t most = 0;
+    for (int i = 1; i <= 8; i++) {
+      stitch_swarm_stats st;
+      sn_stats(&net.node[i], &st);
+      uint64_t score = st.bytes_up + (net.node[i].w_version ? 0 : 1ull << 40);
+      if (net.node[i].alive && (best == NULL || score > most)) {
+        best = &net.node[i];
+        most = score;
+      }
+    }
+    CHECK_NET(&net, best != NULL);
+    sn_kill(&net, best);
+    snprintf(killed + strlen(killed), sizeof(killed) - strlen(killed), " %s",
+             best->name);
+  }
+  run_until_all_at(&net, 1);
+  uint64_t t1 = net.now;
+  publish(&net, seed, 2);
+  run_until_all_at(&net, 2);
+  check_all_exact(&net, 2);
+  printf("leaving: killed%s at t=%" PRIu64 " ms (half of v1 fetched); the "
+         "other 5 at v1 %" PRIu64 " ms later, then v2\n",
+         killed, t_kill, t1 - t_kill);
+  sn_free(&net);
+}
+
+static void scenario_fanout_once(void) {
+  stitch_digest fp;
+  scenario_fanout(0, &fp);
+}
+
+static void scenario_determinism(void) {
+  stitch_digest a, b;
+  scenario_fanout(1, &a);
+  scenario_fanout(1, &b);
+  printf("determinism: the fan-out run twice with seed %" PRIu64
+         " gives %s fingerprints\n",
+         test_seed, memcmp(a.b, b.b, 32) == 0 ? "identical" : "DIFFERENT");
+  ASSERT_MEM_EQ(a.b, b.b, 32);
+}
+
+/* Runs one scenario in a child process, so that a failure (which exits)
+ * does not hide the others. STITCH_SWARM_ONLY=name runs just that one. */
+static int scenario(const char *name, void (*fn)(void)) {
+  const char *e = getenv("STITCH_SWARM_ONLY");
+  if (e != NULL && strcmp(e, name) != 0)
+    return 0;
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  ASSERT(pid >= 0);
+  if (pid == 0) {
+    fn();
+    fflush(stdout);
+    _exit(0);
+  }
+  int st;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+    return 0;
+  printf("%s: FAILED (STITCH_SWARM_ONLY=%s STITCH_TEST_SEED=%" PRIu64
+         " to replay)\n",
+         name, name, test_seed);
+  return 1;
+}
+
+int main(void) {
+  test_rng r = test_rng_seeded("test_swarm", 0x5717c4);
+  test_seed = r.s;
+  snprintf(root, sizeof(root), "%s", test_tmpdir());
+  make_versions(&r);
+  rm_root(); /* the versions are in memory now */
+  printf("versions: %d of %d tensors; objects (kind bytes chunks):", NV,
+         NT + 1);
+  for (uint64_t v = 1; v <= NV; v++)
+    for (uint64_t o = 0; o < ver[v].m->n_objects; o++)
+      printf(" v%" PRIu64 ":%s/%" PRIu64 "/%" PRIu64, v,
+             stitch_obj_kind_name(ver[v].m->objects[o].kind),
+             ver[v].m->objects[o].bytes, ver[v].m->objects[o].n_chunks);
+  printf("\n");
+  int failed = 0;
+  failed += scenario("fanout", scenario_fanout_once);
+  failed += scenario("corrupt", scenario_corrupt);
+  failed += scenario("flood", scenario_flood);
+  failed += scenario("forged", scenario_forged);
+  failed += scenario("late", scenario_late);
+  failed += scenario("leave", scenario_leave);
+  failed += scenario("determinism", scenario_determinism);
+  for (uint64_t v = 1; v <= NV; v++) {
+    stitch_manifest_free(ver[v].m);
+    free(ver[v].man);
+    for (int k = 0; k <= NT; k++)
+      free(ver[v].tensors[k]);
+  }
+  sn_store_free(&trainer_chunks);
+  if (failed)
+    printf("%d scenario(s) failed\n", failed);
+  return failed ? 1 : 0;
+}

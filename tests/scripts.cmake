@@ -27,3 +27,22 @@ if(TARGET stitch-synth)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/crash.sh ${STITCH_BIN} 40)
   set_tests_properties(versions crash PROPERTIES TIMEOUT 600)
 endif()
+# The swarm on loopback (issue 4): a seed and 6 stitchd nodes, 3 versions.
+# Every node bit-exact, and the seed's egress within 1.5 copies of what the
+# versions need.
+if(TARGET stitchd AND TARGET stitch-synth)
+  add_test(NAME swarm_demo_small
+           COMMAND sh -c [=[
+out="$(python3 "$0" --bin "$1" --nodes 6 --versions 3 --json --quiet --timeout 200)" || exit 1
+printf '%s\n' "$out"
+printf '%s\n' "$out" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+if r["all_bit_exact"] is not True:
+    sys.exit("swarm_demo_small: not every node is bit-exact")
+if r["seed_egress_bytes"] > 1.5 * r["version_bytes"]:
+    sys.exit("swarm_demo_small: seed egress %d B > 1.5 x version_bytes %d B"
+             % (r["seed_egress_bytes"], r["version_bytes"]))'
+]=] ${CMAKE_SOURCE_DIR}/tools/swarm-demo ${STITCH_BIN})
+  set_tests_properties(swarm_demo_small PROPERTIES TIMEOUT 300)
+endif()

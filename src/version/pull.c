@@ -34,10 +34,10 @@ static int adopt(const char *path, const stitch_store *s, stitch_wstate *st,
                          path);
 }
 
-/* Gathers the chunks of one plan step from the store and applies them. */
-static int apply_step(const stitch_store *s, const char *path,
-                      const stitch_vref *vr, uint32_t obj,
-                      const stitch_apply_opts *o, stitch_diag *d) {
+int stitch_store_apply(const stitch_store *s, const char *path,
+                       const stitch_vref *vr, uint32_t obj,
+                       const stitch_apply_opts *o, stitch_diag *d) {
+  RETURN_IF(obj >= vr->m->n_objects, d, STITCH_EINVAL, "no object %u", obj);
   const stitch_object *ob = &vr->m->objects[obj];
   stitch_patch *p;
   CHECK_RC(stitch_patch_new(vr->m, obj, &p, d));
@@ -49,9 +49,11 @@ static int apply_step(const stitch_store *s, const char *path,
     rc = stitch_store_get_chunk(s, &ob->chunks[c].hash, &bufs[c], &lens[c], d);
     if (rc == 0)
       rc = stitch_patch_add(p, c, bufs[c], lens[c], d);
-    if (rc != 0)
-      break;
-    if (o != NULL && o->progress != NULL)
+    /* A chunk that does not verify goes, so a good copy can take its
+     * place (the store leaves a chunk it already has alone). */
+    if (rc == STITCH_ECHECKSUM || rc == STITCH_EFORMAT)
+      stitch_store_drop_chunk(s, &ob->chunks[c].hash);
+    if (rc == 0 && o != NULL && o->progress != NULL)
       o->progress(o->progress_arg, "verify chunks", c + 1, n);
   }
   if (rc != 0 && d != NULL) {
@@ -105,8 +107,8 @@ int stitch_pull(const char *dir, const stitch_pubkey *swarm, const char *path,
                           st.version, &st.id, latest, &res->plan, d);
   for (size_t k = 0; rc == 0 && k < res->plan.n; k++) {
     const stitch_plan_step *step = &res->plan.step[k];
-    rc = apply_step(s, path, stitch_store_find(s, step->version),
-                    step->object, o, d);
+    rc = stitch_store_apply(s, path, stitch_store_find(s, step->version),
+                            step->object, o, d);
   }
   stitch_store_close(s);
   return rc;

@@ -293,6 +293,12 @@ int stitch_store_get_chunk(const stitch_store *s, const stitch_digest *hash,
   return 0;
 }
 
+void stitch_store_drop_chunk(const stitch_store *s, const stitch_digest *hash) {
+  char path[4096];
+  if (chunk_path(s, hash, path, sizeof(path), 0) == 0)
+    unlink(path);
+}
+
 void stitch_store_release(const uint8_t *buf, size_t len) {
   stitch_map mp = {(uint8_t *)buf, len};
   stitch_map_close(&mp);

@@ -46,6 +46,9 @@ int stitch_store_put_chunk(stitch_store *s, const stitch_digest *hash,
 int stitch_store_get_chunk(const stitch_store *s, const stitch_digest *hash,
                            const uint8_t **buf, size_t *len, stitch_diag *d);
 void stitch_store_release(const uint8_t *buf, size_t len);
+/* Removes a chunk (one that failed verification), so a good copy can be
+ * stored in its place. */
+void stitch_store_drop_chunk(const stitch_store *s, const stitch_digest *hash);
 int stitch_store_has_chunk(const stitch_store *s, const stitch_digest *hash);
 /* Verifies a signed manifest and adds it. Refuses a version at or below one
  * held under another id (STITCH_EROLLBACK). Adding the same bytes twice is
@@ -168,6 +171,14 @@ typedef struct stitch_apply_opts {
 int stitch_weights_apply(const char *path, const stitch_vref *vr, size_t obj,
                          const stitch_patch *p, const stitch_apply_opts *o,
                          stitch_diag *d);
+
+/* Applies object OBJ of version VR to the weights at PATH with the chunks
+ * store S holds: each is checked against the manifest, and one that fails
+ * is dropped from S (STITCH_ECHECKSUM or STITCH_EFORMAT), so it is fetched
+ * again; then stitch_weights_apply. */
+int stitch_store_apply(const stitch_store *s, const char *path,
+                       const stitch_vref *vr, uint32_t obj,
+                       const stitch_apply_opts *o, stitch_diag *d);
 
 typedef struct stitch_pull_result {
   uint64_t from, to;

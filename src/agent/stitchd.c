@@ -1,0 +1,744 @@
+/* stitchd.c: the node agent and the seed daemon (docs/stitchd.md).
+ *
+ *   stitchd node --swarm PREFIX.pub --listen ADDR --weights FILE --data DIR
+ *                [--peers ADDR,...] [--region R] [...]
+ *   stitchd seed --key PREFIX.key --listen ADDR --store DIR [...]
+ *
+ * The agent owns what is not protocol: the store behind the core's io, the
+ * weights file and its applies, the seed's watch on the trainer's store,
+ * the status file, signals. The core (stitch/swarm.h) decides everything
+ * about peers and chunks; the libuv driver (stitch/net.h) carries it out.
+ * Only libstitch's public headers are used here.
+ *
+ * Applies run on libuv's thread pool, one at a time and in the order the
+ * core asked for them, so the loop keeps serving chunks meanwhile. The
+ * worker reads the version's signed manifest from the store's file and
+ * parses its own copy, so it shares nothing mutable with the loop thread
+ * (the store's chunk reads touch only its directory name). */
+#define _GNU_SOURCE
+#include "stitch.h"
+#include "stitch/net.h"
+#include "stitch/store.h"
+#include "stitch/swarm.h"
+
+#include "options.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+
+#define STATUS_EVERY_MS 250
+#define SCAN_EVERY_MS 200
+#define APPLIED_MAX 4096   /* apply times kept for the status file */
+
+/* ---- The agent ---------------------------------------------------------- */
+
+typedef struct apply_job {
+  struct apply_job *next;
+  struct agent *a;
+  uv_work_t work;
+  uint64_t version;
+  uint32_t object;
+  stitch_digest id;
+  int rc;
+  stitch_diag d;
+  uint64_t ms; /* how long the apply took */
+} apply_job;
+
+typedef struct applied_rec {
+  uint64_t version, unix_ms;
+} applied_rec;
+
+typedef struct agent {
+  int seed;
+  const char *weights, *status, *dir;
+  char region[STITCH_SWARM_REGION_MAX];
+  char bound[STITCH_SWARM_ADDR_MAX]; /* host:port we listen on */
+  unsigned threads;
+  stitch_pubkey swarm_pk;
+  uv_loop_t loop;
+  stitch_net *net;
+  stitch_swarm *swarm;
+  stitch_store *store;
+  uv_timer_t status_timer, scan_timer;
+  uv_signal_t sigterm, sigint;
+  apply_job *queue, *queue_tail; /* waiting; the head runs when running */
+  int running, stopping;
+  applied_rec *applied;
+  size_t n_applied;
+  uint64_t announced; /* seed: newest version given to the core */
+  uint64_t clock_offset; /* the driver's clock less uv_now: it outlives the
+                            driver, for an apply that ends after a stop */
+} agent;
+
+/* The core's clock, the one the driver gives it. */
+static uint64_t agent_now(agent *a) {
+  uv_update_time(&a->loop);
+  return uv_now(&a->loop) + a->clock_offset;
+}
+
+static uint64_t unix_ms(void) {
+  struct timeval tv;
+  gettimeofday(&tv, NULL);
+  return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
+}
+
+/* One line on stderr: "2025-01-31T12:00:00.123Z stitchd[node]: LINE". */
+static void log_line(agent *a, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void log_line(agent *a, const char *fmt, ...) {
+  uint64_t ms = unix_ms();
+  time_t t = (time_t)(ms / 1000);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  char stamp[32], line[1024];
+  strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof(line), fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "%s.%03uZ " PROG "[%s]: %s\n", stamp,
+          (unsigned)(ms % 1000), a->seed ? "seed" : "node", line);
+}
+
+/* ---- The core's io: the store ------------------------------------------- */
+
+static uint64_t io_random(void *user) {
+  uint64_t v;
+  randombytes_buf(&v, sizeof(v));
+  return v;
+}
+
+static int io_chunk_has(void *user, const stitch_digest *hash) {
+  return stitch_store_has_chunk(((agent *)user)->store, hash);
+}
+
+static int io_chunk_read(void *user, const stitch_digest *hash,
+                         const uint8_t **buf, size_t *len) {
+  return stitch_store_get_chunk(((agent *)user)->store, hash, buf, len, NULL);
+}
+
+static void io_chunk_release(void *user, const uint8_t *buf, size_t len) {
+  stitch_store_release(buf, len);
+}
+
+static int io_chunk_write(void *user, const stitch_digest *hash,
+                          const uint8_t *buf, size_t len) {
+  agent *a = user;
+  if (a->seed)
+    return STITCH_EINVAL; /* the trainer's store is the publisher's */
+  stitch_diag d = {{0}};
+  int rc = stitch_store_put_chunk(a->store, hash, buf, len, &d);
+  if (rc != 0)
+    log_line(a, "store: %s", d.msg);
+  return rc;
+}
+
+static int io_manifest_write(void *user, const uint8_t *buf, size_t len) {
+  agent *a = user;
+  if (a->seed)
+    return 0; /* it came from the store */
+  stitch_diag d = {{0}};
+  int rc = stitch_store_put_manifest(a->store, buf, len, &d);
+  if (rc != 0)
+    log_line(a, "store: %s", d.msg);
+  return rc;
+}
+
+static void io_log(void *user, const char *line) {
+  log_line(user, "%s", line);
+}
+
+static void net_log(void *user, const char *line) {
+  log_line(user, "net: %s", line);
+}
+
+/* ---- Store files ---------------------------------------------------------- */
+
+/* The signed bytes of a version's manifest, read from the store's
+ * directory (proto/store.md: DIR/manifests/<v:020>-<id hex>). */
+static int read_manifest_file(const char *dir, const char *name, uint8_t **out,
+                              size_t *len, stitch_diag *d) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/manifests/%s", dir, name);
+  *out = NULL;
+  FILE *f = fopen(path, "rb");
+  struct stat st;
+  int ok = f != NULL && fstat(fileno(f), &st) == 0 && st.st_size > 0 &&
+           (uint64_t)st.st_size <= STITCH_MANIFEST_MAX;
+  uint8_t *buf = ok ? malloc((size_t)st.st_size) : NULL;
+  ok = buf != NULL && fread(buf, 1, (size_t)st.st_size, f) == (size_t)st.st_size;
+  int err = errno;
+  if (f != NULL)
+    fclose(f);
+  if (!ok) {
+    free(buf);
+    snprintf(d->msg, sizeof(d->msg), "%.200s: %s", path,
+             f == NULL ? strerror(err) : "unreadable or too large");
+    return f == NULL && err == ENOENT ? STITCH_ENOTFOUND : STITCH_EIO;
+  }
+  *out = buf;
+  *len = (size_t)st.st_size;
+  return 0;
+}
+
+static void manifest_name(uint64_t version, const stitch_digest *id,
+                          char out[96]) {
+  char hex[65];
+  stitch_digest_hex(id, hex);
+  snprintf(out, 96, "%020" PRIu64 "-%s", version, hex);
+}
+
+/* Gives the core one manifest file of the store. */
+static int announce(agent *a, const char *name) {
+  uint8_t *buf;
+  size_t len;
+  stitch_diag d = {{0}};
+  int rc = read_manifest_file(a->dir, name, &buf, &len, &d);
+  if (rc == 0) {
+    rc = stitch_swarm_add_manifest(a->swarm, buf, len, agent_now(a),
+                                   &d);
+    free(buf);
+  }
+  if (rc != 0)
+    log_line(a, "manifest %s: %s", name,
+             d.msg[0] ? d.msg : stitch_strerror(rc));
+  return rc;
+}
+
+/* ---- Applying (node) ------------------------------------------------------ */
+
+/* On the thread pool: everything here is the job's own. */
+static void apply_work(uv_work_t *w) {
+  apply_job *j = w->data;
+  agent *a = j->a;
+  uint64_t t0 = unix_ms();
+  char name[96];
+  manifest_name(j->version, &j->id, name);
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  stitch_manifest *m = NULL;
+  stitch_digest id;
+  stitch_diag *d = &j->d;
+  int rc = read_manifest_file(a->dir, name, &buf, &len, d);
+  if (rc == 0)
+    rc = stitch_manifest_open(buf, len, &a->swarm_pk, &m, &id, d);
+  free(buf);
+  if (rc == 0 &&
+      (memcmp(id.b, j->id.b, 32) != 0 || j->object >= m->n_objects)) {
+    rc = STITCH_EMISMATCH;
+    snprintf(d->msg, sizeof(d->msg), "the store's manifest is not the core's");
+  }
+  if (rc == 0) {
+    stitch_vref vr = {m, id};
+    stitch_apply_opts o = {.threads = a->threads};
+    rc = stitch_store_apply(a->store, a->weights, &vr, j->object, &o, d);
+  }
+  stitch_manifest_free(m);
+  j->rc = rc;
+  j->ms = unix_ms() - t0;
+}
+
+static void write_status(agent *a);
+static void apply_next(agent *a);
+
+static void apply_done(uv_work_t *w, int status) {
+  apply_job *j = w->data;
+  agent *a = j->a;
+  uint64_t now = agent_now(a);
+  a->queue = j->next;
+  if (a->queue == NULL)
+    a->queue_tail = NULL;
+  a->running = 0;
+  if (j->rc == 0) {
+    if (a->n_applied == APPLIED_MAX) {
+      memmove(a->applied, a->applied + 1,
+              (APPLIED_MAX - 1) * sizeof(*a->applied));
+      a->n_applied--;
+    }
+    a->applied[a->n_applied++] = (applied_rec){j->version, unix_ms()};
+    log_line(a, "applied version %" PRIu64 " (object %" PRIu32 ") in %" PRIu64
+                " ms",
+             j->version, j->object, j->ms);
+    stitch_swarm_applied(a->swarm, j->version, &j->id, now);
+  } else {
+    log_line(a, "apply of version %" PRIu64 " (object %" PRIu32 ") failed: %s",
+             j->version, j->object,
+             j->d.msg[0] ? j->d.msg : stitch_strerror(j->rc));
+    stitch_swarm_apply_failed(a->swarm, j->version, j->object, now);
+  }
+  free(j);
+  write_status(a);
+  if (!a->stopping)
+    stitch_net_kick(a->net);
+  apply_next(a);
+}
+
+static void apply_next(agent *a) {
+  if (a->running || a->queue == NULL)
+    return;
+  if (a->stopping) { /* not started: drop them */
+    while (a->queue != NULL) {
+      apply_job *j = a->queue;
+      a->queue = j->next;
+      free(j);
+    }
+    a->queue_tail = NULL;
+    return;
+  }
+  apply_job *j = a->queue;
+  j->work.data = j;
+  int rc = uv_queue_work(&a->loop, &j->work, apply_work, apply_done);
+  if (rc != 0) {
+    j->rc = STITCH_EIO;
+    snprintf(j->d.msg, sizeof(j->d.msg), "uv_queue_work: %s",
+             uv_strerror(rc));
+    apply_done(&j->work, 0);
+    return;
+  }
+  a->running = 1;
+}
+
+/* The driver's APPLY: queue it behind any apply in progress. */
+static void on_apply(void *user, uint64_t version, uint32_t object) {
+  agent *a = user;
+  uint64_t now = agent_now(a);
+  const stitch_vref *v;
+  size_t n = stitch_swarm_versions(a->swarm, &v), i;
+  for (i = 0; i < n && v[i].m->version != version; i++)
+    ;
+  apply_job *j = i < n && !a->seed ? calloc(1, sizeof(*j)) : NULL;
+  if (j == NULL) {
+    log_line(a, "cannot apply version %" PRIu64 ": %s", version,
+             a->seed ? "a seed never applies"
+             : i == n ? "the core holds no such manifest"
+                      : "out of memory");
+    stitch_swarm_apply_failed(a->swarm, version, object, now);
+    return;
+  }
+  j->a = a;
+  j->version = version;
+  j->object = object;
+  j->id = v[i].id;
+  if (a->queue_tail != NULL)
+    a->queue_tail->next = j;
+  else
+    a->queue = j;
+  a->queue_tail = j;
+  apply_next(a);
+}
+
+/* ---- The status file ---------------------------------------------------- */
+
+/* A JSON string: the region and addresses come from flags. */
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+    if (*p == '"' || *p == '\\')
+      fprintf(f, "\\%c", *p);
+    else if (*p < 0x20)
+      fprintf(f, "\\u%04x", *p);
+    else
+      fputc(*p, f);
+  fputc('"', f);
+}
+
+static void write_status(agent *a) {
+  if (a->status == NULL || a->swarm == NULL)
+    return;
+  stitch_swarm_stats s;
+  stitch_swarm_get_stats(a->swarm, &s);
+  char tmp[4096];
+  snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", a->status, (long)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (f == NULL) {
+    log_line(a, "status %s: %s", tmp, strerror(errno));
+    return;
+  }
+  fprintf(f, "{\"role\": \"%s\", \"pid\": %ld, \"listen\": ",
+          a->seed ? "seed" : "node", (long)getpid());
+  json_str(f, a->bound);
+  fputs(", \"region\": ", f);
+  json_str(f, a->region);
+  fprintf(f,
+          ", \"held_version\": %" PRIu64
+          ", \"latest_version\": %" PRIu64 ", \"fetching_version\": %" PRIu64
+          ", \"fetch_done\": %" PRIu64 ", \"fetch_total\": %" PRIu64
+          ", \"peers\": %" PRIu32 ", \"bytes_up\": %" PRIu64
+          ", \"bytes_down\": %" PRIu64 ", \"bytes_from_seed\": %" PRIu64
+          ", \"bytes_same_region\": %" PRIu64
+          ", \"bytes_other_region\": %" PRIu64
+          ", \"bytes_to_same_region\": %" PRIu64
+          ", \"bytes_to_other_region\": %" PRIu64
+          ", \"verify_failures\": %" PRIu64 ", \"bans\": %" PRIu64
+          ", \"manifests_forwarded\": %" PRIu64 ", \"applied\": [",
+          s.held_version, s.latest_version, s.fetching_version, s.fetch_done,
+          s.fetch_total, s.peers, s.bytes_up, s.bytes_down, s.bytes_from_seed,
+          s.bytes_same_region, s.bytes_other_region, s.bytes_to_same_region,
+          s.bytes_to_other_region, s.verify_failures, s.bans,
+          s.manifests_forwarded);
+  for (size_t i = 0; i < a->n_applied; i++)
+    fprintf(f, "%s{\"version\": %" PRIu64 ", \"unix_ms\": %" PRIu64 "}",
+            i ? ", " : "", a->applied[i].version, a->applied[i].unix_ms);
+  fprintf(f, "]}\n");
+  int bad = ferror(f);
+  if (fclose(f) != 0 || bad || rename(tmp, a->status) != 0) {
+    log_line(a, "status %s: %s", a->status, strerror(errno));
+    unlink(tmp);
+  }
+}
+
+static void on_status_timer(uv_timer_t *t) { write_status(t->data); }
+
+/* ---- The seed's watch on the trainer's store ------------------------------ */
+
+typedef struct mname {
+  uint64_t version;
+  char name[96];
+} mname;
+
+static int cmp_mname(const void *x, const void *y) {
+  const mname *p = x, *q = y;
+  return p->version < q->version ? -1 : p->version > q->version;
+}
+
+/* The version `latest` names (0: none yet, or unreadable for now). */
+static uint64_t store_latest(const char *dir) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/latest", dir);
+  FILE *f = fopen(path, "r");
+  uint64_t v = 0;
+  if (f != NULL) {
+    if (fscanf(f, "%20" SCNu64, &v) != 1)
+      v = 0;
+    fclose(f);
+  }
+  return v;
+}
+
+/* Announces every version the publisher made durable since the last scan:
+ * the manifests from the last announced one up to what `latest` names
+ * (the publisher moves `latest` only once every file is on disk). */
+static void scan_store(agent *a) {
+  uint64_t latest = store_latest(a->dir);
+  if (latest <= a->announced)
+    return;
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/manifests", a->dir);
+  DIR *dh = opendir(path);
+  if (dh == NULL)
+    return;
+  mname *v = NULL;
+  size_t n = 0, cap = 0;
+  for (struct dirent *e; (e = readdir(dh)) != NULL;) {
+    uint64_t ver;
+    char hex[65];
+    int end = 0;
+    if (sscanf(e->d_name, "%20" SCNu64 "-%64[0-9a-f]%n", &ver, hex, &end) !=
+            2 ||
+        e->d_name[end] != 0 || strlen(hex) != 64 || ver <= a->announced ||
+        ver > latest)
+      continue;
+    if (n == cap) {
+      size_t nc = cap ? 2 * cap : 16;
+      mname *nv = realloc(v, nc * sizeof(*nv));
+      if (nv == NULL)
+        break;
+      v = nv;
+      cap = nc;
+    }
+    v[n].version = ver;
+    memcpy(v[n].name, e->d_name, (size_t)end + 1); /* 85 bytes and a NUL */
+    n++;
+  }
+  closedir(dh);
+  qsort(v, n, sizeof(*v), cmp_mname);
+  for (size_t i = 0; i < n; i++)
+    if (announce(a, v[i].name) == 0)
+      log_line(a, "announced version %" PRIu64, v[i].version);
+  free(v);
+  a->announced = latest;
+  stitch_net_kick(a->net);
+}
+
+static void on_scan_timer(uv_timer_t *t) { scan_store(t->data); }
+
+/* ---- Start-up --------------------------------------------------------------- */
+
+/* DIR/node.key, made on first start. */
+static int node_identity(agent *a, stitch_swarm_config *cfg) {
+  char prefix[4096], path[4200];
+  snprintf(prefix, sizeof(prefix), "%s/node", a->dir);
+  snprintf(path, sizeof(path), "%s.key", prefix);
+  stitch_diag d = {{0}};
+  int rc = stitch_seckey_read(path, &cfg->node_sk, &cfg->node_pk, &d);
+  if (rc == STITCH_ENOTFOUND) {
+    rc = stitch_keygen(&cfg->node_pk, &cfg->node_sk);
+    if (rc == 0)
+      rc = stitch_key_write(prefix, &cfg->node_pk, &cfg->node_sk, &d);
+  }
+  return rc != 0 ? fail_diag(rc, &d) : 0;
+}
+
+/* What the weights file holds: nothing (it does not exist yet), or the
+ * version its state names, checked against the swarm and, when the file
+ * was touched since, against its own digest. */
+static int weights_state(agent *a, stitch_swarm_config *cfg) {
+  stitch_diag d = {{0}};
+  int rc = stitch_weights_recover(a->weights, NULL, &d);
+  if (rc != 0)
+    return fail_diag(rc, &d);
+  stitch_wstate st;
+  rc = stitch_weights_state(a->weights, &st, &d);
+  if (rc == STITCH_ENOTFOUND) {
+    if (access(a->weights, F_OK) == 0)
+      return fail("%s holds no stitch state: move it away (the node starts "
+                  "from an anchor) or bring it up with stitch pull",
+                  a->weights);
+    return 0;
+  }
+  if (rc != 0)
+    return fail_diag(rc, &d);
+  if (memcmp(st.swarm.b, a->swarm_pk.b, 32) != 0)
+    return fail("%s holds weights of another swarm", a->weights);
+  if (st.stale) {
+    stitch_st *cur;
+    stitch_digest view;
+    rc = stitch_st_open(a->weights, &cur, &d);
+    if (rc == 0) {
+      rc = stitch_view_digest(cur, &view, NULL);
+      stitch_st_free(cur);
+    }
+    if (rc != 0)
+      return fail_diag(rc, &d);
+    if (memcmp(view.b, st.view.b, 32) != 0)
+      return fail("%s was changed outside stitch: it no longer holds version "
+                  "%" PRIu64,
+                  a->weights, st.version);
+  }
+  cfg->held_version = st.version;
+  cfg->held_id = st.id;
+  return 0;
+}
+
+/* The address peers are told to dial: --advertise, or the listen host
+ * with the bound port ("" for a wildcard host: dial-out only). */
+static void advertised(const char *listen, const char *adv, int port,
+                       char *bound, char *out) {
+  char host[STITCH_SWARM_ADDR_MAX];
+  const char *colon = strrchr(listen, ':');
+  size_t hl = colon ? (size_t)(colon - listen) : 0;
+  if (hl >= sizeof(host))
+    hl = sizeof(host) - 1;
+  memcpy(host, listen, hl);
+  host[hl] = 0;
+  snprintf(bound, STITCH_SWARM_ADDR_MAX, "%.100s:%d", host, port);
+  if (adv != NULL)
+    snprintf(out, STITCH_SWARM_ADDR_MAX, "%s", adv);
+  else if (!strcmp(host, "0.0.0.0") || !strcmp(host, "[::]"))
+    out[0] = 0;
+  else
+    snprintf(out, STITCH_SWARM_ADDR_MAX, "%s", bound);
+}
+
+/* "ADDR[@REGION],..." */
+static int add_peers(agent *a, const char *list) {
+  char *copy = strdup(list), *save = NULL;
+  if (copy == NULL)
+    return fail("out of memory");
+  int rc = 0;
+  for (char *t = strtok_r(copy, ",", &save); rc == 0 && t != NULL;
+       t = strtok_r(NULL, ",", &save)) {
+    t += strspn(t, " \t");
+    if (*t == 0)
+      continue;
+    char *at = strchr(t, '@');
+    if (at != NULL)
+      *at = 0;
+    if (strlen(t) >= STITCH_SWARM_ADDR_MAX ||
+        (at && strlen(at + 1) >= STITCH_SWARM_REGION_MAX) ||
+        strrchr(t, ':') == NULL) {
+      rc = fail("--peers: '%s' is not host:port[@region]", t);
+      break;
+    }
+    int r = stitch_swarm_add_peer_addr(a->swarm, t, at ? at + 1 : "");
+    if (r != 0)
+      rc = fail("--peers: %s: %s", t, stitch_strerror(r));
+  }
+  free(copy);
+  return rc;
+}
+
+static void on_closed(uv_handle_t *h) {}
+
+static void shutdown_agent(agent *a, const char *why) {
+  if (a->stopping)
+    return;
+  a->stopping = 1;
+  log_line(a, "stopping: %s", why);
+  uv_close((uv_handle_t *)&a->status_timer, on_closed);
+  uv_close((uv_handle_t *)&a->scan_timer, on_closed);
+  uv_close((uv_handle_t *)&a->sigterm, on_closed);
+  uv_close((uv_handle_t *)&a->sigint, on_closed);
+  stitch_net_close(a->net);
+  a->net = NULL;
+}
+
+static void on_signal(uv_signal_t *h, int sig) {
+  shutdown_agent(h->data, sig == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+/* Opens everything, runs the loop until a signal, cleans up. */
+static int run(agent *a, opt *o) {
+  stitch_swarm_config cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  stitch_diag d = {{0}};
+  int rc;
+  unsigned v;
+  if (o[O_MAX_PEERS].value &&
+      opt_uint(o[O_MAX_PEERS].value, "max-peers", 1, 4096, &v) == 0)
+    cfg.max_peers = v;
+  else if (o[O_MAX_PEERS].value)
+    return 1;
+  if (o[O_THREADS].value &&
+      opt_uint(o[O_THREADS].value, "threads", 0, 1024, &a->threads) != 0)
+    return 1;
+  const char *region = o[O_REGION].value ? o[O_REGION].value : "";
+  if (strlen(region) >= sizeof(a->region))
+    return fail("--region: longer than %d bytes", STITCH_SWARM_REGION_MAX - 1);
+  snprintf(a->region, sizeof(a->region), "%s", region);
+  snprintf(cfg.region, sizeof(cfg.region), "%s", region);
+  if (o[O_ADVERTISE].value &&
+      strlen(o[O_ADVERTISE].value) >= STITCH_SWARM_ADDR_MAX)
+    return fail("--advertise: too long");
+  if (a->seed) {
+    rc = stitch_seckey_read(o[O_KEY].value, &cfg.node_sk, &cfg.node_pk, &d);
+    if (rc != 0)
+      return fail_diag(rc, &d);
+    /* The seed speaks as the trainer: its node key is the swarm key. */
+    a->swarm_pk = cfg.node_pk;
+    cfg.seed = 1;
+  } else {
+    rc = stitch_pubkey_read(o[O_SWARM].value, &a->swarm_pk, &d);
+    if (rc != 0)
+      return fail_diag(rc, &d);
+  }
+  cfg.swarm = a->swarm_pk;
+  rc = stitch_store_open(a->dir, &a->swarm_pk, 1, &a->store, &d);
+  if (rc != 0)
+    return fail_diag(rc, &d);
+  if (!a->seed && (node_identity(a, &cfg) || weights_state(a, &cfg)))
+    return 1;
+  uv_loop_init(&a->loop);
+  stitch_net_callbacks cb = {a, on_apply, net_log};
+  rc = stitch_net_new(&a->loop, o[O_LISTEN].value, &cb, &a->net, &d);
+  if (rc != 0) {
+    fail_diag(rc, &d);
+    uv_run(&a->loop, UV_RUN_DEFAULT); /* let the net close its handles */
+    return 1;
+  }
+  a->clock_offset = stitch_net_now(a->net) - uv_now(&a->loop);
+  advertised(o[O_LISTEN].value, o[O_ADVERTISE].value,
+             stitch_net_port(a->net), a->bound, cfg.listen);
+  stitch_swarm_io io = {a,           io_random,        io_chunk_has,
+                        io_chunk_read, io_chunk_release, io_chunk_write,
+                        io_manifest_write, io_log};
+  rc = stitch_swarm_new(&cfg, &io, &a->swarm, &d);
+  memset(&cfg.node_sk, 0, sizeof(cfg.node_sk));
+  if (rc != 0) {
+    fail_diag(rc, &d);
+    stitch_net_close(a->net);
+    uv_run(&a->loop, UV_RUN_DEFAULT);
+    return 1;
+  }
+  if (!a->seed) /* what this node held before a restart */
+    for (size_t i = 0; i < stitch_store_count(a->store); i++) {
+      const stitch_vref *r = stitch_store_at(a->store, i);
+      char name[96];
+      manifest_name(r->m->version, &r->id, name);
+      announce(a, name);
+    }
+  if (o[O_PEERS].value && add_peers(a, o[O_PEERS].value) != 0) {
+    stitch_net_close(a->net);
+    uv_run(&a->loop, UV_RUN_DEFAULT);
+    return 1;
+  }
+  uv_timer_init(&a->loop, &a->status_timer);
+  uv_timer_init(&a->loop, &a->scan_timer);
+  uv_signal_init(&a->loop, &a->sigterm);
+  uv_signal_init(&a->loop, &a->sigint);
+  a->status_timer.data = a->scan_timer.data = a;
+  a->sigterm.data = a->sigint.data = a;
+  uv_signal_start(&a->sigterm, on_signal, SIGTERM);
+  uv_signal_start(&a->sigint, on_signal, SIGINT);
+  stitch_net_start(a->net, a->swarm);
+  if (a->seed) {
+    scan_store(a);
+    uv_timer_start(&a->scan_timer, on_scan_timer, SCAN_EVERY_MS,
+                   SCAN_EVERY_MS);
+  }
+  if (a->status != NULL)
+    uv_timer_start(&a->status_timer, on_status_timer, STATUS_EVERY_MS,
+                   STATUS_EVERY_MS);
+  write_status(a);
+  printf(PROG ": listening on %s\n", a->bound);
+  fflush(stdout);
+  log_line(a, "listening on %s (advertised as '%s'), region '%s', "
+              "holding version %" PRIu64,
+           a->bound, cfg.listen, a->region, cfg.held_version);
+  uv_run(&a->loop, UV_RUN_DEFAULT);
+  write_status(a);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fputs(opt_usage, stderr);
+    return 1;
+  }
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      fputs(opt_usage, stdout);
+      return 0;
+    }
+  unsigned role = !strcmp(argv[1], "node")   ? ROLE_NODE
+                  : !strcmp(argv[1], "seed") ? ROLE_SEED
+                                             : 0;
+  if (role == 0)
+    return fail("unknown command '%s': node or seed (see " PROG " --help)",
+                argv[1]);
+  opt o[O_COUNT];
+  if (opt_parse(argc, argv, role, o) != 0)
+    return 1;
+  if (sodium_init() < 0)
+    return fail("libsodium failed to initialise");
+  signal(SIGPIPE, SIG_IGN);
+  agent a;
+  memset(&a, 0, sizeof(a));
+  a.seed = role == ROLE_SEED;
+  a.weights = o[O_WEIGHTS].value;
+  a.status = o[O_STATUS].value;
+  a.dir = a.seed ? o[O_STORE].value : o[O_DATA].value;
+  a.applied = calloc(APPLIED_MAX, sizeof(*a.applied));
+  if (a.applied == NULL)
+    return fail("out of memory");
+  int rc = run(&a, o);
+  if (a.swarm != NULL) {
+    stitch_swarm_free(a.swarm);
+    uv_loop_close(&a.loop);
+  }
+  stitch_store_close(a.store);
+  free(a.applied);
+  return rc;
+}

@@ -1,0 +1,556 @@
+/* driver.c: one stitch_swarm on a libuv loop over TCP (stitch/net.h).
+ *
+ * The driver only moves bytes and carries out actions. After every event
+ * that called into the core (accept, connect, read, write done, timer, a
+ * kick from the agent) `pump` drains the core's actions, starts a write
+ * for every peer with pending bytes and none in flight, and re-arms the one
+ * timer at stitch_swarm_wake.
+ *
+ * Writes copy at most NET_WRITE_MAX of the pending bytes into the peer's
+ * own buffer before handing them to libuv: the core's send buffer may move
+ * when it appends (a realloc), and a copy bounded by one write costs far
+ * less than the socket does. One write in flight per peer means the core
+ * sees its send queue grow when a peer reads slowly, and throttles. */
+#define _GNU_SOURCE
+#include "stitch/net.h"
+
+#include "common/diag.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NET_READ_BUF (64u << 10)
+#define NET_WRITE_MAX (1u << 20)
+#define NET_BACKLOG 128
+/* The core's clock starts far from 0 so that "0" never means a time. */
+#define NET_CLOCK_OFFSET_MS 1000000u
+
+typedef enum peer_state {
+  PEER_DIALING,  /* tcp handle up, connect in flight */
+  PEER_OPEN,     /* the core knows it */
+  PEER_CLOSING   /* uv_close called */
+} peer_state;
+
+typedef struct net_peer {
+  uv_tcp_t tcp; /* first: the handle's data is the peer too */
+  stitch_net *net;
+  struct net_peer *prev, *next;
+  peer_state state;
+  int in_core;  /* the core holds this id: owe it a peer_close */
+  uint32_t id;
+  int writing;
+  size_t wlen;
+  uv_write_t wr;
+  uv_connect_t conn;
+  char addr[STITCH_SWARM_ADDR_MAX];
+  uint8_t *wbuf; /* NET_WRITE_MAX */
+  uint8_t *rbuf; /* NET_READ_BUF */
+} net_peer;
+
+/* A name lookup for a dial, in flight. */
+typedef struct net_resolve {
+  uv_getaddrinfo_t req;
+  stitch_net *net;
+  char addr[STITCH_SWARM_ADDR_MAX];
+} net_resolve;
+
+struct stitch_net {
+  uv_loop_t *loop;
+  stitch_swarm *swarm;
+  stitch_net_callbacks cb;
+  uv_tcp_t listener;
+  uv_timer_t timer;
+  net_peer *peers;
+  unsigned live;  /* handles open and requests in flight */
+  int port;
+  int started, closing;
+  int pumping, again;
+};
+
+static void net_log(stitch_net *n, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void net_log(stitch_net *n, const char *fmt, ...) {
+  if (n->cb.log == NULL)
+    return;
+  char line[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof(line), fmt, ap);
+  va_end(ap);
+  n->cb.log(n->cb.user, line);
+}
+
+uint64_t stitch_net_now(const stitch_net *n) {
+  return uv_now(n->loop) + NET_CLOCK_OFFSET_MS;
+}
+
+/* Fresh time for the core: callbacks can run long after the loop cached
+ * its clock (a burst of reads, a chunk written to disk). */
+static uint64_t now_ms(stitch_net *n) {
+  uv_update_time(n->loop);
+  return stitch_net_now(n);
+}
+
+/* Frees the net once the last handle or request is done. */
+static void net_release(stitch_net *n) {
+  if (--n->live == 0 && n->closing)
+    free(n);
+}
+
+/* ---- Addresses ---------------------------------------------------------- */
+
+/* Splits "host:port" or "[v6]:port" into HOST (NUL-terminated) and PORT. */
+static int split_addr(const char *addr, char *host, size_t cap, char *port,
+                      size_t pcap) {
+  const char *colon;
+  size_t hl;
+  if (addr[0] == '[') {
+    const char *end = strchr(addr, ']');
+    if (end == NULL || end[1] != ':')
+      return STITCH_EINVAL;
+    hl = (size_t)(end - addr - 1);
+    addr++;
+    colon = end + 1;
+  } else {
+    colon = strrchr(addr, ':');
+    if (colon == NULL)
+      return STITCH_EINVAL;
+    hl = (size_t)(colon - addr);
+  }
+  size_t pl = strlen(colon + 1);
+  if (hl == 0 || hl >= cap || pl == 0 || pl >= pcap ||
+      strspn(colon + 1, "0123456789") != pl)
+    return STITCH_EINVAL;
+  memcpy(host, addr, hl);
+  host[hl] = 0;
+  memcpy(port, colon + 1, pl + 1);
+  return 0;
+}
+
+/* A numeric address without a lookup (0), or STITCH_ENOTFOUND for a name. */
+static int numeric_addr(const char *host, const char *port,
+                        struct sockaddr_storage *ss) {
+  int p = atoi(port);
+  if (p < 0 || p > 65535)
+    return STITCH_EINVAL;
+  if (uv_ip4_addr(host, p, (struct sockaddr_in *)ss) == 0)
+    return 0;
+  if (uv_ip6_addr(host, p, (struct sockaddr_in6 *)ss) == 0)
+    return 0;
+  return STITCH_ENOTFOUND;
+}
+
+static void peer_name(const uv_tcp_t *t, char *out, size_t cap) {
+  struct sockaddr_storage ss;
+  int len = sizeof(ss);
+  char ip[64] = "?";
+  int port = 0;
+  if (uv_tcp_getpeername(t, (struct sockaddr *)&ss, &len) == 0) {
+    if (ss.ss_family == AF_INET6) {
+      uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
+      port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+      snprintf(out, cap, "[%s]:%d", ip, port);
+      return;
+    }
+    uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
+    port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+  }
+  snprintf(out, cap, "%s:%d", ip, port);
+}
+
+/* ---- Peers -------------------------------------------------------------- */
+
+static void pump(stitch_net *n);
+
+static net_peer *peer_new(stitch_net *n, const char *addr) {
+  net_peer *p = calloc(1, sizeof(*p));
+  if (p == NULL)
+    return NULL;
+  p->wbuf = malloc(NET_WRITE_MAX);
+  p->rbuf = malloc(NET_READ_BUF);
+  if (p->wbuf == NULL || p->rbuf == NULL || uv_tcp_init(n->loop, &p->tcp)) {
+    free(p->wbuf);
+    free(p->rbuf);
+    free(p);
+    return NULL;
+  }
+  n->live++;
+  p->net = n;
+  p->tcp.data = p;
+  snprintf(p->addr, sizeof(p->addr), "%s", addr);
+  p->next = n->peers;
+  if (n->peers != NULL)
+    n->peers->prev = p;
+  n->peers = p;
+  return p;
+}
+
+static void on_peer_closed(uv_handle_t *h) {
+  net_peer *p = h->data;
+  stitch_net *n = p->net;
+  if (p->prev != NULL)
+    p->prev->next = p->next;
+  else
+    n->peers = p->next;
+  if (p->next != NULL)
+    p->next->prev = p->prev;
+  free(p->wbuf);
+  free(p->rbuf);
+  free(p);
+  net_release(n);
+}
+
+/* Closes the transport. TELL: the core still holds the id and must hear
+ * the peer is gone (not after the core dropped it itself). */
+static void peer_drop(net_peer *p, int tell) {
+  if (p->state == PEER_CLOSING)
+    return;
+  p->state = PEER_CLOSING;
+  if (p->in_core && tell)
+    stitch_swarm_peer_close(p->net->swarm, p->id, now_ms(p->net));
+  p->in_core = 0;
+  uv_close((uv_handle_t *)&p->tcp, on_peer_closed);
+}
+
+static net_peer *peer_find(stitch_net *n, uint32_t id) {
+  for (net_peer *p = n->peers; p != NULL; p = p->next)
+    if (p->in_core && p->id == id)
+      return p;
+  return NULL;
+}
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
+  net_peer *p = h->data;
+  *buf = uv_buf_init((char *)p->rbuf, NET_READ_BUF);
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
+  net_peer *p = st->data;
+  stitch_net *n = p->net;
+  if (nread == 0 || p->state != PEER_OPEN)
+    return;
+  if (nread < 0) {
+    if (nread != UV_EOF)
+      net_log(n, "peer %" PRIu32 " (%s): %s", p->id, p->addr,
+              uv_strerror((int)nread));
+    peer_drop(p, 1);
+  } else if (stitch_swarm_peer_recv(n->swarm, p->id, p->rbuf, (size_t)nread,
+                                    now_ms(n)) != 0) {
+    /* The core dropped it. peer_close lets the core free the peer's slot
+     * (a no-op for an id it already forgot); its CLOSE action for this id
+     * then finds nothing left to do. */
+    peer_drop(p, 1);
+  }
+  pump(n);
+}
+
+static void on_written(uv_write_t *req, int status) {
+  net_peer *p = req->data;
+  stitch_net *n = p->net;
+  p->writing = 0;
+  if (p->state != PEER_OPEN)
+    return; /* cancelled by a close: the peer is on its way out */
+  if (status < 0) {
+    net_log(n, "peer %" PRIu32 " (%s): write: %s", p->id, p->addr,
+            uv_strerror(status));
+    peer_drop(p, 1);
+  } else {
+    stitch_swarm_peer_sent(n->swarm, p->id, p->wlen);
+  }
+  pump(n);
+}
+
+/* Starts a write of what the core has pending, if none is in flight. */
+static void peer_flush(net_peer *p) {
+  stitch_net *n = p->net;
+  if (p->state != PEER_OPEN || p->writing)
+    return;
+  const uint8_t *buf;
+  size_t len;
+  stitch_swarm_peer_pending(n->swarm, p->id, &buf, &len);
+  if (len == 0)
+    return;
+  p->wlen = len < NET_WRITE_MAX ? len : NET_WRITE_MAX;
+  memcpy(p->wbuf, buf, p->wlen);
+  uv_buf_t b = uv_buf_init((char *)p->wbuf, (unsigned)p->wlen);
+  p->wr.data = p;
+  int rc = uv_write(&p->wr, (uv_stream_t *)&p->tcp, &b, 1, on_written);
+  if (rc != 0) {
+    net_log(n, "peer %" PRIu32 " (%s): write: %s", p->id, p->addr,
+            uv_strerror(rc));
+    peer_drop(p, 1);
+    return;
+  }
+  p->writing = 1;
+}
+
+/* The transport is up: the core gets the peer. */
+static void peer_opened(net_peer *p, int outbound) {
+  stitch_net *n = p->net;
+  uv_tcp_nodelay(&p->tcp, 1);
+  if (stitch_swarm_peer_open(n->swarm, now_ms(n), outbound, p->addr,
+                             &p->id) != 0) {
+    peer_drop(p, 0); /* the core refused it */
+    return;
+  }
+  p->in_core = 1;
+  p->state = PEER_OPEN;
+  int rc = uv_read_start((uv_stream_t *)&p->tcp, on_alloc, on_read);
+  if (rc != 0) {
+    net_log(n, "peer %" PRIu32 " (%s): read: %s", p->id, p->addr,
+            uv_strerror(rc));
+    peer_drop(p, 1);
+  }
+}
+
+static void on_connect(uv_connect_t *req, int status) {
+  net_peer *p = req->data;
+  stitch_net *n = p->net;
+  if (p->state != PEER_DIALING)
+    return; /* closed while dialing */
+  if (status < 0) {
+    /* Nothing to tell the core: it times its CONNECT out itself. */
+    net_log(n, "connect %s: %s", p->addr, uv_strerror(status));
+    peer_drop(p, 0);
+    return;
+  }
+  peer_opened(p, 1);
+  pump(n);
+}
+
+static void dial_to(stitch_net *n, const char *addr,
+                    const struct sockaddr *sa) {
+  net_peer *p = peer_new(n, addr);
+  if (p == NULL) {
+    net_log(n, "connect %s: out of memory", addr);
+    return;
+  }
+  p->state = PEER_DIALING;
+  p->conn.data = p;
+  int rc = uv_tcp_connect(&p->conn, &p->tcp, sa, on_connect);
+  if (rc != 0) {
+    net_log(n, "connect %s: %s", addr, uv_strerror(rc));
+    peer_drop(p, 0);
+  }
+}
+
+static void on_resolved(uv_getaddrinfo_t *req, int status,
+                        struct addrinfo *res) {
+  net_resolve *r = req->data;
+  stitch_net *n = r->net;
+  if (status == 0 && !n->closing)
+    dial_to(n, r->addr, res->ai_addr);
+  else if (status != 0 && status != UV_ECANCELED)
+    net_log(n, "connect %s: %s", r->addr, uv_strerror(status));
+  uv_freeaddrinfo(res);
+  free(r);
+  net_release(n);
+}
+
+/* Carries out a CONNECT: a numeric address at once, a name after a lookup
+ * on the thread pool. */
+static void dial(stitch_net *n, const char *addr) {
+  char host[STITCH_SWARM_ADDR_MAX], port[8];
+  struct sockaddr_storage ss;
+  if (split_addr(addr, host, sizeof(host), port, sizeof(port)) != 0) {
+    net_log(n, "connect %s: not host:port", addr);
+    return;
+  }
+  int rc = numeric_addr(host, port, &ss);
+  if (rc == 0) {
+    dial_to(n, addr, (const struct sockaddr *)&ss);
+    return;
+  }
+  net_resolve *r = calloc(1, sizeof(*r));
+  if (rc != STITCH_ENOTFOUND || r == NULL) {
+    net_log(n, "connect %s: %s", addr, r ? "bad port" : "out of memory");
+    free(r);
+    return;
+  }
+  r->net = n;
+  r->req.data = r;
+  snprintf(r->addr, sizeof(r->addr), "%s", addr);
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM};
+  rc = uv_getaddrinfo(n->loop, &r->req, on_resolved, host, port, &hints);
+  if (rc != 0) {
+    net_log(n, "connect %s: %s", addr, uv_strerror(rc));
+    free(r);
+    return;
+  }
+  n->live++;
+}
+
+/* ---- The pump: actions, writes, timer ----------------------------------- */
+
+static void on_timer(uv_timer_t *t) {
+  stitch_net *n = t->data;
+  int rc = stitch_swarm_tick(n->swarm, now_ms(n));
+  if (rc != 0)
+    net_log(n, "tick: %s", stitch_strerror(rc));
+  pump(n);
+}
+
+static void take_action(stitch_net *n, const stitch_swarm_action *a) {
+  net_peer *p;
+  switch (a->kind) {
+  case STITCH_SWARM_CONNECT:
+    dial(n, a->addr);
+    break;
+  case STITCH_SWARM_CLOSE:
+    if ((p = peer_find(n, a->peer)) != NULL)
+      peer_drop(p, 1);
+    break;
+  case STITCH_SWARM_APPLY:
+    if (n->cb.apply != NULL)
+      n->cb.apply(n->cb.user, a->version, a->object);
+    break;
+  case STITCH_SWARM_NONE:
+    break;
+  }
+}
+
+/* Called after every call into the core. Re-entrant calls (an apply
+ * callback that answers at once and kicks) fold into the running pump. */
+static void pump(stitch_net *n) {
+  if (n->swarm == NULL || n->closing)
+    return;
+  if (n->pumping) {
+    n->again = 1;
+    return;
+  }
+  n->pumping = 1;
+  /* Until a pass finds nothing to do: a flush that fails drops a peer,
+   * and the core may answer that with actions. */
+  for (int took = 1; took || n->again;) {
+    n->again = took = 0;
+    for (;;) {
+      stitch_swarm_action a;
+      stitch_swarm_next_action(n->swarm, &a);
+      if (a.kind == STITCH_SWARM_NONE)
+        break;
+      take_action(n, &a);
+      took = 1;
+    }
+    for (net_peer *p = n->peers; p != NULL; p = p->next)
+      peer_flush(p);
+  }
+  n->pumping = 0;
+  uint64_t wake = stitch_swarm_wake(n->swarm), now = now_ms(n);
+  if (wake == UINT64_MAX) { /* nothing to wake for */
+    uv_timer_stop(&n->timer);
+    return;
+  }
+  uint64_t delay = wake > now ? wake - now : 0;
+  uv_timer_start(&n->timer, on_timer, delay, 0);
+}
+
+void stitch_net_kick(stitch_net *n) { pump(n); }
+
+/* ---- Listening ---------------------------------------------------------- */
+
+static void accept_one(stitch_net *n) {
+  net_peer *p = peer_new(n, "");
+  if (p == NULL) {
+    net_log(n, "accept: out of memory");
+    return;
+  }
+  int rc = uv_accept((uv_stream_t *)&n->listener, (uv_stream_t *)&p->tcp);
+  if (rc != 0) {
+    net_log(n, "accept: %s", uv_strerror(rc));
+    peer_drop(p, 0);
+    return;
+  }
+  peer_name(&p->tcp, p->addr, sizeof(p->addr));
+  peer_opened(p, 0);
+}
+
+static void on_connection(uv_stream_t *server, int status) {
+  stitch_net *n = server->data;
+  if (status < 0) {
+    net_log(n, "accept: %s", uv_strerror(status));
+    return;
+  }
+  if (n->swarm == NULL || n->closing)
+    return;
+  accept_one(n);
+  pump(n);
+}
+
+static int bind_listen(stitch_net *n, const char *listen, stitch_diag *d) {
+  char host[STITCH_SWARM_ADDR_MAX], port[8];
+  RETURN_IF(split_addr(listen, host, sizeof(host), port, sizeof(port)) != 0,
+            d, STITCH_EINVAL, "listen address '%s': not host:port", listen);
+  struct sockaddr_storage ss;
+  int rc = numeric_addr(host, port, &ss);
+  RETURN_IF(rc == STITCH_EINVAL, d, STITCH_EINVAL,
+            "listen address '%s': bad port", listen);
+  if (rc != 0) { /* a name: look it up once, at start */
+    uv_getaddrinfo_t req;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE};
+    rc = uv_getaddrinfo(n->loop, &req, NULL, host, port, &hints);
+    RETURN_IF(rc != 0, d, STITCH_ENOTFOUND, "listen address '%s': %s",
+              listen, uv_strerror(rc));
+    memcpy(&ss, req.addrinfo->ai_addr, req.addrinfo->ai_addrlen);
+    uv_freeaddrinfo(req.addrinfo);
+  }
+  rc = uv_tcp_bind(&n->listener, (const struct sockaddr *)&ss, 0);
+  if (rc == 0)
+    rc = uv_listen((uv_stream_t *)&n->listener, NET_BACKLOG, on_connection);
+  RETURN_IF(rc != 0, d, STITCH_EIO, "listen on %s: %s", listen,
+            uv_strerror(rc));
+  int len = sizeof(ss);
+  rc = uv_tcp_getsockname(&n->listener, (struct sockaddr *)&ss, &len);
+  RETURN_IF(rc != 0, d, STITCH_EIO, "listen on %s: %s", listen,
+            uv_strerror(rc));
+  n->port = ss.ss_family == AF_INET6
+                ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+  return 0;
+}
+
+static void on_own_closed(uv_handle_t *h) { net_release(h->data); }
+
+int stitch_net_new(uv_loop_t *loop, const char *listen,
+                   const stitch_net_callbacks *cb, stitch_net **out,
+                   stitch_diag *d) {
+  *out = NULL;
+  stitch_net *n = calloc(1, sizeof(*n));
+  RETURN_IF(n == NULL, d, STITCH_ENOMEM, "out of memory");
+  n->loop = loop;
+  if (cb != NULL)
+    n->cb = *cb;
+  uv_tcp_init(loop, &n->listener);
+  uv_timer_init(loop, &n->timer);
+  n->listener.data = n;
+  n->timer.data = n;
+  n->live = 2;
+  int rc = bind_listen(n, listen, d);
+  if (rc != 0) {
+    stitch_net_close(n);
+    return rc;
+  }
+  *out = n;
+  return 0;
+}
+
+int stitch_net_port(const stitch_net *n) { return n->port; }
+
+void stitch_net_start(stitch_net *n, stitch_swarm *swarm) {
+  n->swarm = swarm;
+  n->started = 1;
+  pump(n);
+}
+
+void stitch_net_close(stitch_net *n) {
+  if (n == NULL || n->closing)
+    return;
+  for (net_peer *p = n->peers; p != NULL; p = p->next)
+    peer_drop(p, n->swarm != NULL);
+  n->closing = 1; /* after the drops: pump no longer runs */
+  uv_close((uv_handle_t *)&n->listener, on_own_closed);
+  uv_close((uv_handle_t *)&n->timer, on_own_closed);
+}

@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
-# The README's main job (until the swarm exists): set up, build, make a
-# synthetic Adam trajectory, and for every step show the full checkpoint
-# size, the delta size, the memoryless entropy bound, the int32+value layout
-# trainers ship today, and a bit-exact check of apply.
+# The README's main job: set up, build, and run the local swarm demo
+# (tools/swarm-demo): a seed and 32 stitchd nodes on loopback receive 10
+# published versions, and every node's weights are checked bit for bit.
 #
-#   tools/demo.sh                      # BF16 (50M params), then FP8 and NVFP4
-#   STITCH_DEMO_PARAMS=200M STITCH_DEMO_STEPS=10 tools/demo.sh
+# With --codec it shows the codec and the version layer instead: for a
+# synthetic Adam trajectory, every step's full checkpoint size, delta size,
+# memoryless entropy bound, the int32+value layout trainers ship today and a
+# bit-exact check of apply; then a signed store pulled by a new node and by
+# a lagging one.
+#
+#   tools/demo.sh                      # the swarm: 32 nodes, 10 versions
+#   STITCH_DEMO_NODES=8 STITCH_DEMO_VERSIONS=4 tools/demo.sh
+#   tools/demo.sh --codec              # BF16 (50M params), then FP8 and NVFP4
+#   STITCH_DEMO_PARAMS=200M STITCH_DEMO_STEPS=10 tools/demo.sh --codec
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
 bin=build/bin
+if [ "${1:-}" != "--codec" ]; then
+  exec tools/swarm-demo --nodes "${STITCH_DEMO_NODES:-32}" \
+    --versions "${STITCH_DEMO_VERSIONS:-10}" --bin "$bin"
+fi
 params="${STITCH_DEMO_PARAMS:-50M}"
 steps="${STITCH_DEMO_STEPS:-5}"
 lr="${STITCH_DEMO_LR:-1e-6}"

@@ -295,6 +295,12 @@ int cmd_recover(int argc, char **argv) {
   int rc = stitch_weights_recover(fl[0].value, &recovered, &d);
   if (rc == 0)
     rc = stitch_weights_state(fl[0].value, &st, &d);
+  if (rc == STITCH_ENOTFOUND && access(fl[0].value, F_OK) != 0) {
+    /* An anchor that never landed: nothing there, as before. */
+    printf("%s: no weights yet%s\n", fl[0].value,
+           recovered ? " (recovered an interrupted apply)" : "");
+    return 0;
+  }
   if (rc != 0)
     return cli_fail(rc, &d);
   char view[65];

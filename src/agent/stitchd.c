@@ -272,6 +272,10 @@ static void apply_done(uv_work_t *w, int status) {
                 " ms",
              j->version, j->object, j->ms);
     stitch_swarm_applied(a->swarm, j->version, &j->id, now);
+    /* Keep what peers catching up may still ask for, drop the rest. */
+    stitch_diag gd = {{0}};
+    if (stitch_store_retain(a->store, j->version, 16, &gd) != 0)
+      log_line(a, "retention: %s", gd.msg);
   } else {
     log_line(a, "apply of version %" PRIu64 " (object %" PRIu32 ") failed: %s",
              j->version, j->object,

@@ -421,10 +421,15 @@ static int sweep_chunks(stitch_store *s, const stitch_digest *keep,
 }
 
 int stitch_store_gc(stitch_store *s, unsigned keep, stitch_diag *d) {
-  if (s->n == 0 || s->latest == 0)
+  return stitch_store_retain(s, s->latest, keep, d);
+}
+
+int stitch_store_retain(stitch_store *s, uint64_t newest, unsigned keep,
+                        stitch_diag *d) {
+  if (s->n == 0 || newest == 0)
     return 0;
   keep = keep ? keep : 16;
-  uint64_t start = s->latest > keep ? s->latest - keep + 1 : 1;
+  uint64_t start = newest > keep ? newest - keep + 1 : 1;
   /* Back to the newest anchor at or before the window's start. */
   size_t first = 0;
   for (size_t i = 0; i < s->n; i++)

@@ -62,6 +62,11 @@ int stitch_store_set_latest(stitch_store *s, uint64_t version, stitch_diag *d);
  * start, so that every kept version stays reachable. Chunks no kept version
  * needs are removed. */
 int stitch_store_gc(stitch_store *s, unsigned keep, stitch_diag *d);
+/* The same window counted back from NEWEST instead of `latest`: a node's
+ * store, which holds only the objects its plans needed, keeps what it can
+ * serve around the version its weights hold. */
+int stitch_store_retain(stitch_store *s, uint64_t newest, unsigned keep,
+                        stitch_diag *d);
 
 /* Checks the whole store: every chunk of every object is present, hashes
  * to its name and parses; every version's parent is held under the id it

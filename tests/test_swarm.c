@@ -673,10 +673,49 @@ static void scenario_determinism(void) {
 
 /* Runs one scenario in a child process, so that a failure (which exits)
  * does not hide the others. STITCH_SWARM_ONLY=name runs just that one. */
+/* Not run by default (STITCH_SWARM_ONLY=sweep): the fan-out of the anchor
+ * to 16 nodes for several pipelining depths and neighbour counts, for
+ * docs/swarm.md. Each run must still end bit-exact. */
+static void scenario_sweep(void) {
+  static const unsigned pipes[] = {1, 2, 4, 8}, peers[] = {4, 8, 12};
+  printf("sweep: 16 nodes, v1 (anchor, 65 chunks); columns: pipeline, "
+         "max_peers, v1 done (ms after publish), seed up / needed, "
+         "nodes down / needed\n");
+  for (size_t a = 0; a < sizeof(pipes) / sizeof(pipes[0]); a++)
+    for (size_t b = 0; b < sizeof(peers) / sizeof(peers[0]); b++) {
+      sn_params q = default_params;
+      q.pipeline = pipes[a];
+      q.max_peers = peers[b];
+      sn_net net;
+      sn_node *seed = build(&net, &q, 16);
+      for (int i = 0; i < net.n_nodes; i++)
+        i == 0 ? sn_start(&net, seed, NULL, 0)
+               : start_node(&net, &net.node[i]);
+      sn_run(&net, 50, NULL, NULL);
+      publish(&net, seed, 1);
+      run_until_all_at(&net, 1);
+      check_all_exact(&net, 1);
+      stitch_swarm_stats ss;
+      sn_stats(seed, &ss);
+      uint64_t need = needed_bytes(&net, 1), down = 0;
+      for (int i = 1; i < net.n_nodes; i++) {
+        stitch_swarm_stats st;
+        sn_stats(&net.node[i], &st);
+        down += st.bytes_down;
+      }
+      printf("sweep: %u %2u %6" PRIu64 " %.2f %.2f\n", pipes[a], peers[b],
+             last_apply_ms(&net, 1) - publish_ms[1],
+             (double)ss.bytes_up / (double)need,
+             (double)down / (double)need);
+      sn_free(&net);
+    }
+}
+
 static int scenario(const char *name, void (*fn)(void)) {
   const char *e = getenv("STITCH_SWARM_ONLY");
-  if (e != NULL && strcmp(e, name) != 0)
-    return 0;
+  if ((e != NULL && strcmp(e, name) != 0) ||
+      (e == NULL && strcmp(name, "sweep") == 0))
+    return 0; /* the sweep runs only when asked for */
   fflush(stdout);
   fflush(stderr);
   pid_t pid = fork();
@@ -718,6 +757,7 @@ int main(void) {
   failed += scenario("late", scenario_late);
   failed += scenario("leave", scenario_leave);
   failed += scenario("determinism", scenario_determinism);
+  failed += scenario("sweep", scenario_sweep);
   for (uint64_t v = 1; v <= NV; v++) {
     stitch_manifest_free(ver[v].m);
     free(ver[v].man);

@@ -19,6 +19,7 @@
 #include "common/diag.h"
 #include "codec/st_internal.h"
 #include "common/fileio.h"
+#include "common/parallel.h"
 #include "version/journal.h"
 
 #include <errno.h>
@@ -217,47 +218,76 @@ static size_t elem_width(stitch_dtype dt) {
   return w ? w : 1;
 }
 
-/* Pass 1 of an in-place apply: the journal of every changed block. */
+/* A batch of blocks decoded in parallel into copies, journaled in order. */
+typedef struct decode_batch {
+  const stitch_patch *p;
+  const wfile *f;
+  uint64_t first;   /* the batch's first block */
+  uint8_t **buf;    /* one copy per block of the batch */
+} decode_batch;
+
+static int decode_one(void *ctx, size_t item, uint8_t *scratch,
+                      stitch_diag *d) {
+  decode_batch *bt = ctx;
+  stitch_patch_block b;
+  stitch_patch_block_at(bt->p, bt->first + item, &b);
+  const stitch_tensor *t = stitch_st_tensor(bt->f->st, (size_t)b.tensor);
+  memcpy(bt->buf[item], t->data + b.byte_off, (size_t)b.byte_len);
+  return stitch_patch_decode_block(bt->p, bt->first + item, bt->buf[item],
+                                   scratch, d);
+}
+
+/* Pass 1 of an in-place apply: the journal of every changed block. Blocks
+ * decode on all threads, a batch at a time (memory: two blocks per
+ * thread); the journal is written in block order. */
 static int write_journal(const char *jpath, wfile *f, const stitch_vref *vr,
                          const stitch_patch *p, const journal_head *h,
                          const uint8_t *hdr, size_t hdr_len,
                          const stitch_apply_opts *o, stitch_diag *d) {
   uint64_t nb = stitch_patch_block_count(p);
-  size_t scratch_len = stitch_patch_scratch_bytes(p), buf_len = 1;
+  size_t buf_len = 1;
   for (uint64_t k = 0; k < nb; k++) {
     stitch_patch_block b;
     stitch_patch_block_at(p, k, &b);
     buf_len = b.byte_len > buf_len ? (size_t)b.byte_len : buf_len;
   }
-  uint8_t *scratch = malloc(scratch_len ? scratch_len : 1);
-  uint8_t *buf = malloc(buf_len);
+  unsigned threads = stitch_parallel_threads(o ? o->threads : 0, (size_t)nb);
+  size_t batch = 2 * (size_t)threads;
+  uint8_t **bufs = calloc(batch, sizeof(*bufs));
+  int rc = bufs ? 0 : STITCH_ENOMEM;
+  for (size_t i = 0; rc == 0 && i < batch; i++)
+    if ((bufs[i] = malloc(buf_len)) == NULL)
+      rc = STITCH_ENOMEM;
   journal_writer w;
-  int rc = scratch && buf ? journal_begin(&w, jpath, h, d)
-                          : stitch_diag_set(d, STITCH_ENOMEM, "out of memory");
+  rc = rc == 0 ? journal_begin(&w, jpath, h, d)
+               : stitch_diag_set(d, STITCH_ENOMEM, "out of memory");
   int begun = rc == 0;
   if (rc == 0 && hdr != NULL)
     rc = journal_add(&w, 8, f->map + 8, hdr, hdr_len, 1, d);
-  for (uint64_t k = 0; rc == 0 && k < nb; k++) {
-    stitch_patch_block b;
-    stitch_patch_block_at(p, k, &b);
-    const stitch_tensor *t = stitch_st_tensor(f->st, (size_t)b.tensor);
-    const uint8_t *old = t->data + b.byte_off;
-    memcpy(buf, old, (size_t)b.byte_len);
-    rc = stitch_patch_decode_block(p, k, buf, scratch, d);
-    if (rc == 0)
-      rc = journal_add(&w, (uint64_t)(old - f->map), old, buf,
+  for (uint64_t k = 0; rc == 0 && k < nb; k += batch) {
+    size_t n = nb - k < batch ? (size_t)(nb - k) : batch;
+    decode_batch bt = {p, f, k, bufs};
+    rc = stitch_parallel_diag(n, threads, stitch_patch_scratch_bytes(p),
+                              decode_one, &bt, d);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+      stitch_patch_block b;
+      stitch_patch_block_at(p, k + i, &b);
+      const uint8_t *old =
+          stitch_st_tensor(f->st, (size_t)b.tensor)->data + b.byte_off;
+      rc = journal_add(&w, (uint64_t)(old - f->map), old, bufs[i],
                        (size_t)b.byte_len,
                        (unsigned)elem_width(vr->m->tensors[b.tensor].dtype),
                        d);
-    if ((k & 63) == 63 || k + 1 == nb)
-      report(o, "decode", k + 1, nb);
+    }
+    report(o, "decode", k + n, nb);
   }
   if (rc == 0)
     rc = journal_commit(&w, d);
   else if (begun)
     journal_abort(&w);
-  free(scratch);
-  free(buf);
+  for (size_t i = 0; bufs != NULL && i < batch; i++)
+    free(bufs[i]);
+  free(bufs);
   return rc;
 }
 

@@ -49,6 +49,8 @@ typedef struct journal_writer {
   dbuf buf; /* batched writes */
   uint64_t records;
   uint64_t bytes;
+  uint32_t *ix; /* changed element indices of the current run */
+  size_t ix_cap;
 } journal_writer;
 
 int journal_begin(journal_writer *w, const char *path, const journal_head *h,

@@ -29,7 +29,7 @@ done
 grep -q '"kind": "anchor"' "$work/pub0.json" || fail "version 1 is not an anchor"
 grep -q '"kind": "delta"' "$work/pub1.json" || fail "version 2 is not a delta"
 cat "$work"/pub*.json | grep -q '"kind": "cumulative"' ||
-  fail "no cumulative delta was kept"
+  fail "no cumulative delta was kept: $(cat "$work"/pub*.json | tr '\n' ' ')"
 "$st" verify --store "$store" --pub "$work/k.pub" >/dev/null
 "$st" log --store "$store" --pub "$work/k.pub" --json >"$work/log.json"
 

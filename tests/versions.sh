@@ -28,7 +28,9 @@ for s in 0 1 2 3 4 5 6 7 8 9; do
 done
 grep -q '"kind": "anchor"' "$work/pub0.json" || fail "version 1 is not an anchor"
 grep -q '"kind": "delta"' "$work/pub1.json" || fail "version 2 is not a delta"
-cat "$work"/pub*.json | grep -q '"kind": "cumulative"' ||
+# (grep reads the files itself: `cat | grep -q` under pipefail fails when
+# grep stops early and cat gets SIGPIPE.)
+grep -q '"kind": "cumulative"' "$work"/pub*.json ||
   fail "no cumulative delta was kept: $(cat "$work"/pub*.json | tr '\n' ' ')"
 "$st" verify --store "$store" --pub "$work/k.pub" >/dev/null
 "$st" log --store "$store" --pub "$work/k.pub" --json >"$work/log.json"
@@ -50,7 +52,7 @@ check_at() { # weights file $1 holds version $2, bit for bit
 "$st" pull --store "$store" --pub "$work/k.pub" --weights "$work/w.st" >/dev/null
 check_at "$work/w.st" 10
 out="$("$st" pull --store "$store" --pub "$work/k.pub" --weights "$work/w.st")"
-echo "$out" | grep -q "already at version 10" || fail "second pull did something: $out"
+grep -q "already at version 10" <<<"$out" || fail "second pull did something: $out"
 
 # From every lag: a node holding version v (adopted by its digest) catches up.
 for v in 1 2 3 5 7 9; do
@@ -68,7 +70,7 @@ expect_fail() { # expect_fail WHAT PATTERN CMD...
   local err
   if err="$("$@" 2>&1 >/dev/null)"; then fail "$what: accepted"; fi
   [ "$(printf '%s\n' "$err" | wc -l)" = 1 ] || fail "$what: not one line: $err"
-  printf '%s\n' "$err" | grep -qi -- "$pat" || fail "$what: message '$err'"
+  grep -qi -- "$pat" <<<"$err" || fail "$what: message '$err'"
   echo "  $what: $err"
 }
 fresh() { # a store copy and weights at version 4
@@ -148,7 +150,7 @@ rm -rf "$work/s5" "$work/w5.st"*
 cp "$(step 1)" "$work/w5.st"
 "$st" pull --store "$work/s6" --pub "$work/k.pub" --weights "$work/w5.st" \
   >/dev/null 2>&1 || true # adopts version 2 of s6 (then fails on its gap)
-"$st" recover --weights "$work/w5.st" | grep -q "version 2 " ||
+grep -q "version 2 " <<<"$("$st" recover --weights "$work/w5.st")" ||
   fail "fork: setup did not adopt version 2"
 b5="$("$st" digest "$work/w5.st")"
 expect_fail "fork" "fork" "$st" pull --store "$work/s5" \

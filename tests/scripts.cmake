@@ -46,3 +46,25 @@ if r["seed_egress_bytes"] > 1.5 * r["version_bytes"]:
 ]=] ${CMAKE_SOURCE_DIR}/tools/swarm-demo ${STITCH_BIN})
   set_tests_properties(swarm_demo_small PROPERTIES TIMEOUT 300)
 endif()
+# The Python binding (python/stitch) over libstitch.so: publisher, engine
+# adapter, TRL interop. Skip with exit 77 when torch or safetensors cannot be
+# imported; PYTHON overrides the interpreter.
+# Not under the sanitizers: python cannot load an ASan-instrumented library
+# without preloading the runtime.
+if(TARGET stitch_shared AND NOT STITCH_SANITIZE)
+  foreach(t binding trl)
+    add_test(NAME python_${t}
+             COMMAND sh -c "exec \"\${PYTHON:-python3}\" \"$0\""
+                     ${CMAKE_CURRENT_SOURCE_DIR}/python/test_${t}.py)
+    set_tests_properties(python_${t} PROPERTIES
+      SKIP_RETURN_CODE 77 TIMEOUT 300
+      ENVIRONMENT "PYTHONPATH=${CMAKE_SOURCE_DIR}/python;STITCH_LIB=$<TARGET_FILE:stitch_shared>")
+  endforeach()
+endif()
+# stitchd's HTTP sidecar (issue 6): a seed, a node with --http in front of a
+# stand-in engine, curl and http.client as clients. Skips without them.
+if(TARGET stitchd AND TARGET stitch-synth)
+  add_test(NAME sidecar
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/sidecar.sh ${STITCH_BIN})
+  set_tests_properties(sidecar PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+endif()

@@ -21,7 +21,9 @@ static const opt opt_spec[O_COUNT] = {
     {"region", N | S, NULL},    {"data", N, NULL},
     {"store", S, NULL},         {"status", N | S, NULL},
     {"max-peers", N | S, NULL}, {"threads", N, NULL},
-    {"config", N | S, NULL}};
+    {"config", N | S, NULL},    {"http", N, NULL},
+    {"engine", N, NULL},        {"engine-reload", N, NULL},
+    {"apply", N, NULL}};
 #undef N
 #undef S
 
@@ -30,6 +32,8 @@ const char opt_usage[] =
     "                    --data DIR [--peers ADDR,...] [--region R]\n"
     "                    [--status FILE] [--max-peers N] [--threads N]\n"
     "                    [--advertise ADDR] [--config FILE]\n"
+    "                    [--http ADDR [--engine http://HOST:PORT]\n"
+    "                     [--engine-reload PATH] [--apply manual|auto]]\n"
     "       " PROG " seed --key PREFIX.key --listen ADDR --store DIR\n"
     "                    [--peers ADDR,...] [--region R] [--status FILE]\n"
     "                    [--max-peers N] [--advertise ADDR] [--config FILE]\n"

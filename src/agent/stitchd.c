@@ -8,7 +8,9 @@
  * weights file and its applies, the seed's watch on the trainer's store,
  * the status file, signals. The core (stitch/swarm.h) decides everything
  * about peers and chunks; the libuv driver (stitch/net.h) carries it out.
- * Only libstitch's public headers are used here.
+ * With --http the node also serves the engine's sidecar (sidecar.h) on the
+ * same loop, told of every apply. Only libstitch's public headers are used
+ * here.
  *
  * Applies run on libuv's thread pool, one at a time and in the order the
  * core asked for them, so the loop keeps serving chunks meanwhile. The
@@ -22,6 +24,7 @@
 #include "stitch/swarm.h"
 
 #include "options.h"
+#include "sidecar.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -80,6 +83,7 @@ typedef struct agent {
   uint64_t announced; /* seed: newest version given to the core */
   uint64_t clock_offset; /* the driver's clock less uv_now: it outlives the
                             driver, for an apply that ends after a stop */
+  sidecar *sidecar; /* --http: the engine's side (sidecar.h) */
 } agent;
 
 /* The core's clock, the one the driver gives it. */
@@ -272,6 +276,7 @@ static void apply_done(uv_work_t *w, int status) {
                 " ms",
              j->version, j->object, j->ms);
     stitch_swarm_applied(a->swarm, j->version, &j->id, now);
+    sidecar_held(a->sidecar, j->version, j->ms);
     /* Keep what peers catching up may still ask for, drop the rest. */
     stitch_diag gd = {{0}};
     if (stitch_store_retain(a->store, j->version, 16, &gd) != 0)
@@ -597,10 +602,46 @@ static void shutdown_agent(agent *a, const char *why) {
   uv_close((uv_handle_t *)&a->sigint, on_closed);
   stitch_net_close(a->net);
   a->net = NULL;
+  sidecar_close(a->sidecar);
+  a->sidecar = NULL;
 }
 
 static void on_signal(uv_signal_t *h, int sig) {
   shutdown_agent(h->data, sig == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+/* ---- The sidecar (--http) ------------------------------------------------ */
+
+static void sidecar_stats(void *user, stitch_swarm_stats *st) {
+  stitch_swarm_get_stats(((agent *)user)->swarm, st);
+}
+
+static void sidecar_log(void *user, const char *line) {
+  log_line(user, "http: %s", line);
+}
+
+/* The sidecar's flags, checked before anything is opened. */
+static int sidecar_flags(opt *o, int *manual) {
+  const char *apply = o[O_APPLY].value;
+  if (o[O_HTTP].value == NULL &&
+      (o[O_ENGINE].value || o[O_ENGINE_RELOAD].value || apply))
+    return fail("--engine, --engine-reload and --apply need --http");
+  if (o[O_ENGINE_RELOAD].value && !o[O_ENGINE].value)
+    return fail("--engine-reload needs --engine");
+  if (apply && strcmp(apply, "manual") != 0 && strcmp(apply, "auto") != 0)
+    return fail("--apply: '%s' is not manual or auto", apply);
+  /* With an engine, it switches when told; without, nothing to wait for. */
+  *manual = apply ? strcmp(apply, "manual") == 0 : o[O_ENGINE].value != NULL;
+  return 0;
+}
+
+static int start_sidecar(agent *a, opt *o, int manual) {
+  sidecar_config sc = {o[O_HTTP].value, o[O_ENGINE].value,
+                       o[O_ENGINE_RELOAD].value, a->weights, manual};
+  sidecar_hooks h = {a, sidecar_stats, sidecar_log};
+  stitch_diag d = {{0}};
+  int rc = sidecar_new(&a->loop, &sc, &h, &a->sidecar, &d);
+  return rc != 0 ? fail_diag(rc, &d) : 0;
 }
 
 /* Opens everything, runs the loop until a signal, cleans up. */
@@ -617,6 +658,9 @@ static int run(agent *a, opt *o) {
     return 1;
   if (o[O_THREADS].value &&
       opt_uint(o[O_THREADS].value, "threads", 0, 1024, &a->threads) != 0)
+    return 1;
+  int manual = 0;
+  if (!a->seed && sidecar_flags(o, &manual) != 0)
     return 1;
   const char *region = o[O_REGION].value ? o[O_REGION].value : "";
   if (strlen(region) >= sizeof(a->region))
@@ -673,7 +717,8 @@ static int run(agent *a, opt *o) {
       manifest_name(r->m->version, &r->id, name);
       announce(a, name);
     }
-  if (o[O_PEERS].value && add_peers(a, o[O_PEERS].value) != 0) {
+  if ((o[O_PEERS].value && add_peers(a, o[O_PEERS].value) != 0) ||
+      (o[O_HTTP].value && start_sidecar(a, o, manual) != 0)) {
     stitch_net_close(a->net);
     uv_run(&a->loop, UV_RUN_DEFAULT);
     return 1;
@@ -697,6 +742,8 @@ static int run(agent *a, opt *o) {
                    STATUS_EVERY_MS);
   write_status(a);
   printf(PROG ": listening on %s\n", a->bound);
+  if (a->sidecar != NULL)
+    printf(PROG ": http on port %d\n", sidecar_port(a->sidecar));
   fflush(stdout);
   log_line(a, "listening on %s (advertised as '%s'), region '%s', "
               "holding version %" PRIu64,

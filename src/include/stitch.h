@@ -8,5 +8,7 @@
 #include "stitch/view.h"
 #include "stitch/delta.h"
 #include "stitch/version.h"
+#include "stitch/store.h"
+#include "stitch/swarm.h"
 
 #endif

@@ -139,8 +139,8 @@ static int get_bin(cur *c, const char *what, size_t min, size_t max,
 }
 
 static int get_fixed(cur *c, const char *what, size_t n, uint8_t *out) {
-  const uint8_t *p;
-  size_t got;
+  const uint8_t *p = NULL;
+  size_t got = 0;
   CHECK_RC(get_bin(c, what, n, n, &p, &got));
   memcpy(out, p, n);
   return 0;

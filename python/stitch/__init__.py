@@ -1,0 +1,30 @@
+"""Stitch for Python: a ctypes binding of libstitch, a Publisher for
+trainers, an EngineAdapter for inference engines, and TRL interop.
+
+    PYTHONPATH=python python3 -c 'import stitch'   # after the CMake build
+
+libstitch.so is found through STITCH_LIB, else build/lib (or a build-*/lib)
+of this repository. See docs/python.md.
+"""
+from ._lib import StitchError
+from .binding import (Checkpoint, Patch, PublicKey, SecretKey, Store,
+                      VersionInfo, build_view, keygen, publish, tensor_digest,
+                      tensor_digests, write_checkpoint)
+
+__all__ = ["StitchError", "Checkpoint", "Patch", "PublicKey", "SecretKey",
+           "Store", "VersionInfo", "build_view", "keygen", "publish",
+           "tensor_digest", "tensor_digests", "write_checkpoint",
+           "Publisher", "PublishResult", "EngineAdapter", "DigestMismatch",
+           "tensors_for"]
+
+
+def __getattr__(name):
+    # torch-dependent parts load on first use, so keys, stores and views
+    # work where torch is not installed.
+    if name in ("Publisher", "PublishResult"):
+        from . import publisher
+        return getattr(publisher, name)
+    if name in ("EngineAdapter", "DigestMismatch", "tensors_for"):
+        from . import engine
+        return getattr(engine, name)
+    raise AttributeError("module 'stitch' has no attribute %r" % name)

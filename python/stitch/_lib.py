@@ -1,0 +1,268 @@
+"""ctypes declarations of libstitch's public API (src/include/stitch/*.h).
+
+Only what the Python side needs is declared. Structs mirror the C headers
+field for field; a change there must be made here too. Every fallible call
+goes through check(), which turns a negative STITCH_E* code and the
+stitch_diag line into a StitchError, so no error passes silently.
+"""
+import ctypes
+import os
+from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int,
+                    c_size_t, c_uint, c_uint8, c_uint32, c_uint64, c_void_p)
+
+MAX_DIMS = 8
+MAX_OBJECTS = 8
+PLAN_MAX = 64
+DIAG_MAX = 320
+
+
+class StitchError(Exception):
+    """A libstitch call failed. code is the STITCH_E* value, name its short
+    name ("CHECKSUM", ...), message the library's one-line diagnostic."""
+
+    def __init__(self, code, name, message):
+        super().__init__(message)
+        self.code, self.name, self.message = code, name, message
+
+
+class Diag(Structure):
+    _fields_ = [("msg", c_char * DIAG_MAX)]
+
+
+class Digest(Structure):
+    _fields_ = [("b", c_uint8 * 32)]
+
+    def hex(self):
+        return bytes(self.b).hex()
+
+    def raw(self):
+        return bytes(self.b)
+
+
+class PubKey(Structure):
+    _fields_ = [("b", c_uint8 * 32)]
+
+
+class SecKey(Structure):
+    _fields_ = [("b", c_uint8 * 64)]
+
+
+class Tensor(Structure):  # stitch_tensor
+    _fields_ = [("name", c_char_p), ("dtype", c_int), ("ndim", c_int),
+                ("shape", c_uint64 * MAX_DIMS), ("numel", c_uint64),
+                ("nbytes", c_uint64), ("offset", c_uint64),
+                ("data", c_void_p)]
+
+
+class ViewOpts(Structure):
+    _fields_ = [("kind", c_int), ("fp8_block", c_uint32)]
+
+
+class ViewStats(Structure):
+    _fields_ = [("tensors", c_uint64), ("scale_blocks", c_uint64),
+                ("scales_changed", c_uint64)]
+
+
+class ChunkRef(Structure):
+    _fields_ = [("hash", Digest), ("size", c_uint64),
+                ("first_block", c_uint64), ("n_blocks", c_uint64)]
+
+
+class Object(Structure):
+    _fields_ = [("kind", c_int), ("base_version", c_uint64),
+                ("base_id", Digest), ("base_view", Digest),
+                ("block_log2", c_uint32), ("tflags", POINTER(c_uint8)),
+                ("n_chunks", c_uint64), ("chunks", POINTER(ChunkRef)),
+                ("bytes", c_uint64)]
+
+
+class MTensor(Structure):
+    _fields_ = [("name", c_char_p), ("dtype", c_int), ("ndim", c_int),
+                ("shape", c_uint64 * MAX_DIMS), ("nbytes", c_uint64),
+                ("digest", Digest)]
+
+
+class Manifest(Structure):
+    _fields_ = [("swarm", PubKey), ("version", c_uint64),
+                ("parent_version", c_uint64), ("parent_id", Digest),
+                ("time_unix", c_uint64), ("view", Digest), ("meta", c_char_p),
+                ("n_tensors", c_uint64), ("tensors", POINTER(MTensor)),
+                ("n_objects", c_uint64), ("objects", POINTER(Object))]
+
+
+class VRef(Structure):
+    _fields_ = [("m", POINTER(Manifest)), ("id", Digest)]
+
+
+class PlanStep(Structure):
+    _fields_ = [("version", c_uint64), ("object", c_uint32),
+                ("bytes", c_uint64)]
+
+
+class Plan(Structure):
+    _fields_ = [("n", c_size_t), ("step", PlanStep * PLAN_MAX),
+                ("bytes", c_uint64)]
+
+
+PROGRESS = ctypes.CFUNCTYPE(None, c_void_p, c_char_p, c_uint64, c_uint64)
+
+
+class PublishOpts(Structure):
+    _fields_ = [("chunk_bytes", c_size_t), ("max_chain", c_uint),
+                ("anchor_ratio", c_double), ("cumulative_every", c_uint),
+                ("keep", c_uint), ("threads", c_uint), ("time_unix", c_uint64),
+                ("progress", PROGRESS), ("progress_arg", c_void_p)]
+
+
+class PublishResult(Structure):
+    _fields_ = [("version", c_uint64), ("id", Digest),
+                ("view_bytes", c_uint64), ("n_objects", c_size_t),
+                ("kind", c_int * MAX_OBJECTS), ("base", c_uint64 * MAX_OBJECTS),
+                ("bytes", c_uint64 * MAX_OBJECTS),
+                ("chunks", c_uint64 * MAX_OBJECTS)]
+
+
+class PatchBlock(Structure):
+    _fields_ = [("tensor", c_uint64), ("byte_off", c_uint64),
+                ("byte_len", c_uint64)]
+
+
+_P = c_void_p  # opaque handles: stitch_st, stitch_store, stitch_patch, ...
+_D = POINTER(Diag)
+
+# name: (restype, argtypes)
+_PROTOS = {
+    "stitch_strerror": (c_char_p, [c_int]),
+    "stitch_errname": (c_char_p, [c_int]),
+    "stitch_dtype_size": (c_size_t, [c_int]),
+    "stitch_dtype_name": (c_char_p, [c_int]),
+    "stitch_dtype_from_name": (c_int, [c_char_p]),
+    "stitch_st_open": (c_int, [c_char_p, POINTER(_P), _D]),
+    "stitch_st_parse": (c_int, [c_void_p, c_size_t, POINTER(_P), _D]),
+    "stitch_st_free": (None, [_P]),
+    "stitch_st_count": (c_size_t, [_P]),
+    "stitch_st_tensor": (POINTER(Tensor), [_P, c_size_t]),
+    "stitch_st_find": (POINTER(Tensor), [_P, c_char_p]),
+    "stitch_st_metadata": (c_char_p, [_P]),
+    "stitch_st_file_size": (c_uint64, [_P]),
+    "stitch_st_writer_new": (c_int, [c_char_p, POINTER(_P), _D]),
+    "stitch_st_writer_set_metadata": (c_int, [_P, c_char_p, _D]),
+    "stitch_st_writer_add": (c_int, [_P, c_char_p, c_int, c_int,
+                                     POINTER(c_uint64), _D]),
+    "stitch_st_writer_map": (c_int, [_P, _D]),
+    "stitch_st_writer_data": (c_void_p, [_P, c_size_t]),
+    "stitch_st_writer_count": (c_size_t, [_P]),
+    "stitch_st_writer_commit": (c_int, [_P, _D]),
+    "stitch_st_writer_free": (None, [_P]),
+    "stitch_tensor_digest": (c_int, [c_int, c_int, POINTER(c_uint64),
+                                     c_void_p, c_uint64, POINTER(Digest)]),
+    "stitch_tensor_digests": (c_int, [c_size_t, POINTER(POINTER(Tensor)),
+                                      c_uint, POINTER(Digest)]),
+    "stitch_view_digest": (c_int, [_P, POINTER(Digest), POINTER(Digest)]),
+    "stitch_view_kind_parse": (c_int, [c_char_p, POINTER(c_int)]),
+    "stitch_view_build": (c_int, [_P, _P, POINTER(ViewOpts), c_char_p,
+                                  POINTER(ViewStats), _D]),
+    "stitch_keygen": (c_int, [POINTER(PubKey), POINTER(SecKey)]),
+    "stitch_key_write": (c_int, [c_char_p, POINTER(PubKey), POINTER(SecKey),
+                                 _D]),
+    "stitch_seckey_read": (c_int, [c_char_p, POINTER(SecKey), POINTER(PubKey),
+                                   _D]),
+    "stitch_pubkey_read": (c_int, [c_char_p, POINTER(PubKey), _D]),
+    "stitch_pubkey_hex": (None, [POINTER(PubKey), c_char * 65]),
+    "stitch_obj_kind_name": (c_char_p, [c_int]),
+    "stitch_patch_new": (c_int, [POINTER(Manifest), c_size_t, POINTER(_P),
+                                 _D]),
+    "stitch_patch_free": (None, [_P]),
+    "stitch_patch_add": (c_int, [_P, c_size_t, c_void_p, c_size_t, _D]),
+    "stitch_patch_missing": (c_uint64, [_P]),
+    "stitch_patch_block_count": (c_uint64, [_P]),
+    "stitch_patch_block_at": (None, [_P, c_uint64, POINTER(PatchBlock)]),
+    "stitch_patch_apply": (c_int, [_P, POINTER(c_void_p), POINTER(c_uint64),
+                                   c_uint, _D]),
+    "stitch_patch_scratch_bytes": (c_size_t, [_P]),
+    "stitch_patch_decode_block": (c_int, [_P, c_uint64, c_void_p, c_void_p,
+                                          _D]),
+    "stitch_store_open": (c_int, [c_char_p, POINTER(PubKey), c_int,
+                                  POINTER(_P), _D]),
+    "stitch_store_close": (None, [_P]),
+    "stitch_store_latest": (c_uint64, [_P]),
+    "stitch_store_count": (c_size_t, [_P]),
+    "stitch_store_at": (POINTER(VRef), [_P, c_size_t]),
+    "stitch_store_find": (POINTER(VRef), [_P, c_uint64]),
+    "stitch_store_get_chunk": (c_int, [_P, POINTER(Digest),
+                                       POINTER(c_void_p), POINTER(c_size_t),
+                                       _D]),
+    "stitch_store_release": (None, [c_void_p, c_size_t]),
+    "stitch_plan_path": (c_int, [POINTER(VRef), c_size_t, c_uint64,
+                                 POINTER(Digest), c_uint64, POINTER(Plan),
+                                 _D]),
+    "stitch_publish": (c_int, [c_char_p, POINTER(SecKey), _P,
+                               POINTER(PublishOpts), POINTER(PublishResult),
+                               _D]),
+}
+
+
+def _find_library():
+    """STITCH_LIB (a file) wins; otherwise build/lib beside this package's
+    repository root, then the build-* folders there, newest first."""
+    env = os.environ.get("STITCH_LIB")
+    if env:
+        if not os.path.isfile(env):
+            raise OSError("STITCH_LIB=%s: no such file" % env)
+        return env
+    root = os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    cands = [os.path.join(root, "build", "lib", "libstitch.so")]
+    try:
+        extra = [os.path.join(root, e, "lib", "libstitch.so")
+                 for e in os.listdir(root) if e.startswith("build-")]
+    except OSError:
+        extra = []
+    extra = [p for p in extra if os.path.isfile(p)]
+    cands += sorted(extra, key=os.path.getmtime, reverse=True)
+    for c in cands:
+        if os.path.isfile(c):
+            return c
+    raise OSError("libstitch.so not found: build it (cmake --build build) or "
+                  "set STITCH_LIB to its path (looked in %s)" % cands[0])
+
+
+def _load():
+    lib = ctypes.CDLL(_find_library())
+    for name, (res, args) in _PROTOS.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+    return lib
+
+
+lib = _load()
+
+
+def errname(code):
+    return lib.stitch_errname(code).decode()
+
+
+def error(name, message):
+    """A StitchError of code NAME ("EMISMATCH", ...) raised from Python,
+    with the same code the C library would use."""
+    for code in range(-1, -1100, -1):
+        if errname(code) == name:
+            return StitchError(code, name, message)
+    raise ValueError("no stitch error named %r" % name)
+
+
+def check(rc, diag=None, what=None):
+    """Raises StitchError for a negative rc, with the diag line (or the
+    code's message when the call has no diag) and WHAT as a prefix."""
+    if rc >= 0:
+        return rc
+    msg = diag.msg.decode(errors="replace") if diag is not None else ""
+    if not msg:
+        msg = lib.stitch_strerror(rc).decode()
+    if what:
+        msg = "%s: %s" % (what, msg)
+    raise StitchError(rc, errname(rc), msg)
+
+
+def fspath(p):
+    return os.fsencode(os.fspath(p))

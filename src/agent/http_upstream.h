@@ -1,0 +1,66 @@
+/* http_upstream.h: one HTTP/1.1 request from the sidecar to the engine,
+ * on the loop's thread, its response read whole.
+ *
+ * libuv's rule holds: upstream_start either returns NULL (and never calls
+ * DONE) or calls DONE exactly once, later, unless upstream_abort comes
+ * first. After DONE returns the upstream closes and frees itself. */
+#ifndef STITCHD_HTTP_UPSTREAM_H
+#define STITCHD_HTTP_UPSTREAM_H
+
+#include "http_msg.h"
+#include "stitch/error.h"
+
+#include <http_parser.h>
+#include <uv.h>
+
+/* Where requests go; it must outlive every upstream started with it. */
+typedef struct upstream_env {
+  uv_loop_t *loop;
+  struct sockaddr_storage addr; /* the engine */
+  char host[300];               /* its Host header: the URL's authority */
+  char *rbuf;                   /* reads land here: one at a time, so one
+                                   buffer serves every connection */
+  size_t rbuf_len;
+  void (*closed)(void *user); /* an upstream is freed, or failed to
+                                 start: once per upstream_start (may be
+                                 NULL) */
+  void *user;
+} upstream_env;
+
+typedef struct upstream upstream;
+typedef void (*upstream_done_fn)(upstream *u, const char *err);
+
+struct upstream {
+  /* The response, for DONE to read (ERR NULL): p.status_code, reason,
+   * headers, body. */
+  http_parser p;
+  sbuf reason, body;
+  hdrs h;
+  int head_only; /* a HEAD: the response has no body */
+  void *owner;
+  /* Private. */
+  uv_tcp_t tcp;
+  uv_connect_t connect;
+  uv_write_t write;
+  const upstream_env *env;
+  sbuf req_head, req_body;
+  int complete, closing;
+  const char *err;
+  upstream_done_fn on_done;
+};
+
+/* Parses URL ("http://host[:port][/]", nothing more) and resolves it once,
+ * now. Fills loop, addr and host; the caller sets the rest. */
+int upstream_env_init(upstream_env *env, uv_loop_t *loop, const char *url,
+                      stitch_diag *d);
+/* HOST (a name or an address) and PORT as a socket address; PASSIVE for a
+ * listener. 0 or a libuv error. */
+int upstream_resolve(uv_loop_t *loop, const char *host, int port, int passive,
+                     struct sockaddr_storage *ss);
+/* Sends HEAD and BODY (both taken, even on failure) to the engine. */
+upstream *upstream_start(const upstream_env *env, sbuf *head, sbuf *body,
+                         int head_only, upstream_done_fn done, void *owner);
+/* Forgets the owner and closes: DONE is not called. NULL is fine. */
+void upstream_abort(upstream *u);
+
+#endif

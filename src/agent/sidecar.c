@@ -1,0 +1,1028 @@
+/* sidecar.c: stitchd's HTTP sidecar (sidecar.h, docs/stitchd.md).
+ *
+ * One uv_tcp server on the agent's loop. Requests are parsed with
+ * http-parser (libhttp-parser-dev), one at a time per connection: the
+ * parser pauses at the end of a message, bytes that arrive meanwhile wait
+ * in the connection's input buffer (at most SC_IN_MAX, then reading stops),
+ * and parsing resumes once the response is written. So a client can
+ * pipeline, but never make us hold more than one request's worth.
+ *
+ * A proxied request opens its own connection to the engine
+ * ("Connection: close"); the response is read whole (http-parser again,
+ * chunked or not), then relayed with a Content-Length and the
+ * X-Stitch-Version it was sent under. A request that asks for a version
+ * not applied yet is parked: no timer but its own, rechecked after every
+ * apply.
+ *
+ * An apply with a reload hook is a round: new proxied requests park (the
+ * gate), requests already at the engine finish (so each response was
+ * generated under exactly one version), the hook is called, and when it
+ * answers 2xx the applied version moves and the gate opens. pause_ms is
+ * the time the gate was closed. One round at a time; /v1/apply calls that
+ * come during a round are answered by the next one.
+ *
+ * Every buffer has its cap when it is made, and grows only with bytes
+ * received (SC_HEADER_MAX, SC_BODY_MAX). */
+#define _GNU_SOURCE
+#include "sidecar.h"
+
+#include "http_upstream.h"
+#include "sidecar_report.h"
+
+#include <http_parser.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define SC_HEADER_MAX HTTP_HEADER_MAX /* request line and headers: 64 KiB */
+#define SC_BODY_MAX HTTP_BODY_MAX     /* a body, either way: 64 MiB */
+#define SC_CONN_MAX 256
+#define SC_READ_BUF (64u << 10)
+#define SC_IN_MAX (2 * SC_READ_BUF) /* read ahead of the request served */
+#define SC_IDLE_MS 60000      /* a connection that sends or reads nothing */
+#define SC_WAIT_MS 30000      /* X-Stitch-Wait-Ms: default ... */
+#define SC_WAIT_MAX_MS 600000 /* ... and cap */
+#define SC_ENGINE_MS 600000   /* a proxied request; a round, drain included */
+#define SC_LINGER_MS 2000
+#define SC_RETRY_MS 5000 /* --apply auto: after a failed reload */
+#define SC_BACKLOG 128
+
+/* ---- Objects ------------------------------------------------------------- */
+
+typedef enum cstate {
+  C_READ,   /* reading a request */
+  C_APPLY,  /* POST /v1/apply, waiting for its round */
+  C_PARKED, /* a proxied request waiting for a version or the gate */
+  C_ENGINE, /* at the engine */
+  C_WRITE,  /* writing the response */
+  C_LINGER, /* answered, our side shut: reading what the client still
+               sends, so that closing does not reset the answer away */
+  C_CLOSING
+} cstate;
+
+typedef struct conn {
+  uv_tcp_t tcp;
+  uv_timer_t timer; /* idle, the park's deadline, or the engine's */
+  uv_shutdown_t shut;
+  struct sidecar *sc;
+  struct conn *prev, *next;
+  int handles; /* open: freed at 0 */
+  cstate state;
+  http_parser p;
+  sbuf in; /* read, not parsed yet */
+  sbuf url, body;
+  hdrs h;
+  int complete, keep, eof, reading;
+  int err_status;
+  const char *err_msg;
+  uint64_t min_version, wait_ms, round;
+  uint64_t stamp; /* the applied version when sent to the engine */
+  upstream *up;
+} conn;
+
+struct sidecar {
+  uv_loop_t *loop;
+  uv_tcp_t listener;
+  uv_timer_t apply_timer;
+  sidecar_hooks hooks;
+  char *weights, *reload, *engine_url;
+  int manual, has_engine, port, closing;
+  upstream_env engine;
+  conn *conns;
+  unsigned n_conns, live; /* live: handles and objects not yet freed */
+  uint64_t applied, target, round;
+  int applying;      /* a round is running: the gate is closed */
+  unsigned inflight; /* proxied requests at the engine */
+  upstream *reload_up;
+  uint64_t t0_ns, last_pause_ms, last_weights_ms;
+  uint64_t applies, proxied, conflicts, refused;
+  char rbuf[SC_READ_BUF]; /* every read lands here first */
+};
+
+static void sc_log(sidecar *sc, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void sc_log(sidecar *sc, const char *fmt, ...) {
+  if (sc->hooks.log == NULL)
+    return;
+  char line[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof(line), fmt, ap);
+  va_end(ap);
+  sc->hooks.log(sc->hooks.user, line);
+}
+
+static void sc_stats(sidecar *sc, stitch_swarm_stats *st) {
+  memset(st, 0, sizeof(*st));
+  if (sc->hooks.stats != NULL)
+    sc->hooks.stats(sc->hooks.user, st);
+}
+
+static uint64_t sc_held(sidecar *sc) {
+  stitch_swarm_stats st;
+  sc_stats(sc, &st);
+  return st.held_version;
+}
+
+static void sc_release(sidecar *sc) {
+  if (--sc->live == 0 && sc->closing) {
+    free(sc->weights);
+    free(sc->reload);
+    free(sc->engine_url);
+    free(sc);
+  }
+}
+
+/* Every upstream counts as one of the sidecar's live objects until its
+ * `closed` (upstream_closed) comes. */
+static upstream *sc_upstream(sidecar *sc, sbuf *head, sbuf *body, int head_only,
+                             upstream_done_fn done, void *owner) {
+  sc->live++;
+  return upstream_start(&sc->engine, head, body, head_only, done, owner);
+}
+
+/* ---- Connections: responses ---------------------------------------------- */
+
+typedef struct wreq {
+  uv_write_t req;
+  conn *c;
+  sbuf head, body;
+  int interim; /* a 100 Continue: the request goes on */
+} wreq;
+
+static void conn_close(conn *c);
+static void conn_next(conn *c);
+static void conn_linger(conn *c);
+
+static void on_conn_timer(uv_timer_t *t);
+
+static void on_written(uv_write_t *req, int status) {
+  wreq *w = req->data;
+  conn *c = w->c;
+  int interim = w->interim;
+  sb_free(&w->head);
+  sb_free(&w->body);
+  free(w);
+  if (c->state == C_CLOSING || (interim && status == 0))
+    return;
+  if (status < 0)
+    conn_close(c);
+  else if (!c->keep)
+    conn_linger(c);
+  else
+    conn_next(c);
+}
+
+/* Writes HEAD and BODY (taken). */
+static void conn_write(conn *c, sbuf *head, sbuf *body, int interim) {
+  wreq *w = calloc(1, sizeof(*w));
+  if (w == NULL) {
+    sb_free(head);
+    sb_free(body);
+    conn_close(c);
+    return;
+  }
+  w->c = c;
+  w->interim = interim;
+  w->head = *head;
+  w->body = *body;
+  sb_init(head, head->max);
+  sb_init(body, body->max);
+  w->req.data = w;
+  if (!interim) {
+    c->state = C_WRITE;
+    uv_timer_start(&c->timer, on_conn_timer, SC_IDLE_MS, 0);
+  }
+  uv_buf_t b[2] = {uv_buf_init(w->head.p, (unsigned)w->head.len),
+                   uv_buf_init(w->body.p, (unsigned)w->body.len)};
+  if (uv_write(&w->req, (uv_stream_t *)&c->tcp, b, w->body.len ? 2 : 1,
+               on_written) != 0) {
+    sb_free(&w->head);
+    sb_free(&w->body);
+    free(w);
+    conn_close(c);
+  }
+}
+
+/* A response made here: BODY (taken) with its type. */
+static void conn_send(conn *c, int status, const char *type, sbuf *body) {
+  sbuf h;
+  sb_init(&h, 4096);
+  const char *reason = http_status_str((enum http_status)status);
+  if (sb_printf(&h,
+                "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                "X-Stitch-Version: %" PRIu64 "\r\n%s\r\n",
+                status, reason, type, body->len, c->sc->applied,
+                c->keep ? "" : "Connection: close\r\n") != 0) {
+    sb_free(&h);
+    sb_free(body);
+    conn_close(c);
+    return;
+  }
+  conn_write(c, &h, body, 0);
+}
+
+/* {"error": "...", "applied_version": n}: one line. CLOSE for a request
+ * that could not be parsed whole. */
+static void conn_fail(conn *c, int status, int close, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void conn_fail(conn *c, int status, int close, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  if (close)
+    c->keep = 0;
+  sbuf b;
+  sb_init(&b, 4096);
+  int rc = sb_add(&b, "{\"error\": ", 10);
+  rc = rc ? rc : sb_json_str(&b, msg);
+  rc = rc ? rc
+          : sb_printf(&b, ", \"applied_version\": %" PRIu64 "}\n",
+                      c->sc->applied);
+  if (rc != 0) {
+    sb_free(&b);
+    conn_close(c);
+    return;
+  }
+  conn_send(c, status, "application/json", &b);
+}
+
+/* ---- Connections: reading ------------------------------------------------ */
+
+static int req_cap(conn *c, size_t n) {
+  if (c->url.len + c->h.all.len + n <= SC_HEADER_MAX)
+    return 0;
+  c->err_status = 431;
+  c->err_msg = "request line and headers over 64 KiB";
+  return -1;
+}
+
+static int on_req_url(http_parser *p, const char *at, size_t n) {
+  conn *c = p->data;
+  return req_cap(c, n) ? -1 : sb_add(&c->url, at, n);
+}
+
+static int on_req_field(http_parser *p, const char *at, size_t n) {
+  conn *c = p->data;
+  return req_cap(c, n + 1) ? -1 : hdr_field(&c->h, at, n);
+}
+
+static int on_req_value(http_parser *p, const char *at, size_t n) {
+  conn *c = p->data;
+  return req_cap(c, n + 1) ? -1 : hdr_value(&c->h, at, n);
+}
+
+static int on_req_headers(http_parser *p) {
+  conn *c = p->data;
+  if (req_cap(c, 1) || hdr_end(&c->h) != 0)
+    return -1;
+  int chunked = (p->flags & F_CHUNKED) != 0;
+  /* content_length is ULLONG_MAX when the request has no Content-Length. */
+  int sized = !chunked && p->content_length != ULLONG_MAX;
+  if (sized && p->content_length > SC_BODY_MAX) {
+    c->err_status = 413;
+    c->err_msg = "request body over 64 MiB";
+    return -1;
+  }
+  const char *expect = hdr_get(&c->h, "expect");
+  if (expect != NULL && strcasecmp(expect, "100-continue") != 0) {
+    c->err_status = 417;
+    c->err_msg = "only 'Expect: 100-continue' is understood";
+    return -1;
+  }
+  if (expect != NULL && (chunked || (sized && p->content_length > 0))) {
+    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    sbuf h, none;
+    sb_init(&h, sizeof(cont));
+    sb_init(&none, 0);
+    if (sb_add(&h, cont, sizeof(cont) - 1) == 0)
+      conn_write(c, &h, &none, 1);
+    else
+      sb_free(&h);
+  }
+  return 0;
+}
+
+static int on_req_body(http_parser *p, const char *at, size_t n) {
+  conn *c = p->data;
+  if (sb_add(&c->body, at, n) == 0)
+    return 0;
+  c->err_status = 413;
+  c->err_msg = "request body over 64 MiB";
+  return -1;
+}
+
+static int on_req_complete(http_parser *p) {
+  conn *c = p->data;
+  c->complete = 1;
+  c->keep = http_should_keep_alive(p) && !c->eof;
+  http_parser_pause(p, 1); /* one request at a time */
+  return 0;
+}
+
+static const http_parser_settings req_settings = {
+    .on_url = on_req_url,
+    .on_header_field = on_req_field,
+    .on_header_value = on_req_value,
+    .on_headers_complete = on_req_headers,
+    .on_body = on_req_body,
+    .on_message_complete = on_req_complete};
+
+static void handle(conn *c);
+
+/* Parses what is buffered, up to one whole request. */
+static void conn_feed(conn *c) {
+  if (c->state != C_READ || c->in.len == 0)
+    return;
+  size_t n = http_parser_execute(&c->p, &req_settings, c->in.p, c->in.len);
+  if (n > c->in.len)
+    n = c->in.len;
+  memmove(c->in.p, c->in.p + n, c->in.len - n);
+  c->in.len -= n;
+  c->in.p[c->in.len] = 0;
+  enum http_errno e = HTTP_PARSER_ERRNO(&c->p);
+  if (c->state == C_CLOSING) /* a write failed in a callback */
+    return;
+  if (c->err_status != 0)
+    conn_fail(c, c->err_status, 1, "%s", c->err_msg);
+  else if (c->complete)
+    handle(c);
+  else if (e != HPE_OK)
+    conn_fail(c, 400, 1, "malformed request: %s", http_errno_description(e));
+  else if (c->p.upgrade)
+    conn_fail(c, 501, 1, "protocol upgrades are not supported");
+}
+
+static void on_conn_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
+  conn *c = h->data;
+  *buf = uv_buf_init(c->sc->rbuf, SC_READ_BUF);
+}
+
+static void on_conn_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
+  conn *c = st->data;
+  if (c->state == C_CLOSING || nread == 0)
+    return;
+  if (c->state == C_LINGER) { /* dropped unread */
+    if (nread < 0)
+      conn_close(c);
+    return;
+  }
+  if (nread < 0) {
+    /* The client is done sending: answer what it asked, then close. */
+    uv_read_stop(st);
+    c->reading = 0;
+    c->eof = 1;
+    c->keep = 0;
+    if (c->state == C_READ || nread != UV_EOF)
+      conn_close(c);
+    return;
+  }
+  if (sb_add(&c->in, buf->base, (size_t)nread) != 0) {
+    conn_close(c); /* cannot happen: reading stops at SC_READ_BUF */
+    return;
+  }
+  if (c->state == C_READ) {
+    uv_timer_start(&c->timer, on_conn_timer, SC_IDLE_MS, 0);
+    conn_feed(c);
+  }
+  if (c->state != C_CLOSING && c->in.len >= SC_READ_BUF && c->reading) {
+    uv_read_stop(st);
+    c->reading = 0;
+  }
+}
+
+/* The response is out: the next request on a kept-alive connection. */
+static void conn_next(conn *c) {
+  sb_free(&c->url);
+  sb_free(&c->body);
+  sb_free(&c->h.all);
+  c->h.in_value = 0;
+  c->complete = 0;
+  c->min_version = c->wait_ms = 0;
+  c->state = C_READ;
+  http_parser_pause(&c->p, 0);
+  uv_timer_start(&c->timer, on_conn_timer, SC_IDLE_MS, 0);
+  if (!c->reading && !c->eof &&
+      uv_read_start((uv_stream_t *)&c->tcp, on_conn_alloc, on_conn_read) == 0)
+    c->reading = 1;
+  conn_feed(c);
+}
+
+static void on_shut(uv_shutdown_t *req, int status) {}
+
+static void conn_linger(conn *c) {
+  if (c->eof || uv_shutdown(&c->shut, (uv_stream_t *)&c->tcp, on_shut) != 0) {
+    conn_close(c);
+    return;
+  }
+  c->state = C_LINGER;
+  c->in.len = 0;
+  uv_timer_start(&c->timer, on_conn_timer, SC_LINGER_MS, 0);
+  if (!c->reading &&
+      uv_read_start((uv_stream_t *)&c->tcp, on_conn_alloc, on_conn_read) == 0)
+    c->reading = 1;
+}
+
+static void on_conn_closed(uv_handle_t *h) {
+  conn *c = h->data;
+  sidecar *sc = c->sc;
+  if (--c->handles > 0)
+    return;
+  if (c->prev != NULL)
+    c->prev->next = c->next;
+  else
+    sc->conns = c->next;
+  if (c->next != NULL)
+    c->next->prev = c->prev;
+  sb_free(&c->in);
+  sb_free(&c->url);
+  sb_free(&c->body);
+  sb_free(&c->h.all);
+  free(c);
+  sc->n_conns--;
+  sc_release(sc);
+}
+
+static void reload_maybe(sidecar *sc);
+
+static void conn_close(conn *c) {
+  if (c->state == C_CLOSING)
+    return;
+  c->state = C_CLOSING;
+  if (c->up != NULL) {
+    upstream_abort(c->up);
+    c->up = NULL;
+    c->sc->inflight--;
+    reload_maybe(c->sc);
+  }
+  uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+  uv_close((uv_handle_t *)&c->timer, on_conn_closed);
+}
+
+/* ---- Applying ------------------------------------------------------------ */
+
+static void apply_begin(sidecar *sc);
+
+static void answer_applies(sidecar *sc, uint64_t round, const char *err,
+                           uint64_t pause_ms) {
+  for (conn *c = sc->conns; c != NULL; c = c->next) {
+    if (c->state != C_APPLY || c->round > round)
+      continue;
+    if (err != NULL) {
+      conn_fail(c, 502, 0, "%s", err);
+      continue;
+    }
+    sbuf b;
+    sb_init(&b, 256);
+    if (sb_printf(&b,
+                  "{\"applied_version\": %" PRIu64
+                  ", \"held_version\": %" PRIu64 ", \"pause_ms\": %" PRIu64
+                  "}\n",
+                  sc->applied, sc_held(sc), pause_ms) != 0) {
+      sb_free(&b);
+      conn_close(c);
+    } else {
+      conn_send(c, 200, "application/json", &b);
+    }
+  }
+}
+
+static void dispatch(conn *c);
+
+/* Parked requests whose version is live now, with the gate open. */
+static void release_parked(sidecar *sc) {
+  for (conn *c = sc->conns; c != NULL; c = c->next)
+    if (c->state == C_PARKED && !sc->applying && sc->applied >= c->min_version)
+      dispatch(c);
+}
+
+static void on_apply_retry(uv_timer_t *t) { apply_begin(t->data); }
+
+static void apply_end(sidecar *sc, const char *err, uint64_t pause_ms) {
+  sc->applying = 0;
+  uv_timer_stop(&sc->apply_timer);
+  if (err != NULL)
+    sc_log(sc, "apply of version %" PRIu64 " failed: %s", sc->target, err);
+  else
+    sc_log(sc, "engine serves version %" PRIu64 " (pause %" PRIu64 " ms)",
+           sc->applied, pause_ms);
+  answer_applies(sc, sc->round, err, pause_ms);
+  release_parked(sc);
+  int waiting = 0;
+  for (conn *c = sc->conns; c != NULL && !waiting; c = c->next)
+    waiting = c->state == C_APPLY;
+  if (waiting || (!sc->manual && err == NULL && sc_held(sc) > sc->applied))
+    apply_begin(sc);
+  else if (!sc->manual && err != NULL && !sc->closing) /* auto: try again */
+    uv_timer_start(&sc->apply_timer, on_apply_retry, SC_RETRY_MS, 0);
+}
+
+static void reload_done(upstream *u, const char *err) {
+  sidecar *sc = u->owner;
+  sc->reload_up = NULL;
+  char msg[256];
+  if (err == NULL && u->p.status_code / 100 != 2) {
+    snprintf(msg, sizeof(msg), "the engine's reload hook answered %u",
+             u->p.status_code);
+    err = msg;
+  } else if (err != NULL) {
+    snprintf(msg, sizeof(msg), "the engine's reload hook: %s", err);
+    err = msg;
+  }
+  uint64_t pause = (uv_hrtime() - sc->t0_ns) / 1000000;
+  if (err == NULL) {
+    sc->applied = sc->target;
+    sc->last_pause_ms = pause;
+    sc->applies++;
+  }
+  apply_end(sc, err, pause);
+}
+
+/* Calls the reload hook once the round's requests left the engine. */
+static void reload_maybe(sidecar *sc) {
+  if (!sc->applying || sc->closing || sc->reload_up != NULL || sc->inflight > 0)
+    return;
+  sbuf head, body;
+  sb_init(&head, 4096);
+  sb_init(&body, 8192);
+  char *abs = realpath(sc->weights, NULL);
+  int rc =
+      sb_printf(&body, "{\"version\": %" PRIu64 ", \"weights\": ", sc->target);
+  rc = rc ? rc : sb_json_str(&body, abs ? abs : sc->weights);
+  rc = rc ? rc : sb_add(&body, "}", 1);
+  free(abs);
+  rc = rc ? rc
+          : sb_printf(&head,
+                      "POST %s HTTP/1.1\r\nHost: %s\r\n"
+                      "Content-Type: application/json\r\n"
+                      "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                      sc->reload, sc->engine.host, body.len);
+  if (rc != 0) {
+    sb_free(&head);
+    sb_free(&body);
+    apply_end(sc, "out of memory", 0);
+    return;
+  }
+  sc->reload_up = sc_upstream(sc, &head, &body, 0, reload_done, sc);
+  if (sc->reload_up == NULL)
+    apply_end(sc, "cannot connect to the engine", 0);
+}
+
+static void on_apply_timeout(uv_timer_t *t) {
+  sidecar *sc = t->data;
+  if (!sc->applying)
+    return;
+  upstream_abort(sc->reload_up);
+  sc->reload_up = NULL;
+  apply_end(sc, "the engine did not finish its requests and reload in 600 s",
+            0);
+}
+
+/* Starts a round for the newest held version, or answers the waiting
+ * /v1/apply calls at once when the engine already serves it. */
+static void apply_begin(sidecar *sc) {
+  if (sc->applying || sc->closing)
+    return;
+  uint64_t held = sc_held(sc);
+  if (held <= sc->applied) {
+    answer_applies(sc, UINT64_MAX, NULL, 0);
+    return;
+  }
+  sc->round++;
+  sc->target = held;
+  sc->t0_ns = uv_hrtime();
+  if (sc->reload == NULL) { /* nothing to tell: the engine follows */
+    sc->applied = held;
+    sc->last_pause_ms = 0;
+    sc->applies++;
+    apply_end(sc, NULL, 0);
+    return;
+  }
+  sc->applying = 1;
+  uv_timer_start(&sc->apply_timer, on_apply_timeout, SC_ENGINE_MS, 0);
+  reload_maybe(sc);
+}
+
+/* ---- Proxying ------------------------------------------------------------ */
+
+static void conflict(conn *c) {
+  c->sc->conflicts++;
+  conn_fail(c, 409, 0,
+            "version %" PRIu64 " is not applied (waited %" PRIu64 " ms)",
+            c->min_version, c->wait_ms);
+}
+
+static void on_conn_timer(uv_timer_t *t) {
+  conn *c = t->data;
+  switch (c->state) {
+  case C_PARKED: /* the deadline; past it only the gate may hold it */
+    if (c->sc->applied < c->min_version)
+      conflict(c);
+    break;
+  case C_ENGINE:
+    upstream_abort(c->up);
+    c->up = NULL;
+    c->sc->inflight--;
+    conn_fail(c, 504, 0, "the engine did not answer in 600 s");
+    reload_maybe(c->sc);
+    break;
+  case C_READ:
+  case C_WRITE:
+  case C_LINGER:
+    conn_close(c);
+    break;
+  default:
+    break;
+  }
+}
+
+static void proxy_done(upstream *u, const char *err) {
+  conn *c = u->owner;
+  sidecar *sc = c->sc;
+  c->up = NULL;
+  sc->inflight--;
+  uv_timer_stop(&c->timer);
+  if (err != NULL) {
+    conn_fail(c, 502, 0, "engine: %s", err);
+  } else {
+    unsigned st = u->p.status_code;
+    int bodyless = u->head_only || st == 204 || st == 304;
+    sbuf h;
+    sb_init(&h, SC_HEADER_MAX + 1024);
+    int rc = sb_printf(&h, "HTTP/1.1 %u %s\r\n", st,
+                       u->reason.len ? u->reason.p
+                                     : http_status_str((enum http_status)st));
+    size_t pos = 0;
+    const char *k, *v;
+    while (rc == 0 && hdr_next(&u->h, &pos, &k, &v))
+      if (!hdr_hop_by_hop(k) ||
+          (u->head_only && !strcasecmp(k, "content-length")))
+        rc = sb_printf(&h, "%s: %s\r\n", k, v);
+    if (rc == 0 && !bodyless)
+      rc = sb_printf(&h, "Content-Length: %zu\r\n", u->body.len);
+    if (rc == 0)
+      rc = sb_printf(&h, "X-Stitch-Version: %" PRIu64 "\r\n%s\r\n", c->stamp,
+                     c->keep ? "" : "Connection: close\r\n");
+    if (rc != 0) {
+      sb_free(&h);
+      conn_close(c);
+    } else {
+      conn_write(c, &h, &u->body, 0);
+    }
+  }
+  reload_maybe(sc);
+}
+
+/* Sends the request as it came (less hop-by-hop headers) to the engine. */
+static void dispatch(conn *c) {
+  sidecar *sc = c->sc;
+  sbuf h;
+  sb_init(&h, SC_HEADER_MAX + 1024);
+  unsigned m = c->p.method;
+  int rc =
+      sb_printf(&h, "%s %s HTTP/1.1\r\n", http_method_str((enum http_method)m),
+                c->url.p ? c->url.p : "/");
+  size_t pos = 0;
+  const char *k, *v;
+  while (rc == 0 && hdr_next(&c->h, &pos, &k, &v))
+    if (!hdr_hop_by_hop(k))
+      rc = sb_printf(&h, "%s: %s\r\n", k, v);
+  if (rc == 0 && hdr_get(&c->h, "host") == NULL)
+    rc = sb_printf(&h, "Host: %s\r\n", sc->engine.host);
+  if (rc == 0 &&
+      (c->body.len > 0 || m == HTTP_POST || m == HTTP_PUT || m == HTTP_PATCH))
+    rc = sb_printf(&h, "Content-Length: %zu\r\n", c->body.len);
+  if (rc == 0)
+    rc = sb_add(&h, "Connection: close\r\n\r\n", 21);
+  if (rc != 0) {
+    sb_free(&h);
+    conn_fail(c, 500, 1, "out of memory");
+    return;
+  }
+  c->stamp = sc->applied;
+  c->up = sc_upstream(sc, &h, &c->body, m == HTTP_HEAD, proxy_done, c);
+  if (c->up == NULL) {
+    conn_fail(c, 502, 0, "engine: cannot connect");
+    return;
+  }
+  sc->inflight++;
+  sc->proxied++;
+  c->state = C_ENGINE;
+  uv_timer_start(&c->timer, on_conn_timer, SC_ENGINE_MS, 0);
+}
+
+static void route_proxy(conn *c) {
+  sidecar *sc = c->sc;
+  if (!sc->has_engine) {
+    conn_fail(c, 404, 0, "no such endpoint (no --engine to proxy to)");
+    return;
+  }
+  const char *mv = hdr_get(&c->h, "x-stitch-min-version");
+  const char *wv = hdr_get(&c->h, "x-stitch-wait-ms");
+  c->min_version = 0;
+  c->wait_ms = SC_WAIT_MS;
+  if (mv != NULL && hdr_u64(mv, &c->min_version) != 0) {
+    conn_fail(c, 400, 0, "X-Stitch-Min-Version: not a version number");
+    return;
+  }
+  if (wv != NULL && hdr_u64(wv, &c->wait_ms) != 0) {
+    conn_fail(c, 400, 0, "X-Stitch-Wait-Ms: not a number of milliseconds");
+    return;
+  }
+  if (c->wait_ms > SC_WAIT_MAX_MS)
+    c->wait_ms = SC_WAIT_MAX_MS;
+  if (!sc->applying && sc->applied >= c->min_version) {
+    dispatch(c);
+    return;
+  }
+  if (sc->applied < c->min_version && c->wait_ms == 0) {
+    conflict(c);
+    return;
+  }
+  c->state = C_PARKED;
+  if (sc->applied < c->min_version)
+    uv_timer_start(&c->timer, on_conn_timer, c->wait_ms, 0);
+  else
+    uv_timer_stop(&c->timer);
+}
+
+/* ---- The sidecar's own endpoints ----------------------------------------- */
+
+static unsigned count_state(sidecar *sc, cstate s) {
+  unsigned n = 0;
+  for (conn *c = sc->conns; c != NULL; c = c->next)
+    n += c->state == s;
+  return n;
+}
+
+/* What /v1/status and /metrics report, now. */
+static void snapshot(sidecar *sc, sidecar_snapshot *r) {
+  memset(r, 0, sizeof(*r));
+  sc_stats(sc, &r->st);
+  r->applied = sc->applied;
+  r->last_pause_ms = sc->last_pause_ms;
+  r->last_weights_ms = sc->last_weights_ms;
+  r->applies = sc->applies;
+  r->proxied = sc->proxied;
+  r->conflicts = sc->conflicts;
+  r->refused = sc->refused;
+  r->waiting = count_state(sc, C_PARKED);
+  r->conns = sc->n_conns;
+  r->manual = sc->manual;
+  r->applying = sc->applying;
+  r->engine = sc->engine_url;
+}
+
+static void route_report(conn *c, int metrics) {
+  sidecar_snapshot r;
+  snapshot(c->sc, &r);
+  sbuf b;
+  sb_init(&b, 64 << 10);
+  if ((metrics ? sidecar_metrics_text(&r, &b) : sidecar_status_json(&r, &b))) {
+    sb_free(&b);
+    conn_close(c);
+    return;
+  }
+  conn_send(c, 200,
+            metrics ? "text/plain; version=0.0.4; charset=utf-8"
+                    : "application/json",
+            &b);
+}
+
+static void route_status(conn *c) { route_report(c, 0); }
+static void route_metrics(conn *c) { route_report(c, 1); }
+
+static void route_apply(conn *c) {
+  sidecar *sc = c->sc;
+  c->state = C_APPLY;
+  c->round = sc->round + 1; /* the round that starts now, or the next */
+  uv_timer_stop(&c->timer);
+  if (!sc->applying)
+    apply_begin(sc);
+}
+
+static void handle(conn *c) {
+  c->complete = 0;
+  if (c->p.upgrade) {
+    conn_fail(c, 501, 1, "protocol upgrades are not supported");
+    return;
+  }
+  const char *url = c->url.p ? c->url.p : "";
+  size_t pl = strcspn(url, "?#");
+  unsigned m = c->p.method;
+  static const struct {
+    const char *path;
+    unsigned method;
+    void (*fn)(conn *c);
+  } routes[] = {{"/v1/status", HTTP_GET, route_status},
+                {"/v1/apply", HTTP_POST, route_apply},
+                {"/metrics", HTTP_GET, route_metrics}};
+  for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+    if (strlen(routes[i].path) != pl || memcmp(url, routes[i].path, pl) != 0)
+      continue;
+    if (m != routes[i].method) {
+      conn_fail(c, 405, 0, "%s takes %s", routes[i].path,
+                http_method_str((enum http_method)routes[i].method));
+      return;
+    }
+    routes[i].fn(c);
+    return;
+  }
+  route_proxy(c);
+}
+
+/* ---- Listening ----------------------------------------------------------- */
+
+static void on_refused_closed(uv_handle_t *h) {
+  sidecar *sc = h->data;
+  free(h);
+  sc_release(sc);
+}
+
+/* Over SC_CONN_MAX: one 503 line, then close. */
+static void refuse(sidecar *sc) {
+  static const char resp[] =
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+      "Content-Length: 34\r\nConnection: close\r\n\r\n"
+      "{\"error\": \"too many connections\"}\n";
+  uv_tcp_t *t = malloc(sizeof(*t));
+  if (t == NULL || uv_tcp_init(sc->loop, t) != 0) {
+    free(t);
+    return;
+  }
+  sc->live++;
+  t->data = sc;
+  if (uv_accept((uv_stream_t *)&sc->listener, (uv_stream_t *)t) == 0) {
+    uv_buf_t b = uv_buf_init((char *)resp, sizeof(resp) - 1);
+    uv_try_write((uv_stream_t *)t, &b, 1);
+  }
+  sc->refused++;
+  uv_close((uv_handle_t *)t, on_refused_closed);
+}
+
+static void on_connection(uv_stream_t *server, int status) {
+  sidecar *sc = server->data;
+  if (status < 0 || sc->closing)
+    return;
+  if (sc->n_conns >= SC_CONN_MAX) {
+    refuse(sc);
+    return;
+  }
+  conn *c = calloc(1, sizeof(*c));
+  if (c == NULL)
+    return;
+  c->sc = sc;
+  if (uv_tcp_init(sc->loop, &c->tcp) != 0) {
+    free(c);
+    return;
+  }
+  uv_timer_init(sc->loop, &c->timer);
+  c->tcp.data = c->timer.data = c;
+  c->handles = 2;
+  sc->live++;
+  sc->n_conns++;
+  c->next = sc->conns;
+  if (sc->conns != NULL)
+    sc->conns->prev = c;
+  sc->conns = c;
+  sb_init(&c->in, SC_IN_MAX);
+  sb_init(&c->url, SC_HEADER_MAX);
+  sb_init(&c->body, SC_BODY_MAX);
+  sb_init(&c->h.all, SC_HEADER_MAX);
+  http_parser_init(&c->p, HTTP_REQUEST);
+  c->p.data = c;
+  if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 ||
+      uv_read_start((uv_stream_t *)&c->tcp, on_conn_alloc, on_conn_read) != 0) {
+    conn_close(c);
+    return;
+  }
+  c->reading = 1;
+  uv_timer_start(&c->timer, on_conn_timer, SC_IDLE_MS, 0);
+}
+
+/* "host:port" or "[v6]:port", resolved once (a name too). */
+static int fail_d(stitch_diag *d, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail_d(stitch_diag *d, int err, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(d->msg, sizeof(d->msg), fmt, ap);
+  va_end(ap);
+  return err;
+}
+
+static int bind_listen(sidecar *sc, const char *listen, stitch_diag *d) {
+  char host[256];
+  const char *colon = strrchr(listen, ':'), *h = listen;
+  size_t hl = colon ? (size_t)(colon - listen) : 0;
+  if (hl >= 2 && listen[0] == '[' && listen[hl - 1] == ']') {
+    h++;
+    hl -= 2;
+  }
+  uint64_t port;
+  if (colon == NULL || hl == 0 || hl >= sizeof(host) ||
+      hdr_u64(colon + 1, &port) != 0 || port > 65535)
+    return fail_d(d, STITCH_EINVAL, "--http '%.200s': not host:port", listen);
+  memcpy(host, h, hl);
+  host[hl] = 0;
+  struct sockaddr_storage ss;
+  int rc = upstream_resolve(sc->loop, host, (int)port, 1, &ss);
+  if (rc == 0)
+    rc = uv_tcp_bind(&sc->listener, (const struct sockaddr *)&ss, 0);
+  if (rc == 0)
+    rc = uv_listen((uv_stream_t *)&sc->listener, SC_BACKLOG, on_connection);
+  if (rc != 0)
+    return fail_d(d, STITCH_EIO, "--http '%.200s': %s", listen,
+                  uv_strerror(rc));
+  struct sockaddr_storage bound;
+  int bl = sizeof(bound);
+  uv_tcp_getsockname(&sc->listener, (struct sockaddr *)&bound, &bl);
+  sc->port = ntohs(bound.ss_family == AF_INET6
+                       ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                       : ((struct sockaddr_in *)&bound)->sin_port);
+  return 0;
+}
+
+/* ---- Public -------------------------------------------------------------- */
+
+static void on_sc_closed(uv_handle_t *h) { sc_release(h->data); }
+
+static void upstream_closed(void *user) { sc_release(user); }
+
+int sidecar_new(uv_loop_t *loop, const sidecar_config *cfg,
+                const sidecar_hooks *hooks, sidecar **out, stitch_diag *d) {
+  *out = NULL;
+  sidecar *sc = calloc(1, sizeof(*sc));
+  if (sc == NULL)
+    return fail_d(d, STITCH_ENOMEM, "out of memory");
+  sc->loop = loop;
+  sc->hooks = *hooks;
+  sc->manual = cfg->manual;
+  sc->weights = strdup(cfg->weights ? cfg->weights : "");
+  sc->reload = cfg->reload ? strdup(cfg->reload) : NULL;
+  sc->engine_url = cfg->engine ? strdup(cfg->engine) : NULL;
+  uv_tcp_init(loop, &sc->listener);
+  uv_timer_init(loop, &sc->apply_timer);
+  sc->listener.data = sc->apply_timer.data = sc;
+  sc->live = 2;
+  int rc = 0;
+  if (sc->weights == NULL || (cfg->reload && !sc->reload) ||
+      (cfg->engine && !sc->engine_url))
+    rc = fail_d(d, STITCH_ENOMEM, "out of memory");
+  else if (cfg->reload != NULL &&
+           (cfg->engine == NULL || cfg->reload[0] != '/'))
+    rc = fail_d(d, STITCH_EINVAL,
+                "--engine-reload needs --engine and a path starting with /");
+  if (rc == 0 && cfg->engine != NULL) {
+    rc = upstream_env_init(&sc->engine, loop, cfg->engine, d);
+    sc->engine.rbuf = sc->rbuf;
+    sc->engine.rbuf_len = sizeof(sc->rbuf);
+    sc->engine.closed = upstream_closed;
+    sc->engine.user = sc;
+    sc->has_engine = rc == 0;
+  }
+  if (rc == 0)
+    rc = bind_listen(sc, cfg->listen, d);
+  if (rc != 0) {
+    sc->closing = 1;
+    uv_close((uv_handle_t *)&sc->listener, on_sc_closed);
+    uv_close((uv_handle_t *)&sc->apply_timer, on_sc_closed);
+    return rc;
+  }
+  /* Without a hook the engine is taken to serve what the file holds;
+   * with one, nothing is known until it is told (auto: now). */
+  *out = sc;
+  if (sc->reload == NULL)
+    sc->applied = sc_held(sc);
+  else if (!sc->manual)
+    apply_begin(sc);
+  return 0;
+}
+
+int sidecar_port(const sidecar *sc) { return sc->port; }
+
+void sidecar_held(sidecar *sc, uint64_t version, uint64_t apply_ms) {
+  if (sc == NULL || sc->closing)
+    return;
+  sc->last_weights_ms = apply_ms;
+  if (!sc->manual)
+    apply_begin(sc);
+}
+
+void sidecar_close(sidecar *sc) {
+  if (sc == NULL || sc->closing)
+    return;
+  sc->closing = 1;
+  upstream_abort(sc->reload_up);
+  sc->reload_up = NULL;
+  for (conn *c = sc->conns; c != NULL; c = c->next)
+    conn_close(c);
+  uv_close((uv_handle_t *)&sc->listener, on_sc_closed);
+  uv_close((uv_handle_t *)&sc->apply_timer, on_sc_closed);
+}

@@ -1,0 +1,93 @@
+/* sidecar_report.c: /v1/status as JSON and /metrics as Prometheus text
+ * (sidecar_report.h, docs/stitchd.md). */
+#include "sidecar_report.h"
+
+#include <inttypes.h>
+
+int sidecar_status_json(const sidecar_snapshot *r, sbuf *b) {
+  const stitch_swarm_stats *s = &r->st;
+  int rc = sb_printf(
+      b,
+      "{\"held_version\": %" PRIu64 ", \"applied_version\": %" PRIu64
+      ", \"latest_version\": %" PRIu64 ", \"fetching_version\": %" PRIu64
+      ", \"fetch_done\": %" PRIu64 ", \"fetch_total\": %" PRIu64
+      ", \"peers\": %" PRIu32 ", \"apply\": \"%s\", \"applying\": %s"
+      ", \"last_apply_pause_ms\": %" PRIu64 ", \"waiting\": %u"
+      ", \"engine\": ",
+      s->held_version, r->applied, s->latest_version, s->fetching_version,
+      s->fetch_done, s->fetch_total, s->peers, r->manual ? "manual" : "auto",
+      r->applying ? "true" : "false", r->last_pause_ms, r->waiting);
+  rc = rc ? rc : r->engine ? sb_json_str(b, r->engine) : sb_add(b, "null", 4);
+  return rc ? rc : sb_add(b, "}\n", 2);
+}
+
+/* One metric: # HELP, # TYPE and its samples ("{labels} value" each). */
+static int metric(sbuf *b, const char *name, const char *type, const char *help,
+                  int n, const char *const *labels, const double *values) {
+  int rc = sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+  for (int i = 0; i < n && rc == 0; i++)
+    rc = sb_printf(b, "%s%s %.17g\n", name, labels ? labels[i] : "", values[i]);
+  return rc;
+}
+
+int sidecar_metrics_text(const sidecar_snapshot *r, sbuf *out) {
+  const stitch_swarm_stats *s = &r->st;
+  static const char *const src[] = {"{source=\"seed\"}",
+                                    "{source=\"same_region\"}",
+                                    "{source=\"other_region\"}"};
+  static const char *const dst[] = {"{dest=\"same_region\"}",
+                                    "{dest=\"other_region\"}"};
+  double down[] = {(double)s->bytes_from_seed, (double)s->bytes_same_region,
+                   (double)s->bytes_other_region};
+  double up[] = {(double)s->bytes_to_same_region,
+                 (double)s->bytes_to_other_region};
+  double one[1];
+  sbuf *b = out;
+  int rc = 0;
+#define ONE(name, type, help, value)                                           \
+  one[0] = (double)(value);                                                    \
+  rc = rc ? rc : metric(b, name, type, help, 1, NULL, one)
+  ONE("stitch_held_version", "gauge",
+      "Version the weights file holds, verified", s->held_version);
+  ONE("stitch_applied_version", "gauge", "Version the engine serves",
+      r->applied);
+  ONE("stitch_latest_version", "gauge", "Newest verified manifest",
+      s->latest_version);
+  ONE("stitch_fetching_version", "gauge", "Version being fetched (0: none)",
+      s->fetching_version);
+  ONE("stitch_fetch_done_chunks", "gauge", "Chunks of the fetch plan held",
+      s->fetch_done);
+  ONE("stitch_fetch_total_chunks", "gauge", "Chunks in the fetch plan",
+      s->fetch_total);
+  ONE("stitch_peers", "gauge", "Connected swarm neighbours", s->peers);
+  rc = rc ? rc
+          : metric(b, "stitch_bytes_down_total", "counter",
+                   "Chunk bytes fetched, by source", 3, src, down);
+  ONE("stitch_bytes_up_total", "counter", "Chunk bytes served to peers",
+      s->bytes_up);
+  rc = rc ? rc
+          : metric(b, "stitch_bytes_up_by_dest_total", "counter",
+                   "Chunk bytes served, by the peer's region", 2, dst, up);
+  ONE("stitch_verify_failures_total", "counter",
+      "Chunks or manifests that failed verification", s->verify_failures);
+  ONE("stitch_bans_total", "counter", "Peers banned", s->bans);
+  ONE("stitch_engine_applies_total", "counter",
+      "Versions the engine switched to", r->applies);
+  ONE("stitch_apply_pause_seconds", "gauge",
+      "Requests held back during the last engine apply",
+      (double)r->last_pause_ms / 1000.0);
+  ONE("stitch_weights_apply_seconds", "gauge",
+      "Time of the last apply to the weights file",
+      (double)r->last_weights_ms / 1000.0);
+  ONE("stitch_requests_waiting", "gauge",
+      "Proxied requests waiting for a version", r->waiting);
+  ONE("stitch_http_connections", "gauge", "Open sidecar connections", r->conns);
+  ONE("stitch_proxied_requests_total", "counter",
+      "Requests forwarded to the engine", r->proxied);
+  ONE("stitch_version_conflicts_total", "counter",
+      "Requests answered 409: version not applied in time", r->conflicts);
+  ONE("stitch_http_refused_total", "counter",
+      "Connections refused over the limit", r->refused);
+#undef ONE
+  return rc;
+}

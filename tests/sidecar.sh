@@ -1,0 +1,259 @@
+#!/usr/bin/env bash
+# stitchd's HTTP sidecar (issue 6) with real clients, curl and Python's
+# http.client: a seed, one node with --http in front of a stand-in engine
+# (tests/sidecar_engine.py, with a reload hook), two published versions.
+# Checks /v1/status, /metrics as Prometheus text, the X-Stitch-Version
+# stamp, a 409 after X-Stitch-Wait-Ms, a waiting request released by
+# POST /v1/apply (and a request at the engine finishing under the old
+# version first), and that malformed requests get a 4xx and the sidecar
+# keeps serving. Skips (77) without curl or python3.
+# Usage: sidecar.sh BIN_DIR
+set -euo pipefail
+command -v curl >/dev/null && command -v python3 >/dev/null ||
+  { echo "SKIP: sidecar.sh needs curl and python3"; exit 77; }
+bin="$1"
+here="$(cd "$(dirname "$0")" && pwd)"
+work="$(mktemp -d "${TMPDIR:-/tmp}/stitch-sidecar.XXXXXX")"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*" >&2
+  for f in node.log seed.log engine.log; do
+    [ -f "$work/$f" ] && { echo "--- $f" >&2; tail -n 15 "$work/$f" >&2; }
+  done
+  exit 1
+}
+# Waits (up to 30 s) for a line matching $2 in file $1 and prints its match.
+wait_line() {
+  for _ in $(seq 300); do
+    if [ -s "$1" ] && grep -q "$2" "$1"; then
+      sed -n "s/$2//p" "$1" | head -n 1
+      return 0
+    fi
+    sleep 0.1
+  done
+  fail "no '$2' in $1"
+}
+json() { # json FIELD < JSON: prints the field
+  python3 -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"
+}
+
+"$bin/stitch-synth" --out "$work/traj" --steps 1 --params 2e5 --quiet
+"$bin/stitch" keygen --out "$work/k" >/dev/null
+
+python3 "$here/sidecar_engine.py" --port-file "$work/engine.port" \
+  --reload-delay-ms 100 2>"$work/engine.log" &
+pids+=($!)
+"$bin/stitchd" seed --key "$work/k.key" --listen 127.0.0.1:0 \
+  --store "$work/store" >"$work/seed.out" 2>"$work/seed.log" &
+pids+=($!)
+seed="$(wait_line "$work/seed.out" '^stitchd: listening on ')"
+eport="$(wait_line "$work/engine.port" '^')"
+"$bin/stitchd" node --swarm "$work/k.pub" --listen 127.0.0.1:0 \
+  --peers "$seed" --weights "$work/w.st" --data "$work/data" \
+  --http 127.0.0.1:0 --engine "http://127.0.0.1:$eport" \
+  --engine-reload /reload >"$work/node.out" 2>"$work/node.log" &
+node=$!
+pids+=($node)
+port="$(wait_line "$work/node.out" '^stitchd: http on port ')"
+url="http://127.0.0.1:$port"
+status() { curl -sf "$url/v1/status" || fail "GET /v1/status failed"; }
+wait_held() {
+  for _ in $(seq 600); do
+    [ "$(status | json held_version)" -ge "$1" ] && return 0
+    sleep 0.1
+  done
+  fail "the node does not hold version $1: $(status)"
+}
+
+[ "$(status | json held_version)" = 0 ] || fail "held before publish: $(status)"
+publish() {
+  "$bin/stitch" publish --key "$work/k.key" --store "$work/store" \
+    "$work/traj/step_000$1.safetensors" >/dev/null
+}
+publish 0
+wait_held 1
+publish 1
+wait_held 2
+st="$(status)"
+for f in held_version applied_version fetching_version fetch_done \
+         fetch_total peers; do
+  v="$(json "$f" <<<"$st")" || fail "/v1/status has no $f: $st"
+  [[ "$v" =~ ^[0-9]+$ ]] || fail "/v1/status $f is '$v'"
+done
+[ "$(json applied_version <<<"$st")" = 0 ] ||
+  fail "--apply manual applied before /v1/apply: $st"
+[ "$(json peers <<<"$st")" -ge 1 ] || fail "no peers: $st"
+
+# /metrics, through http.client: Prometheus text, and the numbers.
+python3 - "$port" <<'EOF' || fail "/metrics"
+import http.client, re, sys
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=10)
+c.request("GET", "/metrics")
+r = c.getresponse()
+text = r.read().decode()
+assert r.status == 200, r.status
+assert r.getheader("Content-Type").startswith("text/plain"), r.getheaders()
+label = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*"'
+sample = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{%s(?:,%s)*\})? '
+                    r'([-+]?(?:[0-9.]+(?:[eE][-+]?[0-9]+)?|NaN|Inf))$'
+                    % (label, label))
+values = {}
+for line in text.splitlines():
+    if line.startswith("# HELP ") or line.startswith("# TYPE "):
+        continue
+    m = sample.match(line)
+    assert m, "not Prometheus text: %r" % line
+    values[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+want = {"stitch_held_version": 2, "stitch_applied_version": 0,
+        "stitch_latest_version": 2}
+for k, v in want.items():
+    assert values.get(k) == v, (k, values.get(k))
+for k in ("stitch_bytes_up_total", "stitch_verify_failures_total",
+          "stitch_bans_total", "stitch_peers", "stitch_apply_pause_seconds",
+          'stitch_bytes_down_total{source="same_region"}',
+          'stitch_bytes_down_total{source="other_region"}'):
+    assert k in values, "no " + k
+assert values['stitch_bytes_down_total{source="seed"}'] > 0
+EOF
+
+# A completion carries the applied version (0: the engine was not told).
+curl -sf -D "$work/h1" -o "$work/b1" -X POST "$url/v1/completions" \
+  -H 'Content-Type: application/json' -d '{"prompt": "hi"}' ||
+  fail "completion through the proxy"
+grep -qi '^X-Stitch-Version: 0' "$work/h1" || fail "stamp: $(cat "$work/h1")"
+grep -qi '^X-Engine: stand-in' "$work/h1" || fail "engine headers lost"
+[ "$(json prompt <"$work/b1")" = hi ] || fail "body: $(cat "$work/b1")"
+
+# Min-Version above applied: 409 after the wait, naming the applied version.
+code="$(curl -s -o "$work/b2" -w '%{http_code} %{time_total}' -X POST \
+  "$url/v1/completions" -H 'X-Stitch-Min-Version: 1' \
+  -H 'X-Stitch-Wait-Ms: 400' -d '{}')"
+[ "${code% *}" = 409 ] || fail "Min-Version 1: $code $(cat "$work/b2")"
+python3 -c 'import sys; assert float(sys.argv[1]) >= 0.4' "${code#* }" ||
+  fail "409 came before X-Stitch-Wait-Ms: ${code#* } s"
+[ "$(json applied_version <"$work/b2")" = 0 ] || fail "409 body: $(cat "$work/b2")"
+[ "$(wc -l <"$work/b2")" = 1 ] || fail "409 body is not one line"
+
+# A request waiting for version 2, and one at the engine (1.5 s) when the
+# apply starts: the slow one finishes under version 0, then the engine
+# reloads, then the waiting one goes, stamped 2.
+python3 - "$port" >"$work/waiting.json" <<'EOF' &
+import http.client, json, sys
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=60)
+c.request("POST", "/v1/completions", body=json.dumps({"prompt": "w"}),
+          headers={"X-Stitch-Min-Version": "2", "X-Stitch-Wait-Ms": "30000",
+                   "Content-Type": "application/json"})
+r = c.getresponse()
+print(json.dumps({"status": r.status, "stamp": r.getheader("X-Stitch-Version"),
+                  "body": json.loads(r.read())}))
+EOF
+waiter=$!
+for _ in $(seq 100); do
+  [ "$(status | json waiting)" = 1 ] && break
+  sleep 0.1
+done
+[ "$(status | json waiting)" = 1 ] || fail "the request is not waiting: $(status)"
+curl -s -D "$work/h3" -o "$work/b3" -X POST "$url/v1/completions" \
+  -d '{"sleep_ms": 1500}' &
+slow=$!
+sleep 0.3
+curl -sf -o "$work/apply.json" -X POST "$url/v1/apply" || fail "POST /v1/apply"
+[ "$(json applied_version <"$work/apply.json")" = 2 ] ||
+  fail "apply: $(cat "$work/apply.json")"
+python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["pause_ms"] >= 100' \
+  "$work/apply.json" || fail "pause_ms below the engine's reload: $(cat "$work/apply.json")"
+wait "$waiter" || fail "the waiting request"
+wait "$slow" || fail "the slow request"
+python3 - "$work/waiting.json" "$work/b3" "$work/h3" "$work/w.st" <<'EOF' ||
+import hashlib, json, sys
+w = json.load(open(sys.argv[1]))
+assert w["status"] == 200 and w["stamp"] == "2", w
+assert w["body"]["version"] == 2, w
+sha = hashlib.sha256(open(sys.argv[4], "rb").read()).hexdigest()
+assert w["body"]["weights_sha256"] == sha, "the engine loaded other bytes"
+slow = json.load(open(sys.argv[2]))
+assert slow["version"] == 0, slow  # -1: a reload ran under it
+assert "x-stitch-version: 0" in open(sys.argv[3]).read().lower()
+EOF
+  fail "release by /v1/apply: $(cat "$work/waiting.json") $(cat "$work/b3")"
+curl -sf -D "$work/h4" -o /dev/null -X POST "$url/v1/completions" \
+  -H 'X-Stitch-Min-Version: 2' -d '{}' || fail "Min-Version 2 after apply"
+grep -qi '^X-Stitch-Version: 2' "$work/h4" || fail "stamp after apply"
+again="$(curl -sf -X POST "$url/v1/apply")" || fail "second /v1/apply"
+[ "$(json pause_ms <<<"$again")" = 0 ] || fail "nothing new, yet: $again"
+[ "$(curl -sf "http://127.0.0.1:$eport/state" | json reloads)" = "[2]" ] ||
+  fail "engine reloads: $(curl -s "http://127.0.0.1:$eport/state")"
+
+# Malformed and hostile requests: a 4xx with one JSON line, never a crash.
+python3 - "$port" <<'EOF' || fail "malformed requests"
+import http.client, json, socket, sys
+port = int(sys.argv[1])
+
+def raw(data, close=True):
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(data)
+    out = b""
+    while True:
+        try:
+            b = s.recv(65536)
+        except (ConnectionResetError, socket.timeout):
+            break
+        if not b:
+            break
+        out += b
+        if not close and out.count(b"HTTP/1.1 ") >= 2 and out.endswith(b"}\n"):
+            break
+    s.close()
+    return out
+
+def check(data, code):
+    out = raw(data)
+    head, _, body = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 %d " % code), (data[:60], out[:200])
+    assert body.endswith(b"\n") and body.count(b"\n") == 1, body
+    assert "error" in json.loads(body), body
+
+check(b"GARBAGE\r\n\r\n", 400)
+check(b"\x00\x01\x02\xff\xfe\r\n\r\n", 400)
+check(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n", 400)
+check(b"GET /v1/status HTTP/9.9.9\r\n\r\n", 400)
+check(b"GET / HTTP/1.1\r\nX: " + b"a" * 70000 + b"\r\n\r\n", 431)
+check(b"POST /v1/completions HTTP/1.1\r\nContent-Length: 100000000\r\n\r\n", 413)
+check(b"POST /v1/completions HTTP/1.1\r\nX-Stitch-Min-Version: x\r\n"
+      b"Connection: close\r\n\r\n", 400)
+check(b"GET /v1/apply HTTP/1.1\r\nConnection: close\r\n\r\n", 405)
+# A client that leaves half-way through its headers.
+s = socket.create_connection(("127.0.0.1", port))
+s.sendall(b"GET /v1/status HTTP/1.1\r\nHost: x\r\nX-Half")
+s.close()
+# Two requests in one write: two answers, in order.
+out = raw(b"GET /v1/status HTTP/1.1\r\n\r\nGET /metrics HTTP/1.1\r\n"
+          b"Connection: close\r\n\r\n")
+assert out.count(b"HTTP/1.1 200 OK") == 2, out[:300]
+# Keep-alive with http.client, and a chunked body to the proxy.
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+for _ in range(3):
+    c.request("GET", "/v1/status")
+    r = c.getresponse()
+    assert r.status == 200 and json.loads(r.read())["held_version"] == 2
+c.request("POST", "/v1/completions", body=iter([b'{"prompt":', b' "chunked"}']),
+          headers={"Transfer-Encoding": "chunked"}, encode_chunked=True)
+r = c.getresponse()
+assert r.status == 200, r.status
+assert json.loads(r.read())["prompt"] == "chunked"
+c.close()
+EOF
+kill -0 "$node" 2>/dev/null || fail "stitchd died"
+[ "$(status | json applied_version)" = 2 ] || fail "status after the abuse"
+
+kill -TERM "$node"
+rc=0
+wait "$node" || rc=$?
+[ "$rc" = 0 ] || fail "stitchd exited $rc on SIGTERM"
+echo "sidecar: ok"

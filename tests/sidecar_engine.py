@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""sidecar_engine.py: a stand-in for an OpenAI-compatible engine, for
+tests/sidecar.sh. Standard library only.
+
+  sidecar_engine.py --port-file FILE [--reload-delay-ms N]
+
+Listens on 127.0.0.1 on a free port and writes the port to FILE.
+
+  POST /v1/completions  {"prompt": ..., "sleep_ms": N}: waits N ms (a slow
+                        generation), answers a completion naming the
+                        version it serves ("version") and the SHA-256 of
+                        the weights file it loaded ("weights_sha256")
+  POST /reload          {"version": v, "weights": FILE}: "loads" FILE
+                        (hashes it) after --reload-delay-ms, then serves v
+  GET  /v1/models       one model
+  GET  /state           {"version", "weights_sha256", "reloads"}
+
+Anything else is 404. Every request is logged on stderr.
+"""
+import argparse
+import hashlib
+import http.server
+import json
+import os
+import sys
+import threading
+import time
+
+
+class Engine:
+    def __init__(self, delay_ms):
+        self.lock = threading.Lock()
+        self.version = 0
+        self.sha = None
+        self.reloads = []
+        self.delay_ms = delay_ms
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def reply(self, code, obj):
+        body = (json.dumps(obj) + "\n").encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Engine", "stand-in")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(n) if n else b""
+        try:
+            return json.loads(raw or b"{}")
+        except ValueError:
+            return None
+
+    def do_GET(self):
+        eng = self.server.engine
+        if self.path == "/v1/models":
+            self.reply(200, {"object": "list",
+                             "data": [{"id": "stand-in", "object": "model"}]})
+        elif self.path == "/state":
+            with eng.lock:
+                self.reply(200, {"version": eng.version,
+                                 "weights_sha256": eng.sha,
+                                 "reloads": eng.reloads})
+        else:
+            self.reply(404, {"error": "no such endpoint: " + self.path})
+
+    def do_POST(self):
+        eng = self.server.engine
+        req = self.body()
+        if req is None:
+            self.reply(400, {"error": "body is not JSON"})
+        elif self.path == "/v1/completions":
+            with eng.lock:
+                version, sha = eng.version, eng.sha
+            time.sleep(min(int(req.get("sleep_ms", 0)), 10000) / 1000.0)
+            with eng.lock:
+                if eng.version != version:  # a reload ran under a request
+                    version = -1
+            self.reply(200, {
+                "id": "cmpl-%d" % time.monotonic_ns(),
+                "object": "text_completion",
+                "model": "stand-in",
+                "choices": [{"index": 0, "text": " ok",
+                             "finish_reason": "stop"}],
+                "prompt": req.get("prompt"),
+                "version": version,
+                "weights_sha256": sha})
+        elif self.path == "/reload":
+            try:
+                with open(req["weights"], "rb") as f:
+                    sha = hashlib.sha256(f.read()).hexdigest()
+                version = int(req["version"])
+            except (KeyError, OSError, ValueError, TypeError) as e:
+                self.reply(400, {"error": "reload: %s" % e})
+                return
+            time.sleep(eng.delay_ms / 1000.0)
+            with eng.lock:
+                eng.version, eng.sha = version, sha
+                eng.reloads.append(version)
+            self.reply(200, {"version": version, "weights_sha256": sha})
+        else:
+            self.reply(404, {"error": "no such endpoint: " + self.path})
+
+    def log_message(self, fmt, *args):
+        sys.stderr.write("engine: " + (fmt % args) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--port-file", required=True)
+    ap.add_argument("--reload-delay-ms", type=int, default=50)
+    a = ap.parse_args()
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    srv.engine = Engine(a.reload_delay_ms)
+    with open(a.port_file + ".tmp", "w") as f:
+        f.write("%d\n" % srv.server_address[1])
+    os.replace(a.port_file + ".tmp", a.port_file)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

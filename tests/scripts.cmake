@@ -68,3 +68,16 @@ if(TARGET stitchd AND TARGET stitch-synth)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/sidecar.sh ${STITCH_BIN})
   set_tests_properties(sidecar PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
 endif()
+# Issue 6 end to end: a training loop (PyTorch, Publisher.hook) publishes,
+# a seed and a node spread the versions, a stand-in engine patches its torch
+# tensors in place through the sidecar's reload hook; the version stamps and
+# the engine's tensor digests must match the trainer's views bit-exactly.
+# Skips (77) without torch, safetensors or curl; not under the sanitizers
+# (python loads libstitch.so).
+if(TARGET stitchd AND TARGET stitch_shared AND NOT STITCH_SANITIZE)
+  add_test(NAME e2e_trainer_engine
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e_trainer_engine.sh
+                   ${STITCH_BIN} $<TARGET_FILE:stitch_shared>)
+  set_tests_properties(e2e_trainer_engine PROPERTIES
+    SKIP_RETURN_CODE 77 TIMEOUT 600)
+endif()

@@ -61,6 +61,8 @@ static int bits_init(bits *b, uint64_t version, uint32_t object, uint64_t n) {
   b->object = object;
   b->n = n;
   b->count = 0;
+  b->timed = 0;
+  b->since_ms = 0;
   b->b = calloc(n / 8 + 1, 1);
   return b->b ? 0 : STITCH_ENOMEM;
 }

@@ -42,6 +42,8 @@ typedef struct bits {
   uint64_t n;     /* chunks */
   uint64_t count; /* bits set */
   uint8_t *b;
+  int timed;      /* seed offers: since_ms is set */
+  uint64_t since_ms;
 } bits;
 
 typedef struct request {

@@ -174,6 +174,21 @@ static int requested_from(const peer *p, const chunk_id *c) {
   return 0;
 }
 
+/* Does a ready neighbour in our own region hold chunk C of (V, O)? */
+static int held_nearby(stitch_swarm *s, uint64_t version, uint32_t o,
+                       uint64_t c) {
+  for (size_t i = 0; i < s->n_peers; i++) {
+    peer *q = &s->peers[i];
+    if (q->state != PEER_READY || q->is_seed ||
+        strcmp(q->region, s->cfg.region) != 0)
+      continue;
+    const bits *h = peer_bits(q, version, o, 0, 0);
+    if (h != NULL && bits_get(h, c))
+      return 1;
+  }
+  return 0;
+}
+
 /* The best chunk of (v, o) to ask P for: one it has and we lack, not yet
  * asked for (or, in the endgame, asked for once elsewhere); random early
  * on, then the rarest. */
@@ -186,6 +201,7 @@ static int pick(stitch_swarm *s, peer *p, vstate *v, uint32_t o,
   uint64_t n = held->n, best = UINT64_MAX, start = core_random(s) % n;
   unsigned best_avail = 0xffffffffu;
   int random_phase = s->fetched < CORE_RANDOM_FIRST;
+  int far = !p->is_seed && strcmp(p->region, s->cfg.region) != 0;
   for (uint64_t k = 0; k < n; k++) {
     uint64_t c = (start + k) % n;
     if (bits_get(held, c) || !bits_get(have, c))
@@ -195,6 +211,9 @@ static int pick(stitch_swarm *s, peer *p, vstate *v, uint32_t o,
       continue;
     /* The seed is the last resort: its upload is the scarce one. */
     if (p->is_seed && v->avail[o][c] > 1)
+      continue;
+    /* A chunk crosses regions only when nobody nearby has it. */
+    if (far && held_nearby(s, v->ref.m->version, o, c))
       continue;
     chunk_id id = {v->ref.m->version, o, c};
     if (fl > 0 && requested_from(p, &id))
@@ -456,8 +475,15 @@ void seed_offer(stitch_swarm *s, peer *p) {
       round_done &= v->sent[o][c] > 0 || v->offers[o][c] > 0 ||
                     !bits_get(&v->held[o], c);
     }
-    /* After the first round, only a peer stuck for a while gets more. */
-    if (round_done && s->now_ms - p->progress_ms < CORE_SEED_IDLE_MS)
+    /* After the first round, only a peer stuck for a while gets more:
+     * stuck on this object, so the clock starts when it first asked. */
+    if (!off->timed) {
+      off->timed = 1;
+      off->since_ms = s->now_ms;
+    }
+    uint64_t moved = p->progress_ms > off->since_ms ? p->progress_ms
+                                                    : off->since_ms;
+    if (round_done && s->now_ms - moved < CORE_SEED_IDLE_MS)
       continue;
     uint64_t depth = 2 * (uint64_t)s->cfg.pipeline;
     if (!round_done) {
@@ -492,6 +518,6 @@ void seed_offer(stitch_swarm *s, peer *p) {
       send_simple(s, p, WIRE_HAVE, &id);
     }
     if (round_done)
-      p->progress_ms = s->now_ms; /* one more batch per idle period */
+      off->since_ms = s->now_ms; /* one more batch per idle period */
   }
 }

@@ -1,0 +1,210 @@
+/* report.c: the figures of a run (docs/simulator.md).
+ *
+ * Per version: completion times from publish (p50, p99, max over nodes;
+ * null while some node never completed), the bound, their ratio, what the
+ * seed sent and what crossed regions while that version was the newest.
+ * Staleness: at each publish after the first, how many published versions
+ * each node lacked. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include "sim.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The Q-quantile (nearest rank) of T[0..n); INFINITY marks "never". */
+static double quantile(const double *t, size_t n, double q) {
+  if (n == 0)
+    return NAN;
+  size_t k = (size_t)ceil(q * (double)n);
+  k = k ? k - 1 : 0;
+  return t[k < n ? k : n - 1];
+}
+
+static json_t *num_or_null(double x) {
+  return isfinite(x) ? json_real(x) : json_null();
+}
+
+/* Completion times of version V, sorted; T has r->nodes slots. */
+static void times_of(const sim_result *r, unsigned v, double *t) {
+  for (unsigned i = 0; i < r->nodes; i++) {
+    double d = r->done[(size_t)(i + 1) * (r->versions + 1) + v];
+    t[i] = d < 0 ? INFINITY : d - r->published[v];
+  }
+  qsort(t, r->nodes, sizeof(*t), cmp_double);
+}
+
+/* p99 over (node, publish) of the versions a node lacked at a publish. */
+static double staleness_p99(const sim_result *r) {
+  if (r->versions < 2)
+    return 0;
+  size_t n = (size_t)r->nodes * (r->versions - 1), k = 0;
+  double *lag = malloc((n ? n : 1) * sizeof(*lag));
+  if (lag == NULL)
+    return NAN;
+  for (unsigned v = 2; v <= r->versions; v++)
+    for (unsigned i = 0; i < r->nodes; i++) {
+      unsigned held = 0;
+      for (unsigned u = 1; u < v; u++) {
+        double d = r->done[(size_t)(i + 1) * (r->versions + 1) + u];
+        if (d >= 0 && d <= r->published[v])
+          held = u;
+      }
+      lag[k++] = (double)(v - 1 - held);
+    }
+  qsort(lag, k, sizeof(*lag), cmp_double);
+  double q = quantile(lag, k, 0.99);
+  free(lag);
+  return q;
+}
+
+void *sim_report_json(const sim_result *r, int per_node) {
+  json_t *o = json_object(), *vs = json_array();
+  double *t = malloc((r->nodes ? r->nodes : 1) * sizeof(*t));
+  for (unsigned v = 1; t != NULL && v <= r->versions; v++) {
+    times_of(r, v, t);
+    double mx = quantile(t, r->nodes, 1.0);
+    json_t *e = json_object();
+    json_object_set_new(e, "version", json_integer((json_int_t)v));
+    json_object_set_new(e, "bytes", json_integer((json_int_t)r->v[v].bytes));
+    json_object_set_new(e, "chunks",
+                        json_integer((json_int_t)r->v[v].chunks));
+    json_object_set_new(e, "min_s", num_or_null(quantile(t, r->nodes, 0)));
+    json_object_set_new(e, "p50_s", num_or_null(quantile(t, r->nodes, .5)));
+    json_object_set_new(e, "p99_s", num_or_null(quantile(t, r->nodes, .99)));
+    json_object_set_new(e, "max_s", num_or_null(mx));
+    json_object_set_new(e, "bound_s", json_real(r->bound[v]));
+    json_object_set_new(e, "ratio", num_or_null(mx / r->bound[v]));
+    json_object_set_new(e, "node_bound_s", json_real(r->node_bound[v]));
+    json_object_set_new(e, "latency_ratio",
+                        num_or_null(mx / (r->bound[v] + r->latency_s)));
+    json_object_set_new(e, "seed_bytes",
+                        json_integer((json_int_t)r->seed_bytes[v]));
+    json_object_set_new(e, "cross_region_bytes",
+                        json_integer((json_int_t)r->cross_bytes[v]));
+    json_array_append_new(vs, e);
+  }
+  json_object_set_new(o, "mode", json_string(r->mode));
+  json_object_set_new(o, "nodes", json_integer(r->nodes));
+  json_object_set_new(o, "versions", vs);
+  json_object_set_new(o, "latency_s", json_real(r->latency_s));
+  json_object_set_new(o, "completed", json_boolean(r->finished));
+  json_object_set_new(o, "staleness_p99_versions",
+                      num_or_null(staleness_p99(r)));
+  json_object_set_new(o, "verify_failures",
+                      json_integer((json_int_t)r->verify_failures));
+  json_object_set_new(o, "bad_writes", json_integer((json_int_t)r->bad_writes));
+  json_object_set_new(o, "apply_errors",
+                      json_integer((json_int_t)r->apply_errors));
+  json_object_set_new(o, "bans", json_integer((json_int_t)r->bans));
+  json_object_set_new(o, "chunks_needed",
+                      json_integer((json_int_t)r->chunks_needed));
+  json_object_set_new(o, "chunks_stored",
+                      json_integer((json_int_t)r->chunks_stored));
+  json_object_set_new(o, "sim_s", num_or_null(r->sim_s));
+  json_object_set_new(o, "wall_s", num_or_null(r->wall_s));
+  json_object_set_new(o, "rss_peak_mib", num_or_null(r->rss_peak_mib));
+  json_object_set_new(o, "mem_per_node_kib",
+                      num_or_null((r->rss_peak_mib - r->rss_base_mib) *
+                                  1024 / (r->nodes + 1)));
+  if (per_node) {
+    json_t *done = json_array(), *eg = json_array();
+    for (unsigned i = 0; i <= r->nodes; i++) {
+      json_t *row = json_array();
+      for (unsigned v = 1; v <= r->versions; v++) {
+        double d = r->done[(size_t)i * (r->versions + 1) + v];
+        json_array_append_new(row, d < 0 || i == 0
+                                       ? json_null()
+                                       : json_real(d - r->published[v]));
+      }
+      json_array_append_new(done, row);
+      json_array_append_new(eg, json_integer((json_int_t)r->egress[i]));
+    }
+    json_object_set_new(o, "node_done_s", done);
+    json_object_set_new(o, "node_egress_bytes", eg);
+  }
+  free(t);
+  return o;
+}
+
+/* A number of E, NAN for null (printed "nan": never completed). */
+static double num(const json_t *e, const char *key) {
+  const json_t *v = json_object_get(e, key);
+  return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+void sim_report_text(const sim_result *r, FILE *f) {
+  json_t *o = sim_report_json(r, 0);
+  fprintf(f, "%s, %u nodes, %s in %.3f simulated s (%.1f s wall, %.0f KiB "
+             "per node)\n",
+          r->mode, r->nodes, r->finished ? "complete" : "INCOMPLETE",
+          r->sim_s, r->wall_s,
+          (r->rss_peak_mib - r->rss_base_mib) * 1024 / (r->nodes + 1));
+  fprintf(f, "%8s %12s %9s %9s %9s %9s %7s %12s %12s\n", "version", "bytes",
+          "p50_s", "p99_s", "max_s", "bound_s", "ratio", "seed_bytes",
+          "cross_bytes");
+  size_t i;
+  json_t *e;
+  json_array_foreach(json_object_get(o, "versions"), i, e) {
+    fprintf(f, "%8lld %12lld %9.3f %9.3f %9.3f %9.4f %7.2f %12lld %12lld\n",
+            (long long)json_integer_value(json_object_get(e, "version")),
+            (long long)json_integer_value(json_object_get(e, "bytes")),
+            num(e, "p50_s"), num(e, "p99_s"), num(e, "max_s"),
+            num(e, "bound_s"), num(e, "ratio"),
+            (long long)json_integer_value(json_object_get(e, "seed_bytes")),
+            (long long)json_integer_value(
+                json_object_get(e, "cross_region_bytes")));
+  }
+  fprintf(f, "verify failures %llu, bad writes %llu, apply errors %llu, "
+             "chunks stored %llu of %llu needed\n",
+          (unsigned long long)r->verify_failures,
+          (unsigned long long)r->bad_writes,
+          (unsigned long long)r->apply_errors,
+          (unsigned long long)r->chunks_stored,
+          (unsigned long long)r->chunks_needed);
+  fprintf(f, "staleness p99 %.0f versions; latency seed to farthest node "
+             "%.3f s (outside the bound)\n",
+          num(o, "staleness_p99_versions"), r->latency_s);
+  json_decref(o);
+}
+
+/* ---- Process figures, plots ------------------------------------------ */
+
+double sim_rss_mib(const char *field) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  double kib = 0;
+  size_t n = strlen(field);
+  while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+    if (strncmp(line, field, n) == 0)
+      kib = atof(line + n + 1);
+  if (f != NULL)
+    fclose(f);
+  return kib / 1024;
+}
+
+double sim_wall(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+int sim_plot(const char *dir, void *json) {
+  char path[1024], cmd[2400];
+  snprintf(path, sizeof(path), "%s/sim.json", dir);
+  if (json_dump_file(json, path, JSON_COMPACT | JSON_REAL_PRECISION(8)) != 0) {
+    fprintf(stderr, "stitch-sim: cannot write %s\n", path);
+    return -1;
+  }
+  snprintf(cmd, sizeof(cmd), "python3 '%s' '%s' '%s'", STITCH_SIM_PLOT, path,
+           dir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+

@@ -1,0 +1,271 @@
+/* scenario.c: stitch-sim's scenario files and the lower bound.
+ *
+ * Unknown keys are ignored (scenarios may carry notes); a required key that
+ * is missing, or any key of the wrong type or out of range, is an error
+ * that names the key. */
+#include "sim.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct rd {
+  const char *file;
+  char *err;
+  size_t errlen;
+  int failed;
+} rd;
+
+static int rd_fail(rd *r, const char *key, const char *fmt, ...) {
+  if (r->failed++)
+    return -1;
+  char why[160];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof(why), fmt, ap);
+  va_end(ap);
+  snprintf(r->err, r->errlen, "%s: %s: %s", r->file, key, why);
+  return -1;
+}
+
+/* The member KEY of OBJ; NULL when absent (an error if REQUIRED). */
+static json_t *rd_get(rd *r, json_t *obj, const char *path, const char *key,
+                      int required) {
+  json_t *v = json_object_get(obj, key);
+  if (v == NULL && required) {
+    char full[96];
+    snprintf(full, sizeof(full), "%s%s", path, key);
+    rd_fail(r, full, "missing");
+  }
+  return v;
+}
+
+static json_t *rd_obj(rd *r, json_t *obj, const char *path, const char *key,
+                      int required) {
+  json_t *v = rd_get(r, obj, path, key, required);
+  if (v != NULL && !json_is_object(v)) {
+    char full[96];
+    snprintf(full, sizeof(full), "%s%s", path, key);
+    rd_fail(r, full, "expected an object");
+    return NULL;
+  }
+  return v;
+}
+
+/* A number in [lo, hi]; DEF when absent and not required. */
+static double rd_num(rd *r, json_t *obj, const char *path, const char *key,
+                     int required, double def, double lo, double hi) {
+  if (obj == NULL)
+    return def;
+  json_t *v = rd_get(r, obj, path, key, required);
+  char full[96];
+  snprintf(full, sizeof(full), "%s%s", path, key);
+  if (v == NULL)
+    return def;
+  if (!json_is_number(v)) {
+    rd_fail(r, full, "expected a number");
+    return def;
+  }
+  double x = json_number_value(v);
+  if (!(x >= lo && x <= hi)) {
+    rd_fail(r, full, "%g is outside [%g, %g]", x, lo, hi);
+    return def;
+  }
+  return x;
+}
+
+static void rd_str(rd *r, json_t *obj, const char *path, const char *key,
+                   int required, char *out, size_t cap, const char *def) {
+  snprintf(out, cap, "%s", def);
+  if (obj == NULL)
+    return;
+  json_t *v = rd_get(r, obj, path, key, required);
+  char full[96];
+  snprintf(full, sizeof(full), "%s%s", path, key);
+  if (v == NULL)
+    return;
+  if (!json_is_string(v) || json_string_length(v) == 0 ||
+      json_string_length(v) >= cap) {
+    rd_fail(r, full, "expected a string of 1 to %zu characters", cap - 1);
+    return;
+  }
+  snprintf(out, cap, "%s", json_string_value(v));
+}
+
+static void read_regions(rd *r, json_t *root, sim_scenario *sc) {
+  json_t *a = rd_get(r, root, "", "regions", 1);
+  if (a == NULL)
+    return;
+  if (!json_is_array(a) || json_array_size(a) == 0 ||
+      json_array_size(a) > 64) {
+    rd_fail(r, "regions", "expected an array of 1 to 64 regions");
+    return;
+  }
+  sc->n_regions = json_array_size(a);
+  sc->regions = calloc(sc->n_regions, sizeof(*sc->regions));
+  if (sc->regions == NULL) {
+    rd_fail(r, "regions", "out of memory");
+    return;
+  }
+  for (size_t i = 0; i < sc->n_regions; i++) {
+    json_t *o = json_array_get(a, i);
+    char path[32];
+    snprintf(path, sizeof(path), "regions[%zu].", i);
+    if (!json_is_object(o)) {
+      path[strlen(path) - 1] = 0;
+      rd_fail(r, path, "expected an object");
+      return;
+    }
+    sim_region *g = &sc->regions[i];
+    rd_str(r, o, path, "name", 1, g->name, sizeof(g->name), "");
+    g->nodes = (unsigned)rd_num(r, o, path, "nodes", 1, 0, 0, 100000);
+    g->up_mbps = rd_num(r, o, path, "up_mbps", 1, 0, 1e-3, 1e7);
+    g->down_mbps = rd_num(r, o, path, "down_mbps", 1, 0, 1e-3, 1e7);
+    g->latency_ms = rd_num(r, o, path, "latency_ms", 1, 0, 0, 1e5);
+    for (size_t j = 0; j < i && !r->failed; j++)
+      if (strcmp(sc->regions[j].name, g->name) == 0)
+        rd_fail(r, path, "region \"%s\" named twice", g->name);
+    sc->nodes += g->nodes;
+  }
+  if (!r->failed && (sc->nodes == 0 || sc->nodes > 100000))
+    rd_fail(r, "regions", "%u nodes in all; expected 1 to 100000",
+            sc->nodes);
+}
+
+int sim_scenario_load(const char *path, sim_scenario *sc, char *err,
+                      size_t errlen) {
+  memset(sc, 0, sizeof(*sc));
+  rd r = {path, err, errlen, 0};
+  json_error_t je;
+  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+  if (root == NULL) {
+    snprintf(err, errlen, "%s:%d: %s", path, je.line, je.text);
+    return -1;
+  }
+  if (!json_is_object(root)) {
+    rd_fail(&r, "(top level)", "expected an object");
+    json_decref(root);
+    return -1;
+  }
+  json_t *seed = rd_obj(&r, root, "", "seed", 1);
+  rd_str(&r, seed, "seed.", "region", 1, sc->seed_region,
+         sizeof(sc->seed_region), "");
+  sc->seed_up_mbps = rd_num(&r, seed, "seed.", "up_mbps", 1, 0, 1e-3, 1e7);
+  sc->seed_down_mbps = rd_num(&r, seed, "seed.", "down_mbps", 0,
+                              sc->seed_up_mbps, 1e-3, 1e7);
+  read_regions(&r, root, sc);
+  json_t *ir = rd_obj(&r, root, "", "inter_region", 1);
+  sc->inter_mbps = rd_num(&r, ir, "inter_region.", "mbps", 1, 0, 1e-3, 1e9);
+  sc->inter_latency_ms =
+      rd_num(&r, ir, "inter_region.", "latency_ms", 1, 0, 0, 1e5);
+  json_t *v = rd_obj(&r, root, "", "versions", 1);
+  sc->versions = (unsigned)rd_num(&r, v, "versions.", "count", 1, 0, 1, 64);
+  sc->version_bytes =
+      (uint64_t)rd_num(&r, v, "versions.", "bytes", 1, 0, 4096, 64e9);
+  sc->interval_s = rd_num(&r, v, "versions.", "interval_s", 1, 0, 0, 1e6);
+  sc->change = rd_num(&r, v, "versions.", "change", 0, 0.01, 0, 1);
+  sc->chunk_bytes =
+      (uint64_t)rd_num(&r, v, "versions.", "chunk_bytes", 0, 0, 0, 32 << 20);
+  json_t *ch = rd_obj(&r, root, "", "churn", 1);
+  sc->leave_per_min = rd_num(&r, ch, "churn.", "leave_per_min", 1, 0, 0, 1e6);
+  sc->join_per_min = rd_num(&r, ch, "churn.", "join_per_min", 1, 0, 0, 1e6);
+  char mode[16];
+  rd_str(&r, root, "", "mode", 1, mode, sizeof(mode), "p2p");
+  if (!r.failed && strcmp(mode, "p2p") != 0 && strcmp(mode, "central") != 0)
+    rd_fail(&r, "mode", "expected \"p2p\" or \"central\", not \"%s\"", mode);
+  sc->central = strcmp(mode, "central") == 0;
+  json_t *ce = rd_obj(&r, root, "", "central", sc->central);
+  sc->central_mbps = rd_num(&r, ce, "central.", "mbps", sc->central, 0,
+                            1e-3, 1e9);
+  sc->time_limit_s = rd_num(&r, root, "", "time_limit_s", 1, 0, 1e-3, 1e7);
+  sc->rng_seed = (uint64_t)rd_num(&r, root, "", "rng_seed", 0, 1, 0, 1e15);
+  json_t *sw = rd_obj(&r, root, "", "swarm", 0);
+  sc->max_peers = (unsigned)rd_num(&r, sw, "swarm.", "max_peers", 0, 0, 0, 256);
+  sc->cross_region =
+      (unsigned)rd_num(&r, sw, "swarm.", "cross_region", 0, 0, 0, 256);
+  sc->pipeline = (unsigned)rd_num(&r, sw, "swarm.", "pipeline", 0, 0, 0, 64);
+  if (!r.failed) {
+    int found = 0;
+    for (size_t i = 0; i < sc->n_regions; i++)
+      found |= strcmp(sc->regions[i].name, sc->seed_region) == 0;
+    if (!found)
+      rd_fail(&r, "seed.region", "no region is named \"%s\"",
+              sc->seed_region);
+  }
+  json_decref(root);
+  if (r.failed) {
+    sim_scenario_free(sc);
+    return -1;
+  }
+  return 0;
+}
+
+void sim_scenario_free(sim_scenario *sc) {
+  free(sc->regions);
+  sc->regions = NULL;
+  sc->n_regions = 0;
+}
+
+static double bps(double mbps) { return mbps * 1e6 / 8; }
+
+/* Kumar-Ross: the seed must send F once (F/u_s), the slowest downlink must
+ * take F (F/d_min), and N copies of F must be uploaded by someone
+ * (N F / (u_s + sum u_i)). The region links add two more: F must cross
+ * into every region without the seed through one link (F / C), and a
+ * region's N_r copies can only come from its own nodes (and the seed if it
+ * is there) plus what the link lets in: N_r F / (U_r [+ u_s] + C), the
+ * link's term present only when there is another region to bring data. */
+double sim_bound(const sim_scenario *sc, uint64_t f) {
+  double F = (double)f, us = bps(sc->seed_up_mbps), sum_u = 0, dmin = INFINITY;
+  double c = bps(sc->inter_mbps), t = F / us;
+  for (size_t i = 0; i < sc->n_regions; i++) {
+    const sim_region *g = &sc->regions[i];
+    if (g->nodes == 0)
+      continue;
+    sum_u += g->nodes * bps(g->up_mbps);
+    dmin = fmin(dmin, bps(g->down_mbps));
+  }
+  if (isfinite(dmin))
+    t = fmax(t, F / dmin);
+  t = fmax(t, sc->nodes * F / (us + sum_u));
+  for (size_t i = 0; i < sc->n_regions && sc->n_regions > 1; i++) {
+    const sim_region *g = &sc->regions[i];
+    if (g->nodes == 0)
+      continue;
+    int has_seed = strcmp(g->name, sc->seed_region) == 0;
+    double up = g->nodes * bps(g->up_mbps) + (has_seed ? us : 0);
+    if (!has_seed)
+      t = fmax(t, F / c);
+    t = fmax(t, g->nodes * F / (up + c));
+  }
+  return t;
+}
+
+double sim_node_bound(const sim_scenario *sc, uint64_t f) {
+  double dmax = 0;
+  for (size_t i = 0; i < sc->n_regions; i++)
+    if (sc->regions[i].nodes > 0)
+      dmax = fmax(dmax, bps(sc->regions[i].down_mbps));
+  double t = (double)f / bps(sc->seed_up_mbps);
+  return dmax > 0 ? fmax(t, (double)f / dmax) : t;
+}
+
+double sim_latency(const sim_scenario *sc) {
+  double seed_lat = 0, far = 0;
+  for (size_t i = 0; i < sc->n_regions; i++)
+    if (strcmp(sc->regions[i].name, sc->seed_region) == 0)
+      seed_lat = sc->regions[i].latency_ms;
+  for (size_t i = 0; i < sc->n_regions; i++) {
+    const sim_region *g = &sc->regions[i];
+    if (g->nodes == 0)
+      continue;
+    double l = strcmp(g->name, sc->seed_region) == 0
+                   ? g->latency_ms
+                   : seed_lat / 2 + sc->inter_latency_ms + g->latency_ms / 2;
+    far = fmax(far, l);
+  }
+  return far / 1e3;
+}

@@ -1,0 +1,157 @@
+/* sim.h: what stitch-sim's files share (docs/simulator.md).
+ *
+ * scenario.c reads a scenario file and computes the lower bound; sim.c is
+ * the SimGrid driver that runs one unmodified stitch_swarm core per node;
+ * platform.cpp builds hosts and links (SimGrid 3.32's C API cannot) and
+ * wraps the one C call whose reference handling is broken. */
+#ifndef STITCH_SIM_H
+#define STITCH_SIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SIM_NAME_MAX 32
+
+typedef struct sim_region {
+  char name[SIM_NAME_MAX];
+  unsigned nodes;
+  double up_mbps, down_mbps, latency_ms;
+} sim_region;
+
+typedef struct sim_scenario {
+  /* Required keys (docs/simulator.md). */
+  char seed_region[SIM_NAME_MAX];
+  double seed_up_mbps;
+  sim_region *regions; /* malloc'd; sim_scenario_free */
+  size_t n_regions;
+  double inter_mbps, inter_latency_ms;
+  unsigned versions;
+  uint64_t version_bytes; /* the checkpoint's served bytes */
+  double interval_s;
+  double leave_per_min, join_per_min;
+  int central;            /* mode "central" */
+  double central_mbps;
+  double time_limit_s;
+  /* Optional keys, with their defaults. */
+  double seed_down_mbps;  /* seed.down_mbps: seed.up_mbps */
+  double change;          /* versions.change: 0.01 of the weights per step */
+  uint64_t chunk_bytes;   /* versions.chunk_bytes: 0, the library's */
+  uint64_t rng_seed;      /* "rng_seed": 1 */
+  unsigned max_peers, cross_region, pipeline; /* "swarm": 0, the core's */
+  unsigned nodes;         /* derived: the sum over regions */
+} sim_scenario;
+
+/* Reads PATH into *sc. On failure returns -1 with one line in ERR
+ * ("scenario.json: regions[1].up_mbps: expected a number"). */
+int sim_scenario_load(const char *path, sim_scenario *sc, char *err,
+                      size_t errlen);
+void sim_scenario_free(sim_scenario *sc);
+
+/* The lower bound (seconds) for every node to receive F bytes that only
+ * the seed holds: Kumar-Ross, tightened by the region links
+ * (docs/simulator.md gives the formula). */
+double sim_bound(const sim_scenario *sc, uint64_t f);
+/* What no single node can beat: max(F/u_s, F/d_max). */
+double sim_node_bound(const sim_scenario *sc, uint64_t f);
+/* The one-way latency (seconds) from the seed to the farthest node: the
+ * bound leaves it out, so tiny versions are latency-bound, not
+ * bandwidth-bound (docs/simulator.md). */
+double sim_latency(const sim_scenario *sc);
+
+/* ---- trajectory.c: the versions, really chunked ----------------------- */
+
+/* Every distinct chunk of every version, once; nodes keep bitsets over it. */
+typedef struct sim_chunks {
+  uint8_t (*hash)[32];
+  uint8_t **buf;
+  size_t *len;
+  size_t n, cap;
+  uint32_t *slot; /* open addressing: index + 1, 0 empty */
+  size_t slot_cap;
+} sim_chunks;
+
+/* Index of the chunk named HASH, or -1. */
+long sim_chunks_find(const sim_chunks *t, const uint8_t hash[32]);
+
+typedef struct sim_version {
+  uint64_t version;
+  uint8_t *manifest; /* signed bytes, as the seed publishes them */
+  size_t manifest_len;
+  uint64_t bytes;    /* F: the cheapest plan from the previous version */
+  uint64_t chunks;   /* chunks of that plan */
+  uint32_t *all;     /* every chunk of every object, as table indices */
+  size_t n_all;
+} sim_version;
+
+typedef struct sim_trajectory {
+  uint8_t swarm_pk[32], swarm_sk[64];
+  sim_version *v; /* v[1..count] */
+  unsigned count;
+  sim_chunks chunks;
+  uint64_t view_bytes;
+} sim_trajectory;
+
+/* Publishes SC's versions with stitch_publish into a temporary store (an
+ * Adam-like trajectory of BF16 tensors, SC->change of the weights moving
+ * one step per version) and loads manifests and chunks into memory. */
+int sim_trajectory_make(const sim_scenario *sc, sim_trajectory *tr, char *err,
+                        size_t errlen);
+void sim_trajectory_free(sim_trajectory *tr);
+
+uint64_t sim_xorshift(uint64_t *s);
+
+/* ---- report.c: what a run measured ----------------------------------- */
+
+typedef struct sim_result {
+  const char *mode;
+  unsigned nodes, versions;
+  const sim_version *v; /* [1..versions] */
+  const double *published;          /* [version], seconds */
+  const double *done;               /* [node * (versions + 1) + version] */
+  const uint64_t *egress;           /* [node], bytes on the wire */
+  const uint64_t *seed_bytes, *cross_bytes; /* [version] */
+  const double *bound, *node_bound; /* [version] */
+  double latency_s;
+  double wall_s, sim_s;
+  int finished;
+  uint64_t verify_failures, bad_writes, apply_errors, bans;
+  uint64_t chunks_needed, chunks_stored;
+  double rss_base_mib, rss_peak_mib;
+} sim_result;
+
+/* The --json object; PER_NODE adds every node's completion times and
+ * egress (for plots). The caller owns the result. */
+void *sim_report_json(const sim_result *r, int per_node);
+void sim_report_text(const sim_result *r, FILE *f);
+/* FIELD ("VmRSS:", "VmHWM:") of /proc/self/status, in MiB. */
+double sim_rss_mib(const char *field);
+/* A monotonic clock, seconds. */
+double sim_wall(void);
+/* Writes JSON to DIR/sim.json and runs plot.py on it. */
+int sim_plot(const char *dir, void *json);
+
+/* ---- platform.cpp ----------------------------------------------------- */
+
+/* Builds the platform: HOSTS[0] the seed, HOSTS[1..nodes] the nodes in
+ * region order, HOSTS[nodes + 1] the central store (central mode). */
+int sim_platform_build(const sim_scenario *sc, void **hosts, char *err,
+                       size_t errlen);
+/* sg_comm_wait_any_for without 3.32's bug: on timeout the C call drops a
+ * reference to every comm it was given. This keeps the caller's references
+ * to comms that did not finish and drops the one to the comm that did.
+ * Returns its index, or -1 on timeout. */
+long sim_wait_any_for(void **comms, size_t n, double timeout);
+/* Cancels a pending comm and drops the caller's reference (3.32's C API
+ * has no cancel): a get on a closed pipe would otherwise stay in its
+ * actor's activity list, which SimGrid scans on every completion. */
+void sim_comm_cancel(void *comm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

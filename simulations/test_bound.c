@@ -1,0 +1,71 @@
+/* test_bound.c: sim_bound against figures worked by hand, and the
+ * scenario reader's errors (docs/simulator.md). */
+#include "sim.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+
+#define NEAR(got, want)                                                      \
+  do {                                                                       \
+    double g_ = (got), w_ = (want);                                          \
+    if (fabs(g_ - w_) > 1e-9 * fabs(w_)) {                                   \
+      fprintf(stderr, "%s:%d: %s = %.12g, want %.12g\n", __FILE__, __LINE__, \
+              #got, g_, w_);                                                 \
+      failures++;                                                            \
+    }                                                                        \
+  } while (0)
+
+int main(int argc, char **argv) {
+  (void)argc, (void)argv;
+  sim_region r[2] = {{"us", 4, 80, 160, 5}, {"eu", 2, 8, 160, 5}};
+  sim_scenario sc;
+  memset(&sc, 0, sizeof(sc));
+  snprintf(sc.seed_region, sizeof(sc.seed_region), "us");
+  sc.seed_up_mbps = 40;   /* 5 MB/s */
+  sc.regions = r;
+  sc.n_regions = 1;
+  sc.nodes = 4;
+  sc.inter_mbps = 8000;   /* 1 GB/s */
+  /* One region, F = 10 MB: u_s = 5 MB/s, d_min = 20 MB/s, sum u = 4 x 10
+   * MB/s. F/u_s = 2 s; F/d_min = 0.5 s; N F / (u_s + sum u) = 40 / 45 s.
+   * The seed's uplink decides: 2 s. */
+  NEAR(sim_bound(&sc, 10000000), 2.0);
+  /* Seed at 400 Mbit/s (50 MB/s): N F / (u_s + sum u) = 40 / 90 s, above
+   * F / d_min = 0.5 s? No: 0.444 < 0.5, so 0.5 s. */
+  sc.seed_up_mbps = 400;
+  NEAR(sim_bound(&sc, 10000000), 0.5);
+  /* Two regions, eu's 2 nodes upload 1 MB/s each, its link lets in 1 MB/s
+   * (8 Mbit/s): F / C = 10 s; eu's copies: 2 x 10 MB / (2 + 1) MB/s =
+   * 6.667 s; overall 60 MB / (50 + 40 + 2) MB/s. F / C decides: 10 s. */
+  sc.n_regions = 2;
+  sc.nodes = 6;
+  sc.inter_mbps = 8;
+  NEAR(sim_bound(&sc, 10000000), 10.0);
+  /* A fatter link (80 Mbit/s = 10 MB/s): F / C = 1 s; eu: 20 / 12 =
+   * 1.667 s; us (seed there): 40 / (40 + 50 + 10) = 0.4 s. 1.667 s. */
+  sc.inter_mbps = 80;
+  NEAR(sim_bound(&sc, 10000000), 20.0 / 12.0);
+
+  /* The example scenarios load; broken ones fail with one line. */
+  const char *dir = argc > 1 ? argv[1] : "simulations/scenarios";
+  const char *good[] = {"small.json", "nodes1000.json", "nodes10000.json",
+                        "central1000.json"};
+  for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+    char path[512], err[512];
+    snprintf(path, sizeof(path), "%s/%s", dir, good[i]);
+    sim_scenario s2;
+    if (sim_scenario_load(path, &s2, err, sizeof(err)) != 0) {
+      fprintf(stderr, "%s\n", err);
+      failures++;
+    } else {
+      sim_scenario_free(&s2);
+    }
+  }
+  if (failures == 0)
+    printf("sim_bound: ok\n");
+  return failures ? 1 : 0;
+}

@@ -137,7 +137,7 @@ typedef struct weights {
   size_t n;         /* tensors */
   uint64_t elems;   /* per tensor */
   uint16_t **w;
-  char (*name)[32];
+  char (*name)[48]; /* "layers.%04zu.weight": room for any size_t */
 } weights;
 
 static int write_step(const weights *ws, const char *path, stitch_diag *d) {

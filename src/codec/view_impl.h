@@ -94,6 +94,8 @@ int stitch_view_fp8_tensor(const stitch_tensor *t, uint32_t block,
  * (numel/2 bytes), SB (numel/16 E4M3 block scales) and S2 (one F32). The
  * PREV_ arguments are the previous view's tensors of the same layout, or
  * both NULL. Fails with STITCH_EINVAL on a non-finite element. */
+void stitch_view_nvfp4_s2(float amax, int have_prev, float sp, float *s,
+                          int *shift, int *shifted);
 int stitch_view_nvfp4_tensor(const stitch_tensor *t, const uint8_t *prev_sb,
                              const uint8_t *prev_s2, uint8_t *packed,
                              uint8_t *sb, uint8_t *s2, view_counts *c,

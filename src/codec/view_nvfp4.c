@@ -69,6 +69,36 @@ static float next_s(float amax, float sp) {
   return s;
 }
 
+/* The tensor scale S for a tensor of largest magnitude AMAX, given the
+ * previous S (SP, when HAVE_PREV): kept while it serves, else moved by a
+ * power of two when it can be (*SHIFTED, *SHIFT), else fresh. Shared with
+ * the GPU path's reference (src/gpu/quant.c). */
+void stitch_view_nvfp4_s2(float amax, int have_prev, float sp, float *out,
+                          int *shift_out, int *shifted_out) {
+  float s;
+  int shift = 0, shifted = 0;
+  if (!have_prev)
+    s = fresh_s(amax);
+  else if (s_keeps(amax, sp))
+    s = sp;
+  else if (amax == 0.0f)
+    s = 0.0f;
+  else {
+    s = next_s(amax, sp);
+    if (sp > 0.0f && s != sp) {
+      int es, ep;
+      float ms = frexpf(s, &es), mp = frexpf(sp, &ep);
+      if (ms == mp) {
+        shift = es - ep;
+        shifted = 1;
+      }
+    }
+  }
+  *out = s;
+  *shift_out = shift;
+  *shifted_out = shifted;
+}
+
 int stitch_view_nvfp4_tensor(const stitch_tensor *t, const uint8_t *prev_sb,
                              const uint8_t *prev_s2, uint8_t *packed,
                              uint8_t *sb, uint8_t *s2, view_counts *c,
@@ -81,23 +111,7 @@ int stitch_view_nvfp4_tensor(const stitch_tensor *t, const uint8_t *prev_sb,
   float sp = have_prev ? view_ld_f32(prev_s2, 0) : 0.0f;
   float s;
   int shift = 0, shifted = 0; /* S = sp * 2^shift, block scales / 2^shift */
-  if (!have_prev)
-    s = fresh_s(amax_t);
-  else if (s_keeps(amax_t, sp))
-    s = sp;
-  else if (amax_t == 0.0f)
-    s = 0.0f;
-  else {
-    s = next_s(amax_t, sp);
-    if (sp > 0.0f && s != sp) {
-      int es, ep;
-      float ms = frexpf(s, &es), mp = frexpf(sp, &ep);
-      if (ms == mp) {
-        shift = es - ep;
-        shifted = 1;
-      }
-    }
-  }
+  stitch_view_nvfp4_s2(amax_t, have_prev, sp, &s, &shift, &shifted);
   view_st_f32(s2, 0, s);
   c->blocks += nb;
 

@@ -92,55 +92,13 @@ int stitch_gpu_ref_diff(stitch_gpu_width w, const uint8_t *prev,
   return 0;
 }
 
-/* ---- The tensor scale of NVFP4 (codec/view_nvfp4.c, restated) --------- */
-
-#define S_MIN 0x1p-117f
-
-static float fresh_s(float amax) {
-  if (amax == 0.0f)
-    return 0.0f;
-  float s = amax / (float)(VIEW_E4M3_MAX * VIEW_E2M1_MAX);
-  return s > S_MIN ? s : S_MIN;
-}
-
-static int s_keeps(float amax, float sp) {
-  double a = amax, s = sp;
-  return a <= VIEW_FP4_FIT * VIEW_E4M3_MAX * s &&
-         a * VIEW_S_SHRINK >= VIEW_E2M1_MAX * VIEW_E4M3_MAX * s && s < INFINITY;
-}
-
-static float next_s(float amax, float sp) {
-  float target = fresh_s(amax) * (float)VIEW_S_HEADROOM;
-  if (!(sp > 0.0f && sp <= FLT_MAX))
-    return target;
-  int k = (int)lrint(log2((double)target / (double)sp));
-  float s = ldexpf(sp, k);
-  if (!(s >= S_MIN && s <= FLT_MAX) || !s_keeps(amax, s))
-    return target;
-  return s;
-}
+/* ---- The tensor scale of NVFP4: the view builder's own policy -------- */
 
 void gpu_nvfp4_s2(float amax, int have_prev, float sp, gm_s2 *t) {
   memset(t, 0, sizeof(*t));
   t->have_prev = have_prev;
   t->sp = have_prev ? sp : 0.0f;
-  if (!have_prev)
-    t->s = fresh_s(amax);
-  else if (s_keeps(amax, sp))
-    t->s = sp;
-  else if (amax == 0.0f)
-    t->s = 0.0f;
-  else {
-    t->s = next_s(amax, sp);
-    if (sp > 0.0f && t->s != sp) {
-      int es, ep;
-      float ms = frexpf(t->s, &es), mp = frexpf(sp, &ep);
-      if (ms == mp) {
-        t->shift = es - ep;
-        t->shifted = 1;
-      }
-    }
-  }
+  stitch_view_nvfp4_s2(amax, have_prev, t->sp, &t->s, &t->shift, &t->shifted);
 }
 
 /* ---- gpu_math.h on the CPU ---------------------------------------------- */

@@ -6,7 +6,9 @@
 # stamp, a 409 after X-Stitch-Wait-Ms, a waiting request released by
 # POST /v1/apply (and a request at the engine finishing under the old
 # version first), and that malformed requests get a 4xx and the sidecar
-# keeps serving. Skips (77) without curl or python3.
+# keeps serving; streamed responses (server-sent events, chunked, until
+# close, and a large body to a slow reader). Skips (77) without curl or
+# python3.
 # Usage: sidecar.sh BIN_DIR
 set -euo pipefail
 command -v curl >/dev/null && command -v python3 >/dev/null ||
@@ -189,6 +191,67 @@ again="$(curl -sf -X POST "$url/v1/apply")" || fail "second /v1/apply"
 [ "$(json pause_ms <<<"$again")" = 0 ] || fail "nothing new, yet: $again"
 [ "$(curl -sf "http://127.0.0.1:$eport/state" | json reloads)" = "[2]" ] ||
   fail "engine reloads: $(curl -s "http://127.0.0.1:$eport/state")"
+
+# Streaming: a streamed completion's first event reaches the client while
+# the engine still holds the rest back (a buffering proxy would hang here
+# until the socket timeout), chunked and stamped; an HTTP/1.0 client gets
+# it until close; and 24 MiB to a client that does not read for a while
+# comes whole (the engine is paused and resumed on the way).
+python3 - "$port" "$work/hold" <<'EOF' || fail "streamed responses"
+import http.client, json, os, socket, sys, time
+port, hold = int(sys.argv[1]), sys.argv[2]
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+c.request("POST", "/v1/completions",
+          body=json.dumps({"prompt": "s", "stream": True, "hold": hold,
+                           "tokens": 5}),
+          headers={"Content-Type": "application/json",
+                   "X-Stitch-Min-Version": "2"})
+r = c.getresponse()
+assert r.status == 200, r.status
+assert r.getheader("X-Stitch-Version") == "2", r.getheaders()
+assert r.getheader("Transfer-Encoding") == "chunked", r.getheaders()
+assert r.getheader("Content-Type") == "text/event-stream", r.getheaders()
+got = b""
+while b"\n\n" not in got:
+    piece = r.read1(65536)  # socket.timeout if the proxy buffers
+    assert piece, "the stream ended before its first event"
+    got += piece
+first = json.loads(got.split(b"\n\n")[0][len(b"data: "):])
+assert first["text"] == "first" and first["version"] == 2, first
+assert not os.path.exists(hold)
+open(hold, "w").close()
+got += r.read()
+events = [e for e in got.decode().split("\n\n") if e]
+assert len(events) == 7 and events[-1] == "data: [DONE]", events
+# Keep-alive holds across a streamed response.
+c.request("GET", "/v1/status")
+assert json.loads(c.getresponse().read())["applied_version"] == 2
+c.close()
+
+s = socket.create_connection(("127.0.0.1", port), timeout=10)
+body = json.dumps({"stream": True, "tokens": 2}).encode()
+s.sendall(b"POST /v1/completions HTTP/1.0\r\nContent-Length: %d\r\n\r\n%s"
+          % (len(body), body))
+out = b""
+while True:
+    b = s.recv(65536)
+    if not b:
+        break
+    out += b
+head, _, rest = out.partition(b"\r\n\r\n")
+assert b"transfer-encoding" not in head.lower(), head
+assert b"connection: close" in head.lower(), head
+assert rest.count(b"data: ") == 4 and rest.endswith(b"data: [DONE]\n\n"), rest
+
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+c.request("GET", "/blob?mb=24")
+r = c.getresponse()
+assert r.getheader("Content-Length") == str(24 << 20), r.getheaders()
+time.sleep(1)  # let the queues fill: the sidecar must pause the engine
+data = r.read()
+want = (bytes(range(256)) * 256) * (24 << 4)
+assert len(data) == len(want) and data == want, len(data)
+EOF
 
 # Malformed and hostile requests: a 4xx with one JSON line, never a crash.
 python3 - "$port" <<'EOF' || fail "malformed requests"

@@ -9,7 +9,12 @@ Listens on 127.0.0.1 on a free port and writes the port to FILE.
   POST /v1/completions  {"prompt": ..., "sleep_ms": N}: waits N ms (a slow
                         generation), answers a completion naming the
                         version it serves ("version") and the SHA-256 of
-                        the weights file it loaded ("weights_sha256")
+                        the weights file it loaded ("weights_sha256").
+                        With "stream": true, server-sent events in a
+                        chunked body: a first event, then (with "hold":
+                        FILE) nothing until FILE exists, then "tokens"
+                        more (default 3) and "data: [DONE]"
+  GET  /blob?mb=N       N MiB of a fixed pattern, with a Content-Length
   POST /reload          {"version": v, "weights": FILE}: "loads" FILE
                         (hashes it) after --reload-delay-ms, then serves v
   GET  /v1/models       one model
@@ -56,9 +61,41 @@ class Handler(http.server.BaseHTTPRequestHandler):
         except ValueError:
             return None
 
+    def stream(self, req, version):
+        """A streamed completion, as OpenAI-compatible engines send one."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def event(data):
+            b = ("data: %s\n\n" % data).encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(b), b))
+            self.wfile.flush()
+
+        event(json.dumps({"index": 0, "text": "first", "version": version}))
+        hold = req.get("hold")
+        for _ in range(600):  # 30 s: past the test client's timeout
+            if not hold or os.path.exists(hold):
+                break
+            time.sleep(0.05)
+        for i in range(int(req.get("tokens", 3))):
+            event(json.dumps({"index": i + 1, "text": " t%d" % i}))
+        event("[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+
     def do_GET(self):
         eng = self.server.engine
-        if self.path == "/v1/models":
+        if self.path.startswith("/blob?mb="):
+            n = int(self.path.split("=", 1)[1]) << 20
+            piece = bytes(range(256)) * 256
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(n))
+            self.end_headers()
+            for _ in range(n // len(piece)):
+                self.wfile.write(piece)
+        elif self.path == "/v1/models":
             self.reply(200, {"object": "list",
                              "data": [{"id": "stand-in", "object": "model"}]})
         elif self.path == "/state":
@@ -77,6 +114,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         elif self.path == "/v1/completions":
             with eng.lock:
                 version, sha = eng.version, eng.sha
+            if req.get("stream"):
+                self.stream(req, version)
+                return
             time.sleep(min(int(req.get("sleep_ms", 0)), 10000) / 1000.0)
             with eng.lock:
                 if eng.version != version:  # a reload ran under a request

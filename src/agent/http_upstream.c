@@ -3,8 +3,8 @@
  * A connection per request, "Connection: close": the engine's keep-alive
  * would save a handshake on loopback and cost a pool's worth of state.
  * The response is parsed with http-parser (HTTP_RESPONSE), so chunked
- * bodies and bodies sent until close are read whole; 1xx interim answers
- * are skipped. */
+ * bodies and bodies sent until close both work, gathered or streamed; 1xx
+ * interim answers are skipped. */
 #define _GNU_SOURCE
 #include "http_upstream.h"
 
@@ -32,13 +32,21 @@ static int up_on_headers(http_parser *p) {
   upstream *u = p->data;
   if (hdr_end(&u->h) != 0)
     return u->err = "headers too large", -1;
+  if (u->cbs.head != NULL && p->status_code / 100 != 1) {
+    u->cbs.head(u);
+    if (u->closing) /* the caller gave up */
+      return -1;
+  }
   return u->head_only ? 1 : 0; /* 1: a HEAD response has no body */
 }
 
 static int up_on_body(http_parser *p, const char *at, size_t n) {
   upstream *u = p->data;
-  return sb_add(&u->body, at, n) ? (u->err = "response body over 64 MiB", -1)
-                                 : 0;
+  if (u->cbs.data == NULL)
+    return sb_add(&u->body, at, n) ? (u->err = "response body over 64 MiB", -1)
+                                   : 0;
+  u->cbs.data(u, at, n);
+  return u->closing ? -1 : 0;
 }
 
 static int up_on_complete(http_parser *p) {
@@ -84,13 +92,13 @@ static void up_close(upstream *u) {
 void upstream_abort(upstream *u) {
   if (u == NULL)
     return;
-  u->on_done = NULL;
+  u->cbs = (upstream_cbs){0};
   up_close(u);
 }
 
 static void up_finish(upstream *u, const char *err) {
-  upstream_done_fn done = u->on_done;
-  u->on_done = NULL;
+  upstream_done_fn done = u->cbs.done;
+  u->cbs = (upstream_cbs){0};
   if (done != NULL && !u->closing)
     done(u, err);
   up_close(u);
@@ -109,6 +117,8 @@ static void on_up_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
     http_parser_execute(&u->p, &up_settings, NULL, 0);
   else if (nread > 0)
     http_parser_execute(&u->p, &up_settings, buf->base, (size_t)nread);
+  if (u->closing) /* aborted from a callback */
+    return;
   enum http_errno e = HTTP_PARSER_ERRNO(&u->p);
   if (nread < 0 && nread != UV_EOF)
     up_finish(u, uv_strerror((int)nread));
@@ -136,19 +146,36 @@ static void on_up_connect(uv_connect_t *req, int status) {
     up_finish(u, uv_strerror(status));
     return;
   }
+  u->connected = 1;
   uv_buf_t b[2] = {uv_buf_init(u->req_head.p, (unsigned)u->req_head.len),
                    uv_buf_init(u->req_body.p, (unsigned)u->req_body.len)};
   u->write.data = u;
   int rc = uv_write(&u->write, (uv_stream_t *)&u->tcp, b,
                     u->req_body.len ? 2 : 1, on_up_written);
-  if (rc == 0)
+  if (rc == 0 && !u->paused)
     rc = uv_read_start((uv_stream_t *)&u->tcp, on_up_alloc, on_up_read);
+  u->reading = rc == 0 && !u->paused;
   if (rc != 0)
     up_finish(u, uv_strerror(rc));
 }
 
+void upstream_pause(upstream *u, int pause) {
+  if (u == NULL)
+    return;
+  u->paused = pause;
+  if (u->closing || !u->connected || u->reading == !pause)
+    return;
+  int rc = pause ? uv_read_stop((uv_stream_t *)&u->tcp)
+                 : uv_read_start((uv_stream_t *)&u->tcp, on_up_alloc,
+                                 on_up_read);
+  if (rc != 0)
+    up_finish(u, uv_strerror(rc));
+  else
+    u->reading = !pause;
+}
+
 upstream *upstream_start(const upstream_env *env, sbuf *head, sbuf *body,
-                         int head_only, upstream_done_fn done, void *owner) {
+                         int head_only, const upstream_cbs *cbs, void *owner) {
   upstream *u = calloc(1, sizeof(*u));
   if (u == NULL || uv_tcp_init(env->loop, &u->tcp) != 0) {
     free(u);
@@ -176,7 +203,7 @@ upstream *upstream_start(const upstream_env *env, sbuf *head, sbuf *body,
     up_close(u);
     return NULL;
   }
-  u->on_done = done;
+  u->cbs = *cbs;
   u->owner = owner;
   return u;
 }

@@ -1,9 +1,11 @@
 /* http_upstream.h: one HTTP/1.1 request from the sidecar to the engine,
- * on the loop's thread, its response read whole.
+ * on the loop's thread. Its response is either read whole, or streamed:
+ * the head as soon as it is parsed, then the body as it arrives.
  *
  * libuv's rule holds: upstream_start either returns NULL (and never calls
- * DONE) or calls DONE exactly once, later, unless upstream_abort comes
- * first. After DONE returns the upstream closes and frees itself. */
+ * a callback) or calls DONE exactly once, later, unless upstream_abort
+ * comes first. After DONE returns the upstream closes and frees itself.
+ * HEAD and DATA may call upstream_abort. */
 #ifndef STITCHD_HTTP_UPSTREAM_H
 #define STITCHD_HTTP_UPSTREAM_H
 
@@ -30,9 +32,22 @@ typedef struct upstream_env {
 typedef struct upstream upstream;
 typedef void (*upstream_done_fn)(upstream *u, const char *err);
 
+/* What the caller hears. With HEAD NULL the body is gathered in
+ * upstream.body and DONE reads it all; otherwise HEAD comes once, when
+ * the final (not 1xx) response's headers are parsed, DATA with each piece
+ * of its body, de-chunked, in the env's read buffer (copy what is kept),
+ * and DONE at the end. */
+typedef struct upstream_cbs {
+  upstream_done_fn done;
+  void (*head)(upstream *u);
+  void (*data)(upstream *u, const char *at, size_t n);
+} upstream_cbs;
+
 struct upstream {
-  /* The response, for DONE to read (ERR NULL): p.status_code, reason,
-   * headers, body. */
+  /* The response, for HEAD and DONE to read (ERR NULL): p.status_code,
+   * p.content_length (in HEAD: the engine's Content-Length, ULLONG_MAX
+   * without one), p.flags (F_CHUNKED), reason, headers, and unless
+   * streamed, body. */
   http_parser p;
   sbuf reason, body;
   hdrs h;
@@ -44,9 +59,9 @@ struct upstream {
   uv_write_t write;
   const upstream_env *env;
   sbuf req_head, req_body;
-  int complete, closing;
+  int complete, closing, connected, reading, paused;
   const char *err;
-  upstream_done_fn on_done;
+  upstream_cbs cbs;
 };
 
 /* Parses URL ("http://host[:port][/]", nothing more) and resolves it once,
@@ -57,10 +72,15 @@ int upstream_env_init(upstream_env *env, uv_loop_t *loop, const char *url,
  * listener. 0 or a libuv error. */
 int upstream_resolve(uv_loop_t *loop, const char *host, int port, int passive,
                      struct sockaddr_storage *ss);
-/* Sends HEAD and BODY (both taken, even on failure) to the engine. */
+/* Sends HEAD and BODY (both taken, even on failure) to the engine.
+ * HEAD_ONLY: the request is a HEAD, so the response has no body. */
 upstream *upstream_start(const upstream_env *env, sbuf *head, sbuf *body,
-                         int head_only, upstream_done_fn done, void *owner);
-/* Forgets the owner and closes: DONE is not called. NULL is fine. */
+                         int head_only, const upstream_cbs *cbs, void *owner);
+/* Forgets the owner and closes: no callback comes. NULL is fine. */
 void upstream_abort(upstream *u);
+/* Stops (PAUSE 1) or resumes reading the response: a streamed response
+ * waits in the kernel's buffers, and then the engine's, while the reader
+ * it goes to is slow. */
+void upstream_pause(upstream *u, int pause);
 
 #endif

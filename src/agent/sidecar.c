@@ -8,11 +8,15 @@
  * pipeline, but never make us hold more than one request's worth.
  *
  * A proxied request opens its own connection to the engine
- * ("Connection: close"); the response is read whole (http-parser again,
- * chunked or not), then relayed with a Content-Length and the
- * X-Stitch-Version it was sent under. A request that asks for a version
- * not applied yet is parked: no timer but its own, rechecked after every
- * apply.
+ * ("Connection: close"). Its response is streamed back as it comes, so a
+ * streamed completion (server-sent events) reaches the client token by
+ * token: the head as soon as the engine's is parsed, with the
+ * X-Stitch-Version it was sent under, then the body, with the engine's
+ * Content-Length when it gave one, else chunked (or until close, to an
+ * HTTP/1.0 client). Reading from the engine pauses while more than
+ * SC_STREAM_HIGH bytes wait to be written to the client. A request that
+ * asks for a version not applied yet is parked: no timer but its own,
+ * rechecked after every apply.
  *
  * An apply with a reload hook is a round: new proxied requests park (the
  * gate), requests already at the engine finish (so each response was
@@ -50,6 +54,8 @@
 #define SC_LINGER_MS 2000
 #define SC_RETRY_MS 5000 /* --apply auto: after a failed reload */
 #define SC_BACKLOG 128
+#define SC_STREAM_HIGH (1u << 20) /* queued to a client: pause the engine */
+#define SC_STREAM_LOW (256u << 10) /* ... and resume below this */
 
 /* ---- Objects ------------------------------------------------------------- */
 
@@ -82,6 +88,8 @@ typedef struct conn {
   uint64_t min_version, wait_ms, round;
   uint64_t stamp; /* the applied version when sent to the engine */
   upstream *up;
+  int streaming; /* the response's head is out: its body follows */
+  int chunked;   /* ... framed by us as chunks */
 } conn;
 
 struct sidecar {
@@ -140,18 +148,24 @@ static void sc_release(sidecar *sc) {
 /* Every upstream counts as one of the sidecar's live objects until its
  * `closed` (upstream_closed) comes. */
 static upstream *sc_upstream(sidecar *sc, sbuf *head, sbuf *body, int head_only,
-                             upstream_done_fn done, void *owner) {
+                             const upstream_cbs *cbs, void *owner) {
   sc->live++;
-  return upstream_start(&sc->engine, head, body, head_only, done, owner);
+  return upstream_start(&sc->engine, head, body, head_only, cbs, owner);
 }
 
 /* ---- Connections: responses ---------------------------------------------- */
+
+typedef enum wkind {
+  W_LAST,    /* the response's last bytes: then the next request */
+  W_INTERIM, /* a 100 Continue: the request goes on */
+  W_PART     /* a streamed response's head or body: more follows */
+} wkind;
 
 typedef struct wreq {
   uv_write_t req;
   conn *c;
   sbuf head, body;
-  int interim; /* a 100 Continue: the request goes on */
+  wkind kind;
 } wreq;
 
 static void conn_close(conn *c);
@@ -163,14 +177,17 @@ static void on_conn_timer(uv_timer_t *t);
 static void on_written(uv_write_t *req, int status) {
   wreq *w = req->data;
   conn *c = w->c;
-  int interim = w->interim;
+  wkind kind = w->kind;
   sb_free(&w->head);
   sb_free(&w->body);
   free(w);
-  if (c->state == C_CLOSING || (interim && status == 0))
+  if (c->state == C_CLOSING || (kind == W_INTERIM && status == 0))
     return;
   if (status < 0)
     conn_close(c);
+  else if (kind == W_PART) /* the client caught up: read on */
+    upstream_pause(c->up, uv_stream_get_write_queue_size(
+                              (uv_stream_t *)&c->tcp) > SC_STREAM_LOW);
   else if (!c->keep)
     conn_linger(c);
   else
@@ -178,7 +195,7 @@ static void on_written(uv_write_t *req, int status) {
 }
 
 /* Writes HEAD and BODY (taken). */
-static void conn_write(conn *c, sbuf *head, sbuf *body, int interim) {
+static void conn_write(conn *c, sbuf *head, sbuf *body, wkind kind) {
   wreq *w = calloc(1, sizeof(*w));
   if (w == NULL) {
     sb_free(head);
@@ -187,13 +204,13 @@ static void conn_write(conn *c, sbuf *head, sbuf *body, int interim) {
     return;
   }
   w->c = c;
-  w->interim = interim;
+  w->kind = kind;
   w->head = *head;
   w->body = *body;
   sb_init(head, head->max);
   sb_init(body, body->max);
   w->req.data = w;
-  if (!interim) {
+  if (kind == W_LAST) {
     c->state = C_WRITE;
     uv_timer_start(&c->timer, on_conn_timer, SC_IDLE_MS, 0);
   }
@@ -223,7 +240,7 @@ static void conn_send(conn *c, int status, const char *type, sbuf *body) {
     conn_close(c);
     return;
   }
-  conn_write(c, &h, body, 0);
+  conn_write(c, &h, body, W_LAST);
 }
 
 /* {"error": "...", "applied_version": n}: one line. CLOSE for a request
@@ -302,7 +319,7 @@ static int on_req_headers(http_parser *p) {
     sb_init(&h, sizeof(cont));
     sb_init(&none, 0);
     if (sb_add(&h, cont, sizeof(cont) - 1) == 0)
-      conn_write(c, &h, &none, 1);
+      conn_write(c, &h, &none, W_INTERIM);
     else
       sb_free(&h);
   }
@@ -569,7 +586,8 @@ static void reload_maybe(sidecar *sc) {
     apply_end(sc, "out of memory", 0);
     return;
   }
-  sc->reload_up = sc_upstream(sc, &head, &body, 0, reload_done, sc);
+  static const upstream_cbs cbs = {.done = reload_done};
+  sc->reload_up = sc_upstream(sc, &head, &body, 0, &cbs, sc);
   if (sc->reload_up == NULL)
     apply_end(sc, "cannot connect to the engine", 0);
 }
@@ -626,10 +644,14 @@ static void on_conn_timer(uv_timer_t *t) {
       conflict(c);
     break;
   case C_ENGINE:
+    if (c->streaming) { /* too late for an error response */
+      conn_close(c);
+      break;
+    }
     upstream_abort(c->up);
     c->up = NULL;
     c->sc->inflight--;
-    conn_fail(c, 504, 0, "the engine did not answer in 600 s");
+    conn_fail(c, 504, 0, "the engine sent nothing for 600 s");
     reload_maybe(c->sc);
     break;
   case C_READ:
@@ -642,38 +664,84 @@ static void on_conn_timer(uv_timer_t *t) {
   }
 }
 
+/* The engine's head, relayed with our framing and the version stamp. */
+static void proxy_head(upstream *u) {
+  conn *c = u->owner;
+  unsigned st = u->p.status_code;
+  int bodyless = u->head_only || st == 204 || st == 304;
+  int sized = !(u->p.flags & F_CHUNKED) && u->p.content_length != ULLONG_MAX;
+  int http11 = c->p.http_major == 1 && c->p.http_minor >= 1;
+  c->chunked = !bodyless && !sized && http11;
+  if (!bodyless && !sized && !http11)
+    c->keep = 0; /* the body ends when the connection does */
+  sbuf h, none;
+  sb_init(&h, SC_HEADER_MAX + 1024);
+  sb_init(&none, 0);
+  int rc = sb_printf(&h, "HTTP/1.1 %u %s\r\n", st,
+                     u->reason.len ? u->reason.p
+                                   : http_status_str((enum http_status)st));
+  size_t pos = 0;
+  const char *k, *v;
+  while (rc == 0 && hdr_next(&u->h, &pos, &k, &v))
+    if (!hdr_hop_by_hop(k) ||
+        (u->head_only && !strcasecmp(k, "content-length")))
+      rc = sb_printf(&h, "%s: %s\r\n", k, v);
+  if (rc == 0 && !bodyless && sized)
+    rc = sb_printf(&h, "Content-Length: %" PRIu64 "\r\n", u->p.content_length);
+  if (rc == 0 && c->chunked)
+    rc = sb_printf(&h, "Transfer-Encoding: chunked\r\n");
+  if (rc == 0)
+    rc = sb_printf(&h, "X-Stitch-Version: %" PRIu64 "\r\n%s\r\n", c->stamp,
+                   c->keep ? "" : "Connection: close\r\n");
+  if (rc != 0) {
+    sb_free(&h);
+    conn_close(c);
+    return;
+  }
+  c->streaming = 1;
+  conn_write(c, &h, &none, W_PART);
+}
+
+/* A piece of the engine's body, on its way to the client. */
+static void proxy_data(upstream *u, const char *at, size_t n) {
+  conn *c = u->owner;
+  sbuf b, none;
+  sb_init(&b, n + 32);
+  sb_init(&none, 0);
+  int rc = c->chunked ? sb_printf(&b, "%zx\r\n", n) : 0;
+  rc = rc ? rc : sb_add(&b, at, n);
+  rc = rc ? rc : c->chunked ? sb_add(&b, "\r\n", 2) : 0;
+  if (rc != 0) {
+    sb_free(&b);
+    conn_close(c);
+    return;
+  }
+  uv_timer_start(&c->timer, on_conn_timer, SC_ENGINE_MS, 0);
+  conn_write(c, &b, &none, W_PART);
+  if (c->state != C_CLOSING &&
+      uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > SC_STREAM_HIGH)
+    upstream_pause(u, 1);
+}
+
 static void proxy_done(upstream *u, const char *err) {
   conn *c = u->owner;
   sidecar *sc = c->sc;
   c->up = NULL;
   sc->inflight--;
   uv_timer_stop(&c->timer);
-  if (err != NULL) {
+  if (err != NULL && !c->streaming) {
     conn_fail(c, 502, 0, "engine: %s", err);
+  } else if (err != NULL) { /* cut short: the client sees the stream end */
+    conn_close(c);
   } else {
-    unsigned st = u->p.status_code;
-    int bodyless = u->head_only || st == 204 || st == 304;
-    sbuf h;
-    sb_init(&h, SC_HEADER_MAX + 1024);
-    int rc = sb_printf(&h, "HTTP/1.1 %u %s\r\n", st,
-                       u->reason.len ? u->reason.p
-                                     : http_status_str((enum http_status)st));
-    size_t pos = 0;
-    const char *k, *v;
-    while (rc == 0 && hdr_next(&u->h, &pos, &k, &v))
-      if (!hdr_hop_by_hop(k) ||
-          (u->head_only && !strcasecmp(k, "content-length")))
-        rc = sb_printf(&h, "%s: %s\r\n", k, v);
-    if (rc == 0 && !bodyless)
-      rc = sb_printf(&h, "Content-Length: %zu\r\n", u->body.len);
-    if (rc == 0)
-      rc = sb_printf(&h, "X-Stitch-Version: %" PRIu64 "\r\n%s\r\n", c->stamp,
-                     c->keep ? "" : "Connection: close\r\n");
-    if (rc != 0) {
-      sb_free(&h);
+    sbuf end, none;
+    sb_init(&end, 8);
+    sb_init(&none, 0);
+    if (c->chunked && sb_add(&end, "0\r\n\r\n", 5) != 0) {
+      sb_free(&end);
       conn_close(c);
     } else {
-      conn_write(c, &h, &u->body, 0);
+      conn_write(c, &end, &none, W_LAST); /* after every part: in order */
     }
   }
   reload_maybe(sc);
@@ -706,7 +774,10 @@ static void dispatch(conn *c) {
     return;
   }
   c->stamp = sc->applied;
-  c->up = sc_upstream(sc, &h, &c->body, m == HTTP_HEAD, proxy_done, c);
+  static const upstream_cbs cbs = {
+      .done = proxy_done, .head = proxy_head, .data = proxy_data};
+  c->streaming = c->chunked = 0;
+  c->up = sc_upstream(sc, &h, &c->body, m == HTTP_HEAD, &cbs, c);
   if (c->up == NULL) {
     conn_fail(c, 502, 0, "engine: cannot connect");
     return;

@@ -5,13 +5,18 @@ Per step the masters are copied once, into one contiguous host buffer laid
 out as a safetensors image (u64 header length, JSON header, data) that
 libstitch parses in place, so no temporary file holds the masters. The view
 is built from that image by libstitch (delta-stable scales from the previous
-view) and published with stitch_publish. Everything here runs on the
-training thread, so the time it takes is the stall it causes, and it is
-reported.
+view) and published with stitch_publish. By default everything runs on the
+training thread, so the time it takes is the stall it causes. With
+background=True only the copy does: the view and the publish run on a
+worker thread (libstitch releases the GIL, as every ctypes call does) while
+training goes on, and the next publish waits for it before refilling the
+image. Either way the stall is measured and reported.
 """
+import concurrent.futures
 import json
 import os
 import struct
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -29,6 +34,8 @@ class PublishResult:
     view_bytes: int
     scales_changed: int   # quantization blocks whose scale moved
     objects: list = field(default_factory=list)
+    wait_s: float = 0.0   # background: waiting for the previous publish
+    background: bool = False  # view and publish ran off the training thread
 
 
 def named_tensors(src):
@@ -109,13 +116,15 @@ class Publisher:
 
     options: fp8_block (fp8 only), metadata (dict of strings for the view's
     __metadata__), model (what hook() publishes), work_dir (where the view
-    is built; default STORE/publisher), and stitch_publish's options:
-    chunk_bytes, max_chain, anchor_ratio, cumulative_every (None: never),
-    keep, threads, time_unix.
+    is built; default STORE/publisher), background (publish() returns once
+    the masters are copied, with a Future of the PublishResult), and
+    stitch_publish's options: chunk_bytes, max_chain, anchor_ratio,
+    cumulative_every (None: never), keep, threads, time_unix.
     """
 
     def __init__(self, store_dir, key_path, view="bf16", fp8_block=0,
-                 metadata=None, model=None, work_dir=None, **publish_options):
+                 metadata=None, model=None, work_dir=None, background=False,
+                 **publish_options):
         if view not in B.VIEW_KINDS:
             raise ValueError("view must be one of %s, not %r"
                              % (", ".join(B.VIEW_KINDS), view))
@@ -128,6 +137,12 @@ class Publisher:
         self.last = None
         self._image = None
         self._prev = self._resume_prev()
+        self._pool = None
+        self._job = None
+        self._lock = threading.Lock()  # last, across the worker thread
+        if background:
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="stitch-publish")
 
     def _resume_prev(self):
         """After a restart, the store's copy of the latest view (proto/
@@ -148,18 +163,44 @@ class Publisher:
             return None
         return ck
 
-    def publish(self, src=None):
+    def publish(self, src=None, on_publish=None):
         """Publishes SRC (a Module, a dict or (name, tensor) pairs; default
         the model given at construction) as the next version. Call it after
-        optimizer.step(). Returns a PublishResult with the stall."""
+        optimizer.step(). Returns a PublishResult with the stall; with
+        background=True, a concurrent.futures.Future of it, as soon as the
+        masters are copied (SRC may change from then on). A background
+        publish that failed raises here, at the next call, or in wait().
+        ON_PUBLISH(result) is called once the version is published (on the
+        worker thread, in the background)."""
         t0 = time.perf_counter()
         items = named_tensors(src if src is not None else self._need_model())
+        self.wait()  # the image is the job's until it is done
+        t1 = time.perf_counter()
+        masters = self._capture(items)
+        t2 = time.perf_counter()
+        if self._pool is None:
+            return self._finish(masters, t2 - t0, 0.0, t2 - t1, on_publish)
+        self._job = self._pool.submit(self._finish, masters, t2 - t0,
+                                      t1 - t0, t2 - t1, on_publish)
+        return self._job
+
+    def wait(self):
+        """Waits for a background publish in flight, if any, and returns
+        its PublishResult (None when there is none), or raises its error."""
+        job, self._job = self._job, None
+        return job.result() if job is not None else None
+
+    def _capture(self, items):
+        """The one copy of the step: the masters into the host image."""
         if self._image is None or self._image.layout != layout_of(items):
             pin = any(t.is_cuda for _, t in items)
             if self._image is not None and self._image.ckpt is not None:
                 self._image.ckpt.close()
             self._image = MasterImage(items, self.metadata, pin=pin)
-        masters = self._image.fill(items)
+        return self._image.fill(items)
+
+    def _finish(self, masters, stall_s, wait_s, copy_s, on_publish):
+        """View, then publish: on the training thread, or the worker."""
         t1 = time.perf_counter()
         os.makedirs(self.work_dir, exist_ok=True)
         path = os.path.join(self.work_dir, "building-view.safetensors")
@@ -179,12 +220,19 @@ class Publisher:
             self._prev.close()
         self._prev = view
         t3 = time.perf_counter()
-        self.last = PublishResult(
-            version=r["version"], id=r["id"], stall_s=t3 - t0,
-            copy_s=t1 - t0, view_s=t2 - t1, publish_s=t3 - t2,
+        background = self._pool is not None
+        result = PublishResult(
+            version=r["version"], id=r["id"],
+            stall_s=stall_s if background else stall_s + t3 - t1,
+            copy_s=copy_s, view_s=t2 - t1, publish_s=t3 - t2,
             view_bytes=r["view_bytes"],
-            scales_changed=stats["scales_changed"], objects=r["objects"])
-        return self.last
+            scales_changed=stats["scales_changed"], objects=r["objects"],
+            wait_s=wait_s, background=background)
+        with self._lock:
+            self.last = result
+        if on_publish is not None:
+            on_publish(result)
+        return result
 
     def _need_model(self):
         if self.model is None:
@@ -195,20 +243,30 @@ class Publisher:
     def hook(self, optimizer, model=None, on_publish=None):
         """Publishes after every optimizer.step(), through a step post-hook:
             Publisher(store, key).hook(optimizer, model)
-        ON_PUBLISH(result), if given, is called after each version. Returns
-        the hook's handle (handle.remove() detaches it)."""
+        ON_PUBLISH(result), if given, is called after each version (on the
+        worker thread, in the background). Returns the hook's handle
+        (handle.remove() detaches it)."""
         src = model if model is not None else self._need_model()
         if not isinstance(src, dict) and not hasattr(src, "state_dict"):
             src = list(src)  # a generator would be spent after one step
 
         def post(opt, args, kwargs):
-            r = self.publish(src)
-            if on_publish is not None:
-                on_publish(r)
+            self.publish(src, on_publish)
 
         return optimizer.register_step_post_hook(post)
 
     def close(self):
+        """Waits for a background publish (raising its error) and lets go
+        of the image, the previous view and the worker."""
+        try:
+            self.wait()
+        finally:
+            self._release()
+
+    def _release(self):
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         if self._prev is not None:
             self._prev.close()
             self._prev = None

@@ -302,6 +302,58 @@ def test_errors_and_hook(tmp):
     check(not left, "a failed publish left files: %s" % left)
 
 
+def test_background(tmp):
+    """background=True: publish() returns once the masters are copied, so
+    the model may change at once without touching the version; the hook's
+    versions come in order; a failure raises at the next call."""
+    key = os.path.join(tmp, "tr.key")
+    store = os.path.join(tmp, "store-bg")
+    model = Tiny()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    p = Publisher(store, key, background=True)
+    for v in range(1, 4):
+        train(model, opt)
+        snap = {n: t.clone() for n, t in model.state_dict().items()}
+        job = p.publish(model)
+        with torch.no_grad():  # the next step's update, before the publish ends
+            for t in model.parameters():
+                t.add_(1.0)
+        r = job.result()
+        check(r.version == v and r.background,
+              "background: got version %d (background %s), want %d"
+              % (r.version, r.background, v))
+        check(r.stall_s >= r.copy_s and r.view_s > 0 and r.publish_s > 0,
+              "background v%d: stall %.6f, copy %.6f, view %.6f, publish %.6f"
+              % (v, r.stall_s, r.copy_s, r.view_s, r.publish_s))
+        same_as_view({n: t.to(torch.bfloat16) for n, t in snap.items()},
+                     store, v, "background v%d: the view of the copied masters"
+                     % v)
+        model.load_state_dict(snap)
+    seen = []
+    handle = p.hook(opt, model, on_publish=seen.append)
+    train(model, opt, steps=2)
+    check(p.wait().version == 5, "background hook: last version is not 5")
+    check([r.version for r in seen] == [4, 5], "background hook: published %s"
+          % [r.version for r in seen])
+    handle.remove()
+    p.close()
+    # A failure in the worker: the next wait() raises it, nothing moves,
+    # and the publisher goes on once the masters are fixed.
+    store = os.path.join(tmp, "store-bg-nan")
+    p = Publisher(store, key, view="fp8", background=True)
+    p.publish(model)
+    with torch.no_grad():
+        saved = model.up.weight[0, 0].item()
+        model.up.weight[0, 0] = float("nan")
+    p.publish(model)
+    raises(p.wait, "EINVAL", "up.weight", "background: publishing a NaN master")
+    with torch.no_grad():
+        model.up.weight[0, 0] = saved
+    check(p.publish(model).result().version == 2,
+          "background: no version 2 after the failed publish")
+    p.close()
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="stitch-py-")
     try:
@@ -314,6 +366,7 @@ def main():
         for kind in ("fp8", "nvfp4"):
             test_publish_and_engine(tmp, kind, 3)
         test_errors_and_hook(tmp)
+        test_background(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if FAILS:

@@ -208,15 +208,14 @@ upstream *upstream_start(const upstream_env *env, sbuf *head, sbuf *body,
   return u;
 }
 
-int upstream_resolve(uv_loop_t *loop, const char *host, int port, int passive,
-                     struct sockaddr_storage *ss) {
+static int upstream_resolve(uv_loop_t *loop, const char *host, int port,
+                            struct sockaddr_storage *ss) {
   if (uv_ip4_addr(host, port, (struct sockaddr_in *)ss) == 0 ||
       uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss) == 0)
     return 0;
   char ps[8];
   snprintf(ps, sizeof(ps), "%d", port);
-  struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
-                           .ai_flags = passive ? AI_PASSIVE : 0};
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM};
   uv_getaddrinfo_t req;
   int rc = uv_getaddrinfo(loop, &req, NULL, host, ps, &hints);
   if (rc != 0)
@@ -249,7 +248,7 @@ int upstream_env_init(upstream_env *env, uv_loop_t *loop, const char *url,
   memcpy(host, url + u.field_data[UF_HOST].off, u.field_data[UF_HOST].len);
   host[u.field_data[UF_HOST].len] = 0;
   int port = u.field_set & 1u << UF_PORT ? u.port : 80;
-  int rc = upstream_resolve(loop, host, port, 0, &env->addr);
+  int rc = upstream_resolve(loop, host, port, &env->addr);
   if (rc != 0) {
     snprintf(d->msg, sizeof(d->msg), "--engine '%.200s': %s", url,
              uv_strerror(rc));

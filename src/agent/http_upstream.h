@@ -68,10 +68,6 @@ struct upstream {
  * now. Fills loop, addr and host; the caller sets the rest. */
 int upstream_env_init(upstream_env *env, uv_loop_t *loop, const char *url,
                       stitch_diag *d);
-/* HOST (a name or an address) and PORT as a socket address; PASSIVE for a
- * listener. 0 or a libuv error. */
-int upstream_resolve(uv_loop_t *loop, const char *host, int port, int passive,
-                     struct sockaddr_storage *ss);
 /* Sends HEAD and BODY (both taken, even on failure) to the engine.
  * HEAD_ONLY: the request is a HEAD, so the response has no body. */
 upstream *upstream_start(const upstream_env *env, sbuf *head, sbuf *body,

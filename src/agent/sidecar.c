@@ -32,6 +32,7 @@
 
 #include "http_upstream.h"
 #include "sidecar_report.h"
+#include "stitch/net.h"
 
 #include <http_parser.h>
 #include <inttypes.h>
@@ -977,7 +978,6 @@ static void on_connection(uv_stream_t *server, int status) {
   uv_timer_start(&c->timer, on_conn_timer, SC_IDLE_MS, 0);
 }
 
-/* "host:port" or "[v6]:port", resolved once (a name too). */
 static int fail_d(stitch_diag *d, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int fail_d(stitch_diag *d, int err, const char *fmt, ...) {
@@ -986,38 +986,6 @@ static int fail_d(stitch_diag *d, int err, const char *fmt, ...) {
   vsnprintf(d->msg, sizeof(d->msg), fmt, ap);
   va_end(ap);
   return err;
-}
-
-static int bind_listen(sidecar *sc, const char *listen, stitch_diag *d) {
-  char host[256];
-  const char *colon = strrchr(listen, ':'), *h = listen;
-  size_t hl = colon ? (size_t)(colon - listen) : 0;
-  if (hl >= 2 && listen[0] == '[' && listen[hl - 1] == ']') {
-    h++;
-    hl -= 2;
-  }
-  uint64_t port;
-  if (colon == NULL || hl == 0 || hl >= sizeof(host) ||
-      hdr_u64(colon + 1, &port) != 0 || port > 65535)
-    return fail_d(d, STITCH_EINVAL, "--http '%.200s': not host:port", listen);
-  memcpy(host, h, hl);
-  host[hl] = 0;
-  struct sockaddr_storage ss;
-  int rc = upstream_resolve(sc->loop, host, (int)port, 1, &ss);
-  if (rc == 0)
-    rc = uv_tcp_bind(&sc->listener, (const struct sockaddr *)&ss, 0);
-  if (rc == 0)
-    rc = uv_listen((uv_stream_t *)&sc->listener, SC_BACKLOG, on_connection);
-  if (rc != 0)
-    return fail_d(d, STITCH_EIO, "--http '%.200s': %s", listen,
-                  uv_strerror(rc));
-  struct sockaddr_storage bound;
-  int bl = sizeof(bound);
-  uv_tcp_getsockname(&sc->listener, (struct sockaddr *)&bound, &bl);
-  sc->port = ntohs(bound.ss_family == AF_INET6
-                       ? ((struct sockaddr_in6 *)&bound)->sin6_port
-                       : ((struct sockaddr_in *)&bound)->sin_port);
-  return 0;
 }
 
 /* ---- Public -------------------------------------------------------------- */
@@ -1059,7 +1027,8 @@ int sidecar_new(uv_loop_t *loop, const sidecar_config *cfg,
     sc->has_engine = rc == 0;
   }
   if (rc == 0)
-    rc = bind_listen(sc, cfg->listen, d);
+    rc = stitch_net_listen(loop, &sc->listener, cfg->listen, SC_BACKLOG,
+                           on_connection, &sc->port, "--http", d);
   if (rc != 0) {
     sc->closing = 1;
     uv_close((uv_handle_t *)&sc->listener, on_sc_closed);

@@ -479,36 +479,38 @@ static void on_connection(uv_stream_t *server, int status) {
   pump(n);
 }
 
-static int bind_listen(stitch_net *n, const char *listen, stitch_diag *d) {
-  char host[STITCH_SWARM_ADDR_MAX], port[8];
-  RETURN_IF(split_addr(listen, host, sizeof(host), port, sizeof(port)) != 0,
-            d, STITCH_EINVAL, "listen address '%s': not host:port", listen);
+int stitch_net_listen(uv_loop_t *loop, uv_tcp_t *tcp, const char *addr,
+                      int backlog, uv_connection_cb on_conn, int *port,
+                      const char *what, stitch_diag *d) {
+  char host[STITCH_SWARM_ADDR_MAX], ps[8];
+  RETURN_IF(split_addr(addr, host, sizeof(host), ps, sizeof(ps)) != 0, d,
+            STITCH_EINVAL, "%s '%.200s': not host:port", what, addr);
   struct sockaddr_storage ss;
-  int rc = numeric_addr(host, port, &ss);
-  RETURN_IF(rc == STITCH_EINVAL, d, STITCH_EINVAL,
-            "listen address '%s': bad port", listen);
+  int rc = numeric_addr(host, ps, &ss);
+  RETURN_IF(rc == STITCH_EINVAL, d, STITCH_EINVAL, "%s '%.200s': bad port",
+            what, addr);
   if (rc != 0) { /* a name: look it up once, at start */
     uv_getaddrinfo_t req;
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE};
-    rc = uv_getaddrinfo(n->loop, &req, NULL, host, port, &hints);
-    RETURN_IF(rc != 0, d, STITCH_ENOTFOUND, "listen address '%s': %s",
-              listen, uv_strerror(rc));
+    rc = uv_getaddrinfo(loop, &req, NULL, host, ps, &hints);
+    RETURN_IF(rc != 0, d, STITCH_ENOTFOUND, "%s '%.200s': %s", what, addr,
+              uv_strerror(rc));
     memcpy(&ss, req.addrinfo->ai_addr, req.addrinfo->ai_addrlen);
     uv_freeaddrinfo(req.addrinfo);
   }
-  rc = uv_tcp_bind(&n->listener, (const struct sockaddr *)&ss, 0);
+  rc = uv_tcp_bind(tcp, (const struct sockaddr *)&ss, 0);
   if (rc == 0)
-    rc = uv_listen((uv_stream_t *)&n->listener, NET_BACKLOG, on_connection);
-  RETURN_IF(rc != 0, d, STITCH_EIO, "listen on %s: %s", listen,
+    rc = uv_listen((uv_stream_t *)tcp, backlog, on_conn);
+  RETURN_IF(rc != 0, d, STITCH_EIO, "%s '%.200s': %s", what, addr,
             uv_strerror(rc));
   int len = sizeof(ss);
-  rc = uv_tcp_getsockname(&n->listener, (struct sockaddr *)&ss, &len);
-  RETURN_IF(rc != 0, d, STITCH_EIO, "listen on %s: %s", listen,
+  rc = uv_tcp_getsockname(tcp, (struct sockaddr *)&ss, &len);
+  RETURN_IF(rc != 0, d, STITCH_EIO, "%s '%.200s': %s", what, addr,
             uv_strerror(rc));
-  n->port = ss.ss_family == AF_INET6
-                ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
-                : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+  *port = ss.ss_family == AF_INET6
+              ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+              : ntohs(((struct sockaddr_in *)&ss)->sin_port);
   return 0;
 }
 
@@ -528,7 +530,8 @@ int stitch_net_new(uv_loop_t *loop, const char *listen,
   n->listener.data = n;
   n->timer.data = n;
   n->live = 2;
-  int rc = bind_listen(n, listen, d);
+  int rc = stitch_net_listen(loop, &n->listener, listen, NET_BACKLOG,
+                             on_connection, &n->port, "listen address", d);
   if (rc != 0) {
     stitch_net_close(n);
     return rc;

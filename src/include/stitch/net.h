@@ -52,6 +52,13 @@ uint64_t stitch_net_now(const stitch_net *n);
  * carry out the actions it queued, write what is pending, re-arm the timer.
  */
 void stitch_net_kick(stitch_net *n);
+/* Binds TCP (initialized on LOOP) to ADDR ("host:port": IPv4, [IPv6] or a
+ * name, looked up once, now; port 0 picks one), listens with BACKLOG and
+ * ON_CONN, and puts the bound port in *PORT. WHAT names the address
+ * in errors ("--http"). For stitchd's other listeners (the sidecar). */
+int stitch_net_listen(uv_loop_t *loop, uv_tcp_t *tcp, const char *addr,
+                      int backlog, uv_connection_cb on_conn, int *port,
+                      const char *what, stitch_diag *d);
 /* Stops accepting and closes every connection (telling the core each peer
  * is gone), the listener and the timer; later actions are dropped. The net
  * frees itself once libuv has closed every handle, so N must not be used

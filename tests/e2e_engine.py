@@ -22,16 +22,13 @@ to load) at the first reload, and never reallocated after that.
 Every request is logged on stderr.
 """
 import argparse
-import http.server
-import json
-import os
-import sys
 import threading
 import time
 
 import torch
 
 import stitch
+from engine_http import JsonHandler, serve
 
 
 class Engine:
@@ -74,25 +71,7 @@ class Engine:
                     {n: d.hex() for n, d in zip(names, dg)}, in_place)
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def reply(self, code, obj):
-        body = (json.dumps(obj) + "\n").encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def body(self):
-        n = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(n) if n else b""
-        try:
-            return json.loads(raw or b"{}")
-        except ValueError:
-            return None
-
+class Handler(JsonHandler):
     def do_GET(self):
         eng = self.server.engine
         if self.path == "/state":
@@ -100,7 +79,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 v = eng.adapter.version if eng.adapter else 0
                 self.reply(200, {"version": v, "reloads": eng.reloads})
         else:
-            self.reply(404, {"error": "no such endpoint: " + self.path})
+            self.not_found()
 
     def do_POST(self):
         eng = self.server.engine
@@ -130,10 +109,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.reply(200, {"version": got, "pause_s": pause,
                              "stats": stats})
         else:
-            self.reply(404, {"error": "no such endpoint: " + self.path})
-
-    def log_message(self, fmt, *args):
-        sys.stderr.write("engine: " + (fmt % args) + "\n")
+            self.not_found()
 
 
 def main():
@@ -143,13 +119,7 @@ def main():
     ap.add_argument("--swarm", required=True)
     a = ap.parse_args()
     torch.set_num_threads(1)
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    srv.daemon_threads = True
-    srv.engine = Engine(a.store, a.swarm)
-    with open(a.port_file + ".tmp", "w") as f:
-        f.write("%d\n" % srv.server_address[1])
-    os.replace(a.port_file + ".tmp", a.port_file)
-    srv.serve_forever()
+    serve(Handler, Engine(a.store, a.swarm), a.port_file)
 
 
 if __name__ == "__main__":

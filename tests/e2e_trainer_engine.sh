@@ -34,38 +34,8 @@ command -v curl >/dev/null ||
 export STITCH_LIB="$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")"
 export PYTHONPATH="$(cd "$here/../python" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
 
-work="$(mktemp -d "${TMPDIR:-/tmp}/stitch-e2e.XXXXXX")"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP PIPE
-fail() {
-  echo "FAIL: $*" >&2
-  for f in trainer.log node.log seed.log engine.log; do
-    [ -f "$work/$f" ] && { echo "--- $f" >&2; tail -n 15 "$work/$f" >&2; }
-  done
-  exit 1
-}
-# Waits (up to $3 s, default 60) for a line matching $2 in file $1 and
-# prints what follows the match.
-wait_line() {
-  local n=$(( ${3:-60} * 10 ))
-  for _ in $(seq "$n"); do
-    if [ -s "$1" ] && grep -q "$2" "$1"; then
-      sed -n "s/$2//p" "$1" | head -n 1
-      return 0
-    fi
-    sleep 0.1
-  done
-  fail "no '$2' in $1"
-}
-json() { # json FIELD < JSON: prints the field
-  "$py" -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"
-}
+NAME=e2e LOGS="trainer.log node.log seed.log engine.log"
+. "$here/agent_lib.sh"
 
 "$bin/stitch" keygen --out "$work/k" >/dev/null
 
@@ -87,14 +57,6 @@ node=$!
 pids+=($node)
 port="$(wait_line "$work/node.out" '^stitchd: http on port ')"
 url="http://127.0.0.1:$port"
-status() { curl -sf "$url/v1/status" || fail "GET /v1/status failed"; }
-wait_held() {
-  for _ in $(seq 600); do
-    [ "$(status | json held_version)" -ge "$1" ] && return 0
-    sleep 0.1
-  done
-  fail "the node does not hold version $1 in 60 s: $(status)"
-}
 
 # The trainer: 3 steps, pausing after version 1 until told to go on.
 "$py" "$here/e2e_trainer.py" --store "$work/store" --key "$work/k.key" \

@@ -15,35 +15,8 @@ command -v curl >/dev/null && command -v python3 >/dev/null ||
   { echo "SKIP: sidecar.sh needs curl and python3"; exit 77; }
 bin="$1"
 here="$(cd "$(dirname "$0")" && pwd)"
-work="$(mktemp -d "${TMPDIR:-/tmp}/stitch-sidecar.XXXXXX")"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for f in node.log seed.log engine.log; do
-    [ -f "$work/$f" ] && { echo "--- $f" >&2; tail -n 15 "$work/$f" >&2; }
-  done
-  exit 1
-}
-# Waits (up to 30 s) for a line matching $2 in file $1 and prints its match.
-wait_line() {
-  for _ in $(seq 300); do
-    if [ -s "$1" ] && grep -q "$2" "$1"; then
-      sed -n "s/$2//p" "$1" | head -n 1
-      return 0
-    fi
-    sleep 0.1
-  done
-  fail "no '$2' in $1"
-}
-json() { # json FIELD < JSON: prints the field
-  python3 -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"
-}
+NAME=sidecar LOGS="node.log seed.log engine.log"
+. "$here/agent_lib.sh"
 
 "$bin/stitch-synth" --out "$work/traj" --steps 1 --params 2e5 --quiet
 "$bin/stitch" keygen --out "$work/k" >/dev/null
@@ -64,14 +37,6 @@ node=$!
 pids+=($node)
 port="$(wait_line "$work/node.out" '^stitchd: http on port ')"
 url="http://127.0.0.1:$port"
-status() { curl -sf "$url/v1/status" || fail "GET /v1/status failed"; }
-wait_held() {
-  for _ in $(seq 600); do
-    [ "$(status | json held_version)" -ge "$1" ] && return 0
-    sleep 0.1
-  done
-  fail "the node does not hold version $1: $(status)"
-}
 
 [ "$(status | json held_version)" = 0 ] || fail "held before publish: $(status)"
 publish() {

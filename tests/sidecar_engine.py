@@ -24,12 +24,12 @@ Anything else is 404. Every request is logged on stderr.
 """
 import argparse
 import hashlib
-import http.server
 import json
 import os
-import sys
 import threading
 import time
+
+from engine_http import JsonHandler, serve
 
 
 class Engine:
@@ -41,25 +41,8 @@ class Engine:
         self.delay_ms = delay_ms
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def reply(self, code, obj):
-        body = (json.dumps(obj) + "\n").encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("X-Engine", "stand-in")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def body(self):
-        n = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(n) if n else b""
-        try:
-            return json.loads(raw or b"{}")
-        except ValueError:
-            return None
+class Handler(JsonHandler):
+    extra_headers = (("X-Engine", "stand-in"),)
 
     def stream(self, req, version):
         """A streamed completion, as OpenAI-compatible engines send one."""
@@ -104,7 +87,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                  "weights_sha256": eng.sha,
                                  "reloads": eng.reloads})
         else:
-            self.reply(404, {"error": "no such endpoint: " + self.path})
+            self.not_found()
 
     def do_POST(self):
         eng = self.server.engine
@@ -144,10 +127,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 eng.reloads.append(version)
             self.reply(200, {"version": version, "weights_sha256": sha})
         else:
-            self.reply(404, {"error": "no such endpoint: " + self.path})
-
-    def log_message(self, fmt, *args):
-        sys.stderr.write("engine: " + (fmt % args) + "\n")
+            self.not_found()
 
 
 def main():
@@ -155,13 +135,7 @@ def main():
     ap.add_argument("--port-file", required=True)
     ap.add_argument("--reload-delay-ms", type=int, default=50)
     a = ap.parse_args()
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    srv.daemon_threads = True
-    srv.engine = Engine(a.reload_delay_ms)
-    with open(a.port_file + ".tmp", "w") as f:
-        f.write("%d\n" % srv.server_address[1])
-    os.replace(a.port_file + ".tmp", a.port_file)
-    srv.serve_forever()
+    serve(Handler, Engine(a.reload_delay_ms), a.port_file)
 
 
 if __name__ == "__main__":

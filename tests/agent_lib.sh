@@ -1,0 +1,52 @@
+# agent_lib.sh: what the shell tests that run stitchd with its sidecar
+# share (tests/sidecar.sh, tests/e2e_trainer_engine.sh). Source it after
+# `set -euo pipefail` with NAME set (the test's name, for the temporary
+# folder) and LOGS (the files under $work whose tails a failure shows).
+# It makes $work, removed on exit with every process in pids killed.
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/stitch-$NAME.XXXXXX")"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP PIPE
+
+fail() {
+  echo "FAIL: $*" >&2
+  for f in $LOGS; do
+    [ -f "$work/$f" ] && { echo "--- $f" >&2; tail -n 15 "$work/$f" >&2; }
+  done
+  exit 1
+}
+
+# Waits (up to $3 s, default 60) for a line matching $2 in file $1 and
+# prints what follows the match.
+wait_line() {
+  local n=$(( ${3:-60} * 10 ))
+  for _ in $(seq "$n"); do
+    if [ -s "$1" ] && grep -q "$2" "$1"; then
+      sed -n "s/$2//p" "$1" | head -n 1
+      return 0
+    fi
+    sleep 0.1
+  done
+  fail "no '$2' in $1"
+}
+
+json() { # json FIELD < JSON: prints the field
+  "${PYTHON:-python3}" -c \
+    'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"
+}
+
+# The sidecar at $url: its status, and waiting (60 s) until it holds $1.
+status() { curl -sf "$url/v1/status" || fail "GET /v1/status failed"; }
+wait_held() {
+  for _ in $(seq 600); do
+    [ "$(status | json held_version)" -ge "$1" ] && return 0
+    sleep 0.1
+  done
+  fail "the node does not hold version $1 in 60 s: $(status)"
+}

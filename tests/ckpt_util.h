@@ -94,4 +94,53 @@ static inline stitch_st *open_ckpt(const char *path) {
   return st;
 }
 
+/* ---- Weights ------------------------------------------------------------ */
+
+static inline uint8_t *test_dup_bytes(const uint8_t *p, size_t n) {
+  uint8_t *q = malloc(n ? n : 1);
+  memcpy(q, p, n);
+  return q;
+}
+
+static inline uint8_t *test_rnd_bytes(test_rng *r, size_t n) {
+  uint8_t *p = malloc(n ? n : 1);
+  for (size_t i = 0; i < n; i++)
+    p[i] = (uint8_t)test_rng_next(r);
+  return p;
+}
+
+#define TEST_DENSE_ANYWHERE SIZE_MAX
+
+/* A step of N weights: *A near 1/8..1 of random sign (BF16, F32, E4M3, or
+ * with NIBBLE packed E2M1 pairs), *B the same with a fraction P moved by
+ * one step of their bit pattern, and DENSE_LEN elements from DENSE_AT
+ * (TEST_DENSE_ANYWHERE: at random) rewritten at random, a dense block. */
+static inline void test_step_pair(test_rng *r, stitch_dtype dt, int nibble,
+                                  size_t n, double p, size_t dense_at,
+                                  size_t dense_len, uint8_t **a, uint8_t **b) {
+  size_t es = stitch_dtype_size(dt);
+  *a = malloc(n > 0 ? n * es : 1);
+  for (size_t i = 0; i < n; i++) {
+    uint64_t v = test_rng_next(r);
+    if (dt == STITCH_DT_BF16)
+      v = 0x3c00 | (v & 0x3ff) | (v >> 63) << 15;
+    else if (dt == STITCH_DT_F32)
+      v = 0x3c000000u | (v & 0x3ffffff) | (v >> 63) << 31;
+    else if (nibble)
+      v &= 0x5f;
+    else
+      v = 0x20 | (v & 0x1f) | (v >> 63) << 7;
+    memcpy(*a + i * es, &v, es);
+  }
+  *b = test_dup_bytes(*a, n * es);
+  for (size_t i = 0; i < n; i++)
+    if (test_rng_unit(r) < p) /* the low mantissa bit of a value */
+      (*b)[i * es] ^= nibble && (test_rng_next(r) & 1) ? 0x10 : 1;
+  if (dense_at == TEST_DENSE_ANYWHERE)
+    dense_at = n > dense_len ? (size_t)(test_rng_next(r) % (n - dense_len)) : 0;
+  for (size_t i = dense_at; i < dense_at + dense_len && i < n; i++)
+    for (size_t k = 0; k < es; k++)
+      (*b)[i * es + k] = (uint8_t)test_rng_next(r);
+}
+
 #endif

@@ -20,42 +20,14 @@ typedef struct pair {
   size_t na, nb;
 } pair;
 
-static uint8_t *rnd_bytes(size_t n) {
-  uint8_t *p = malloc(n ? n : 1);
-  for (size_t i = 0; i < n; i++)
-    p[i] = (uint8_t)test_rng_next(&rng);
-  return p;
-}
+static uint8_t *rnd_bytes(size_t n) { return test_rnd_bytes(&rng, n); }
+#define dup_bytes test_dup_bytes
 
-static uint8_t *dup_bytes(const uint8_t *p, size_t n) {
-  uint8_t *q = malloc(n ? n : 1);
-  memcpy(q, p, n);
-  return q;
-}
-
-/* Small weights (BF16, F32 or F8_E4M3), a fraction moved by one step of
+/* Small weights (BF16, F32 or F8_E4M3), a fraction P moved by one step of
  * their bit pattern, and block DENSE (of 256 symbols) rewritten at random. */
 static void weights(stitch_dtype dt, size_t n, double p, size_t dense,
                     uint8_t **a, uint8_t **b) {
-  size_t es = stitch_dtype_size(dt);
-  *a = malloc(n * es);
-  for (size_t i = 0; i < n; i++) {
-    uint64_t v = test_rng_next(&rng);
-    if (dt == STITCH_DT_BF16)
-      v = 0x3c00 | (v & 0x3ff) | (v >> 63) << 15;
-    else if (dt == STITCH_DT_F32)
-      v = 0x3c000000u | (v & 0x3ffffff) | (v >> 63) << 31;
-    else
-      v = 0x20 | (v & 0x1f) | (v >> 63) << 7;
-    memcpy(*a + i * es, &v, es);
-  }
-  *b = dup_bytes(*a, n * es);
-  for (size_t i = 0; i < n; i++)
-    if (test_rng_unit(&rng) < p)
-      (*b)[i * es] ^= 1; /* one step up or down of the low mantissa bit */
-  for (size_t i = dense * 256; i < (dense + 1) * 256 && i < n; i++)
-    for (size_t k = 0; k < es; k++)
-      (*b)[i * es + k] = (uint8_t)test_rng_next(&rng);
+  test_step_pair(&rng, dt, 0, n, p, dense * 256, 256, a, b);
 }
 
 /* BF16, F32, FP8 and U8 tensors that change, one that does not, one that is

@@ -23,18 +23,8 @@
 
 static test_rng rng;
 
-static uint8_t *dup_bytes(const uint8_t *p, size_t n) {
-  uint8_t *q = malloc(n ? n : 1);
-  memcpy(q, p, n);
-  return q;
-}
-
-static uint8_t *rnd_bytes(size_t n) {
-  uint8_t *p = malloc(n ? n : 1);
-  for (size_t i = 0; i < n; i++)
-    p[i] = (uint8_t)test_rng_next(&rng);
-  return p;
-}
+static uint8_t *rnd_bytes(size_t n) { return test_rnd_bytes(&rng, n); }
+#define dup_bytes test_dup_bytes
 
 /* ---- A real delta, delivered as a patch ------------------------------- */
 
@@ -160,33 +150,11 @@ static int kernel_apply_on_cpu(const stitch_gpu_list *l, uint8_t *data,
   return rc;
 }
 
-/* Weights near 1/8..1 of random sign (BF16, F32, E4M3 or packed E2M1
- * pairs); B gets a fraction P moved by one step of their bit pattern, and
- * one run of 300 elements rewritten at random (a dense block). */
+/* A step with one run of 300 elements rewritten at random (a dense
+ * block) somewhere. */
 static void step_pair(stitch_dtype dt, int nibble, size_t n, double p,
                       uint8_t **a, uint8_t **b) {
-  size_t es = stitch_dtype_size(dt);
-  *a = malloc(n * es);
-  for (size_t i = 0; i < n; i++) {
-    uint64_t v = test_rng_next(&rng);
-    if (dt == STITCH_DT_BF16)
-      v = 0x3c00 | (v & 0x3ff) | (v >> 63) << 15;
-    else if (dt == STITCH_DT_F32)
-      v = 0x3c000000u | (v & 0x3ffffff) | (v >> 63) << 31;
-    else if (nibble)
-      v &= 0x5f;
-    else
-      v = 0x20 | (v & 0x1f) | (v >> 63) << 7;
-    memcpy(*a + i * es, &v, es);
-  }
-  *b = dup_bytes(*a, n * es);
-  for (size_t i = 0; i < n; i++)
-    if (test_rng_unit(&rng) < p)
-      (*b)[i * es] ^= nibble && (test_rng_next(&rng) & 1) ? 0x10 : 1;
-  size_t at = (size_t)(test_rng_next(&rng) % (n - 300));
-  for (size_t i = at; i < at + 300; i++)
-    for (size_t k = 0; k < es; k++)
-      (*b)[i * es + k] = (uint8_t)test_rng_next(&rng);
+  test_step_pair(&rng, dt, nibble, n, p, TEST_DENSE_ANYWHERE, 300, a, b);
 }
 
 enum { A_BF16, A_FP8, A_NIB, A_F32, A_COUNT };

@@ -86,7 +86,7 @@ static int check_master(const uint8_t *master, uint64_t n, stitch_diag *d) {
 
 __global__ void k_bf16(const float *x, uint64_t n, uint8_t *out) {
   CU_FOR(i, n) {
-    uint16_t h = gm_f32_to_bf16(x[i]);
+    uint16_t h = mf_f32_to_bf16(x[i]);
     out[2 * i] = (uint8_t)h;
     out[2 * i + 1] = (uint8_t)(h >> 8);
   }
@@ -168,7 +168,7 @@ __global__ void k_nvfp4(const float *x, uint64_t nb, const uint8_t *prev_sb,
     }
     uint8_t code = gm_nvfp4_code(m, prev_sb != NULL ? prev_sb[b] : 0, &t);
     sb[b] = code;
-    float u = gm_mul(gm_e4m3_to_f32(code), t.s);
+    float u = gm_mul(mf_e4m3_to_f32(code), t.s);
     for (int k = 0; k < 16; k += 2)
       packed[8 * b + k / 2] =
           (uint8_t)(gm_fp4_elem(v[k], u) | gm_fp4_elem(v[k + 1], u) << 4);
@@ -199,7 +199,7 @@ extern "C" int gpu_cu_quant_nvfp4(const uint8_t *master, uint64_t n,
   CU_GO(cudaMemcpy(&amax_host, amax, 4, cudaMemcpyDeviceToHost));
   if (have_prev)
     CU_GO(cudaMemcpy(&sp, prev_s2, 4, cudaMemcpyDeviceToHost));
-  gpu_nvfp4_s2(gm_float(amax_host), have_prev, sp, &t);
+  gpu_nvfp4_s2(mf_float(amax_host), have_prev, sp, &t);
   CU_GO(cudaMemcpy(s2, &t.s, 4, cudaMemcpyHostToDevice));
   if (n > 0) {
     k_nvfp4<<<cu_blocks(n / 16), CU_THREADS>>>(

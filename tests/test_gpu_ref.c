@@ -368,7 +368,7 @@ static view_bufs view_of(stitch_view_kind kind, uint32_t blk, const float *x,
     v.q = malloc(v.qn + 1);
     if (emul)
       for (uint64_t i = 0; i < n; i++) {
-        uint16_t h = gm_f32_to_bf16(x[i]);
+        uint16_t h = mf_f32_to_bf16(x[i]);
         memcpy(v.q + 2 * i, &h, 2);
       }
     else
@@ -418,7 +418,7 @@ static void view_eq(const view_bufs *a, const view_bufs *b, const char *what) {
  * random bit patterns. */
 static void test_converters(void) {
   for (int c = 0; c < 256; c++) {
-    float a = gm_e4m3_to_f32((uint8_t)c), b = stitch_e4m3_to_f32((uint8_t)c);
+    float a = mf_e4m3_to_f32((uint8_t)c), b = stitch_e4m3_to_f32((uint8_t)c);
     ASSERT_MEM_EQ(&a, &b, 4);
   }
   static const uint32_t edge[] = {0, 0x80000000u, 1, 0x7F800000u, 0xFF800000u,
@@ -429,9 +429,9 @@ static void test_converters(void) {
     uint32_t u = i < sizeof(edge) / 4 ? edge[i] : (uint32_t)test_rng_next(&rng);
     float f;
     memcpy(&f, &u, 4);
-    ASSERT_EQ(gm_f32_to_bf16(f), stitch_f32_to_bf16(f));
-    ASSERT_EQ(gm_f32_to_e4m3(f), stitch_f32_to_e4m3(f));
-    ASSERT_EQ(gm_f32_to_e2m1(f), stitch_f32_to_e2m1(f));
+    ASSERT_EQ(mf_f32_to_bf16(f), stitch_f32_to_bf16(f));
+    ASSERT_EQ(mf_f32_to_e4m3(f), stitch_f32_to_e4m3(f));
+    ASSERT_EQ(mf_f32_to_e2m1(f), stitch_f32_to_e2m1(f));
   }
 }
 

@@ -2,9 +2,9 @@
  * inline functions that compile both as C11 (src/gpu) and as CUDA device
  * code (kernels/). Not installed.
  *
- * The converters are the integer bit-pattern code of codec/minifloat.c and
- * the scale policy is codec/view_fp8.c and view_nvfp4.c, restated per block
- * because a kernel cannot call into the library. Restating is a risk of
+ * The converters are codec/minifloat_impl.h's, the very functions the
+ * library runs. The scale policy is codec/view_fp8.c and view_nvfp4.c,
+ * restated per block because a kernel cannot call into the library. Restating is a risk of
  * drift, so src/gpu/quant.c also runs this header's code on the CPU
  * (gpu_emul_quant_*) and tests/test_gpu_ref.c checks it against the codec
  * on every machine, GPU or not. Every float operation is one IEEE-rounded
@@ -13,7 +13,8 @@
 #ifndef STITCH_GPU_MATH_H
 #define STITCH_GPU_MATH_H
 
-#include "codec/view_impl.h" /* the policy constants, one design */
+#include "codec/minifloat_impl.h" /* the converters: mf_*, one source */
+#include "codec/view_impl.h"      /* the policy constants, one design */
 
 #include <float.h>
 #include <math.h>
@@ -42,79 +43,6 @@ GM_HD float gm_div(float a, float b) {
 #endif
 }
 
-GM_HD uint32_t gm_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
-
-GM_HD float gm_float(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-/* ---- Converters (codec/minifloat.c) ------------------------------------ */
-
-GM_HD uint32_t gm_rne_shift(uint32_t v, unsigned s) {
-  uint32_t q = v >> s;
-  uint32_t rem = v & ((1u << s) - 1);
-  uint32_t half = 1u << (s - 1);
-  return q + (rem > half || (rem == half && (q & 1)));
-}
-
-GM_HD uint32_t gm_mini(uint32_t a, unsigned mbits, int bias, uint32_t maxc,
-                       uint32_t maxbits) {
-  if (a >= maxbits)
-    return maxc;
-  int e = (int)(a >> 23) - 127;
-  int emin = 1 - bias;
-  if (e >= emin)
-    return gm_rne_shift(a - ((uint32_t)(127 - bias) << 23), 23 - mbits);
-  if ((a >> 23) == 0)
-    return 0;
-  uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
-  unsigned s = (unsigned)(23 - e + emin - (int)mbits);
-  if (s >= 25)
-    return 0;
-  return gm_rne_shift(m, s);
-}
-
-GM_HD uint16_t gm_f32_to_bf16(float f) {
-  uint32_t u = gm_bits(f);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u)
-    return (uint16_t)((u >> 16) | 0x0040u);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
-GM_HD uint8_t gm_f32_to_e4m3(float f) {
-  uint32_t u = gm_bits(f), a = u & 0x7FFFFFFFu;
-  if (a > 0x7F800000u)
-    return 0x7F;
-  return (uint8_t)(((u >> 24) & 0x80u) |
-                   gm_mini(a, 3, 7, 0x7E, 0x43E00000u));
-}
-
-GM_HD float gm_e4m3_to_f32(uint8_t v) {
-  uint32_t s = (uint32_t)(v & 0x80u) << 24;
-  uint32_t e = (v >> 3) & 0xFu, m = v & 0x7u;
-  if (e == 0xF && m == 0x7)
-    return gm_float(s | 0x7FC00000u);
-  if (e == 0) {
-    float mag = (float)m * 0x1p-9f; /* exact */
-    return s ? -mag : mag;
-  }
-  return gm_float(s | ((e - 7 + 127) << 23) | (m << 20));
-}
-
-GM_HD uint8_t gm_f32_to_e2m1(float f) {
-  uint32_t u = gm_bits(f), a = u & 0x7FFFFFFFu;
-  if (a > 0x7F800000u)
-    return 0x7;
-  return (uint8_t)(((u >> 28) & 0x8u) | gm_mini(a, 1, 1, 0x7, 0x40C00000u));
-}
-
 /* ---- FP8 scales (codec/view_fp8.c) ------------------------------------- */
 
 GM_HD float gm_positive_scale(float s) { return s > 0.0f ? s : FLT_TRUE_MIN; }
@@ -141,7 +69,7 @@ GM_HD float gm_fp8_scale(float amax, int have_prev, float sp) {
 }
 
 GM_HD uint8_t gm_fp8_elem(float x, float s) {
-  return gm_f32_to_e4m3(s > 0.0f ? gm_div(x, s) : x);
+  return mf_f32_to_e4m3(s > 0.0f ? gm_div(x, s) : x);
 }
 
 /* ---- NVFP4 block scales (codec/view_nvfp4.c) --------------------------- */
@@ -155,8 +83,8 @@ typedef struct gm_s2 {
 } gm_s2;
 
 GM_HD uint8_t gm_e4m3_ceil(float v) {
-  uint8_t c = gm_f32_to_e4m3(v);
-  if (c < 0x7E && gm_e4m3_to_f32(c) < v)
+  uint8_t c = mf_f32_to_e4m3(v);
+  if (c < 0x7E && mf_e4m3_to_f32(c) < v)
     c++;
   return c;
 }
@@ -171,13 +99,13 @@ GM_HD int gm_sb_keeps(float amax, float sbv, float s) {
  * code was PC (ignored without a previous view). */
 GM_HD uint8_t gm_nvfp4_code(float amax, uint8_t pc, const gm_s2 *t) {
   if (t->have_prev) {
-    float pv = gm_e4m3_to_f32(pc);
+    float pv = mf_e4m3_to_f32(pc);
     if (t->s == t->sp && gm_sb_keeps(amax, pv, t->s))
       return pc;
     if (t->shifted && pv > 0.0f) {
       float v = ldexpf(pv, -t->shift);
-      uint8_t nc = gm_f32_to_e4m3(v);
-      if (v <= (float)VIEW_E4M3_MAX && gm_e4m3_to_f32(nc) == v &&
+      uint8_t nc = mf_f32_to_e4m3(v);
+      if (v <= (float)VIEW_E4M3_MAX && mf_e4m3_to_f32(nc) == v &&
           gm_sb_keeps(amax, v, t->s))
         return nc;
     }
@@ -189,7 +117,7 @@ GM_HD uint8_t gm_nvfp4_code(float amax, uint8_t pc, const gm_s2 *t) {
 
 /* One E2M1 value under effective scale U (U == 0 keeps signed zeros). */
 GM_HD uint8_t gm_fp4_elem(float x, float u) {
-  return gm_f32_to_e2m1(u > 0.0f ? gm_div(x, u) : gm_mul(x, 0.0f));
+  return mf_f32_to_e2m1(u > 0.0f ? gm_div(x, u) : gm_mul(x, 0.0f));
 }
 
 /* ---- Elements of a W-bit tensor, little-endian, any alignment ---------- */

@@ -152,7 +152,7 @@ int gpu_emul_quant_nvfp4(const uint8_t *master, uint64_t n,
     uint8_t code = gm_nvfp4_code(amax_of(master, 16 * b, 16 * b + 16),
                                  have_prev ? prev_sb[b] : 0, &t);
     sb[b] = code;
-    float u = gm_mul(gm_e4m3_to_f32(code), t.s);
+    float u = gm_mul(mf_e4m3_to_f32(code), t.s);
     for (uint64_t i = 16 * b; i < 16 * b + 16; i += 2)
       packed[i / 2] =
           (uint8_t)(gm_fp4_elem(view_ld_f32(master, i), u) |

@@ -293,7 +293,8 @@ static int sn_io_manifest(void *user, const uint8_t *buf, size_t len) {
 static void sn_io_log(void *user, const char *line) {
   sn_node *n = user;
   char *slot = n->log[n->log_n++ % SN_LOG_LINES];
-  snprintf(slot, sizeof(n->log[0]), "%6" PRIu64 " %s", n->net->now, line);
+  /* The time (at most 20 digits) and up to 170 bytes of the line fit. */
+  snprintf(slot, sizeof(n->log[0]), "%6" PRIu64 " %.170s", n->net->now, line);
   if (n->net->verbose)
     fprintf(stderr, "[%s] %s\n", n->name, slot);
 }

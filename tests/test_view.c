@@ -28,7 +28,8 @@ static const char *tpath(const char *name) {
   static char slots[8][128];
   static int next;
   char *p = slots[next++ & 7];
-  snprintf(p, 128, "%s/%s", g_dir, name);
+  if (snprintf(p, 128, "%s/%s", g_dir, name) >= 128)
+    FAIL_("test path too long: %s", name);
   return p;
 }
 

@@ -83,11 +83,12 @@ int cmd_publish(int argc, char **argv) {
                        "[--json] [--chunk-kib N] [--max-chain N] "
                        "[--anchor-ratio R] [--cumulative-every N] [--keep N]");
   stitch_publish_opts o = {0};
-  uint64_t v;
+  uint64_t v = 0;
   if (fl[3].value) {
-    if (parse_u64(fl[3].value, "--chunk-kib", STITCH_CHUNK_MAX >> 10, &v) ||
-        v < 4)
-      return v < 4 ? cli_usage_error("--chunk-kib: at least 4") : 2;
+    if (parse_u64(fl[3].value, "--chunk-kib", STITCH_CHUNK_MAX >> 10, &v))
+      return 2;
+    if (v < 4)
+      return cli_usage_error("--chunk-kib: at least 4");
     o.chunk_bytes = (size_t)v << 10;
   }
   if (fl[4].value) {
@@ -170,7 +171,7 @@ int cmd_pull(int argc, char **argv) {
                  : cli_usage_error("stitch pull --store DIR --pub PREFIX.pub "
                                    "--weights FILE [--threads N]");
   stitch_apply_opts o = {0};
-  uint64_t v;
+  uint64_t v = 0;
   if (fl[3].value) {
     if (parse_u64(fl[3].value, "--threads", 1024, &v))
       return 2;

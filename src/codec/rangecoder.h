@@ -4,6 +4,15 @@
  * top 15 bits. Each context adapts with a rate that starts fast and slows as
  * it sees more symbols (rate = log2 of its count, up to a per-family limit),
  * which approximates a counting estimator without a division per symbol.
+ * proto/delta.md fixes every step of this arithmetic: the bytes of format 1
+ * depend on it, so a faster formulation must compute the same values.
+ *
+ * Speed: a coded bit is usually unpredictable, so one decision is written
+ * without a branch on the bit (the compiler turns the selects into
+ * conditional moves); only the renormalisation branches, about once per
+ * eight bits of output. The coder state is a small struct the callers keep
+ * as a local and pass to these always-inlined functions, so it stays in
+ * registers across a block.
  *
  * The encoder writes into a caller buffer and raises `overflow` instead of
  * writing past it. The decoder reads zeros past the end of its input, so a
@@ -16,96 +25,129 @@
 
 #define RC_TOP (1u << 24)
 #define RC_PROB_ONE (1u << 24)
+#define RC_INLINE static inline __attribute__((always_inline))
 
 typedef struct rc_ctx {
-  uint32_t p; /* P(1) in Q24 */
-  uint16_t n; /* symbols seen, saturating */
+  uint32_t p; /* P(1) in Q24; always in [1, 2^24 - 1] (see rc_adapt) */
+  uint16_t m; /* n + 2 for the spec's count n, held at 2^(limit+1) - 1 */
 } rc_ctx;
 
 static inline void rc_ctx_init(rc_ctx *c, uint32_t p) {
   c->p = p;
-  c->n = 0;
+  c->m = 2;
 }
 
-static inline __attribute__((always_inline)) uint32_t rc_p15(const rc_ctx *c) {
+/* Hides a value from the optimiser so that selects on it stay arithmetic:
+ * left alone, GCC turns them back into a branch on the coded bit, which
+ * mispredicts about as often as the bit is uncertain. */
+RC_INLINE uint32_t rc_opaque(uint32_t x) {
+  __asm__("" : "+r"(x));
+  return x;
+}
+
+/* q = clamp(p >> 9, 1, 32767). p stays below 2^24 (rc_adapt moves it by at
+ * most half the distance to 2^24, rounded down), so only the low clamp can
+ * act. */
+RC_INLINE uint32_t rc_p15(const rc_ctx *c) {
   uint32_t p = c->p >> 9;
-  return p < 1 ? 1 : p > 32767 ? 32767 : p;
+  return p + (p == 0);
 }
 
-static inline __attribute__((always_inline)) void rc_adapt(rc_ctx *c, int bit, unsigned limit) {
-  unsigned n = c->n + 2u;
-  unsigned rate = 31u - (unsigned)__builtin_clz(n);
-  if (rate > limit)
-    rate = limit;
-  else
-    c->n++;
-  if (bit)
-    c->p += (RC_PROB_ONE - c->p) >> rate;
-  else
-    c->p -= c->p >> rate;
+/* The spec: r = floor(log2(n + 2)); if r > limit then r = limit, else
+ * n += 1. With m = n + 2 held at 2^(limit+1) - 1 instead of counting on to
+ * 2^(limit+1), floor(log2 m) is never above limit and gives the same r at
+ * every step. Then p moves 2^-r of the way towards the coded bit, rounding
+ * the step down: p += (2^24 - p) >> r for a 1, p -= p >> r for a 0; both
+ * keep p inside [1, 2^24 - 1] since r >= 1. ONE is all ones for a coded 1,
+ * zero for a 0. */
+RC_INLINE void rc_adapt(rc_ctx *c, uint32_t one, unsigned limit) {
+  unsigned m = c->m;
+  unsigned rate = (unsigned)__builtin_clz(m) ^ 31u;
+  c->m = (uint16_t)(m + (m < (2u << limit) - 1u));
+  uint32_t p = c->p;
+  uint32_t step = (((RC_PROB_ONE - p) & one) | (p & ~one)) >> rate;
+  c->p = p + ((step ^ ~one) - ~one); /* +step, or -step */
 }
+
+/* The encoder's byte output, touched once per output byte. It is kept
+ * apart from the per-bit state (low, range) so that the latter, a local of
+ * the caller whose address never escapes, can live in registers while the
+ * rare byte shifting goes through a pointer. */
+typedef struct rc_out {
+  uint8_t *out;
+  size_t pos, cap;
+  uint64_t cache_size;
+  uint8_t cache;
+  int overflow;
+  int first; /* the first byte out is always 0: not stored */
+} rc_out;
 
 typedef struct rc_enc {
   uint64_t low;
   uint32_t range;
-  uint8_t cache;
-  uint64_t cache_size;
-  uint8_t *out;
-  size_t pos, cap;
-  int overflow;
-  int first; /* the first byte out is always 0: not stored */
+  rc_out *o;
 } rc_enc;
 
-static inline void rc_enc_init(rc_enc *e, uint8_t *out, size_t cap) {
+static inline void rc_enc_init(rc_enc *e, rc_out *o, uint8_t *out,
+                               size_t cap) {
   e->low = 0;
   e->range = 0xFFFFFFFFu;
-  e->cache = 0;
-  e->cache_size = 1;
-  e->out = out;
-  e->pos = 0;
-  e->cap = cap;
-  e->overflow = 0;
-  e->first = 1;
+  e->o = o;
+  o->cache = 0;
+  o->cache_size = 1;
+  o->out = out;
+  o->pos = 0;
+  o->cap = cap;
+  o->overflow = 0;
+  o->first = 1;
 }
 
-static inline __attribute__((always_inline)) void rc_put(rc_enc *e, uint8_t b) {
-  if (e->first) {
-    e->first = 0;
+RC_INLINE void rc_put(rc_out *o, uint8_t b) {
+  if (o->first) {
+    o->first = 0;
     return;
   }
-  if (e->pos < e->cap)
-    e->out[e->pos++] = b;
+  if (o->pos < o->cap)
+    o->out[o->pos++] = b;
   else
-    e->overflow = 1;
+    o->overflow = 1;
 }
 
-static inline __attribute__((always_inline)) void rc_shift_low(rc_enc *e) {
-  if ((uint32_t)e->low < 0xFF000000u || (e->low >> 32) != 0) {
-    uint8_t carry = (uint8_t)(e->low >> 32);
-    uint8_t temp = e->cache;
+/* Shifts the top byte of LOW out (through the one-byte cache that absorbs
+ * carries) and returns the new low. Runs once per output byte, not per
+ * bit. */
+static inline uint64_t rc_shift_low(rc_out *o, uint64_t low) {
+  if ((uint32_t)low < 0xFF000000u || (low >> 32) != 0) {
+    uint8_t carry = (uint8_t)(low >> 32);
+    uint8_t temp = o->cache;
     do {
-      rc_put(e, (uint8_t)(temp + carry));
+      rc_put(o, (uint8_t)(temp + carry));
       temp = 0xFF;
-    } while (--e->cache_size != 0);
-    e->cache = (uint8_t)(e->low >> 24);
+    } while (--o->cache_size != 0);
+    o->cache = (uint8_t)(low >> 24);
   }
-  e->cache_size++;
-  e->low = (e->low & 0x00FFFFFFu) << 8;
+  o->cache_size++;
+  return (low & 0x00FFFFFFu) << 8;
 }
 
-static inline __attribute__((always_inline)) void rc_encode(rc_enc *e, rc_ctx *c, int bit, unsigned limit) {
+/* One decision leaves range >= 2^9 (q is in [1, 32767]), so at most two
+ * bytes move per bit. */
+RC_INLINE void rc_enc_norm(rc_enc *e) {
+  if (__builtin_expect(e->range < RC_TOP, 0)) {
+    do {
+      e->range <<= 8;
+      e->low = rc_shift_low(e->o, e->low);
+    } while (e->range < RC_TOP);
+  }
+}
+
+RC_INLINE void rc_encode(rc_enc *e, rc_ctx *c, uint32_t bit, unsigned limit) {
   uint32_t bound = (e->range >> 15) * rc_p15(c);
-  if (bit) {
-    e->range = bound;
-  } else {
-    e->low += bound;
-    e->range -= bound;
-  }
-  while (e->range < RC_TOP) {
-    e->range <<= 8;
-    rc_shift_low(e);
-  }
-  rc_adapt(c, bit, limit);
+  uint32_t one = rc_opaque(0u - bit);
+  e->low += bound & ~one;
+  e->range = (bound & one) | ((e->range - bound) & ~one);
+  rc_adapt(c, one, limit);
+  rc_enc_norm(e);
 }
 
 /* Equiprobable bits, most significant first. nbits <= 64. */
@@ -114,14 +156,11 @@ static inline void rc_encode_raw(rc_enc *e, uint64_t v, unsigned nbits) {
     e->range >>= 1;
     if ((v >> nbits) & 1)
       e->low += e->range;
-    while (e->range < RC_TOP) {
-      e->range <<= 8;
-      rc_shift_low(e);
-    }
+    rc_enc_norm(e);
   }
 }
 
-/* Returns the number of bytes written; check e->overflow. Any value in
+/* Returns the number of bytes written; check e->o->overflow. Any value in
  * [low, low + range) decodes the same, so pick the one with the most
  * trailing zero bits, flush, and drop trailing zero bytes: the decoder
  * reads zeros past the end of its input. Saves ~4 bytes a block. */
@@ -134,11 +173,12 @@ static inline size_t rc_enc_finish(rc_enc *e) {
       break;
     }
   }
+  rc_out *o = e->o;
   for (int i = 0; i < 5; i++)
-    rc_shift_low(e);
-  while (e->pos > 0 && e->out[e->pos - 1] == 0)
-    e->pos--;
-  return e->pos;
+    e->low = rc_shift_low(o, e->low);
+  while (o->pos > 0 && o->out[o->pos - 1] == 0)
+    o->pos--;
+  return o->pos;
 }
 
 typedef struct rc_dec {
@@ -147,7 +187,7 @@ typedef struct rc_dec {
   size_t pos, len;
 } rc_dec;
 
-static inline __attribute__((always_inline)) uint8_t rc_get(rc_dec *d) {
+RC_INLINE uint8_t rc_get(rc_dec *d) {
   return d->pos < d->len ? d->in[d->pos++] : (d->pos++, 0);
 }
 
@@ -161,37 +201,38 @@ static inline void rc_dec_init(rc_dec *d, const uint8_t *in, size_t len) {
     d->code = (d->code << 8) | rc_get(d);
 }
 
-static inline __attribute__((always_inline)) int rc_decode(rc_dec *d, rc_ctx *c, unsigned limit) {
+RC_INLINE void rc_dec_norm(rc_dec *d) {
+  if (__builtin_expect(d->range < RC_TOP, 0)) {
+    do {
+      d->range <<= 8;
+      d->code = (d->code << 8) | rc_get(d);
+    } while (d->range < RC_TOP);
+  }
+}
+
+/* Returns the decoded bit as a mask: all ones for a 1. */
+RC_INLINE uint32_t rc_decode_mask(rc_dec *d, rc_ctx *c, unsigned limit) {
   uint32_t bound = (d->range >> 15) * rc_p15(c);
-  int bit;
-  if (d->code < bound) {
-    d->range = bound;
-    bit = 1;
-  } else {
-    d->code -= bound;
-    d->range -= bound;
-    bit = 0;
-  }
-  while (d->range < RC_TOP) {
-    d->range <<= 8;
-    d->code = (d->code << 8) | rc_get(d);
-  }
-  rc_adapt(c, bit, limit);
-  return bit;
+  uint32_t one = rc_opaque(0u - (uint32_t)(d->code < bound));
+  d->code -= bound & ~one;
+  d->range = (bound & one) | ((d->range - bound) & ~one);
+  rc_adapt(c, one, limit);
+  rc_dec_norm(d);
+  return one;
+}
+
+RC_INLINE uint32_t rc_decode(rc_dec *d, rc_ctx *c, unsigned limit) {
+  return rc_decode_mask(d, c, limit) & 1;
 }
 
 static inline uint64_t rc_decode_raw(rc_dec *d, unsigned nbits) {
   uint64_t v = 0;
   while (nbits-- > 0) {
     d->range >>= 1;
-    int bit = d->code >= d->range;
-    if (bit)
-      d->code -= d->range;
-    v = (v << 1) | (uint64_t)bit;
-    while (d->range < RC_TOP) {
-      d->range <<= 8;
-      d->code = (d->code << 8) | rc_get(d);
-    }
+    uint32_t bit = d->code >= d->range;
+    d->code = bit ? d->code - d->range : d->code;
+    v = (v << 1) | bit;
+    rc_dec_norm(d);
   }
   return v;
 }

@@ -17,9 +17,20 @@
  *  - a change is a step in key space (keys order floats by value, so one
  *    step of the bit pattern is +-1): its sign under (c/4, sign of the old
  *    value), "is it one step" under c/4, otherwise an Elias-gamma length
- *    with adaptive unary bits and raw low bits. */
+ *    with adaptive unary bits and raw low bits.
+ *
+ * Speed (the bytes are fixed by format 1; only the work to produce them
+ * changed): a block is coded a chunk of 64 groups at a time. The chunk's
+ * classes and group buckets come from one vector scan (sparse_scan.h), and
+ * for the encoder one vector compare marks its changed groups; the flag
+ * loop then only reads a bucket and codes a bit per group. A changed group
+ * walks its position tree heap-ordered, with float weights so that a
+ * node's contexts are a division and a look at the exponent bits, in an
+ * out-of-line function per format so the flag loop keeps the coder state
+ * in registers. Decisions are branch-free (rangecoder.h). */
 #include "codec/delta_internal.h"
 #include "codec/rangecoder.h"
+#include "codec/sparse_scan.h"
 #include "common/diag.h"
 
 #include <math.h>
@@ -51,9 +62,7 @@ typedef struct model {
   rc_ctx sign[4][2];
   rc_ctx one[4];
   rc_ctx unary[NUNARY];
-  uint8_t cls[MI_MAX + 1];
-  uint32_t weight[MI_MAX + 1]; /* 2^cls: a group's expected-changes proxy */
-  uint32_t wbyte[256];         /* 1-byte and nibble formats: weight of a byte */
+  uint8_t cls[MI_MAX + 1]; /* class of each magnitude index */
 } model;
 
 #define Q24(x) ((uint32_t)((x) * (double)RC_PROB_ONE))
@@ -75,7 +84,6 @@ static void model_init(model *m, unsigned ref) {
     rc_ctx_init(&m->unary[i], Q24(0.3));
   for (unsigned e = 0; e <= MI_MAX; e++) {
     m->cls[e] = (uint8_t)(e >= ref ? 0 : ref - e >= NCLS ? NCLS - 1 : ref - e);
-    m->weight[e] = 1u << m->cls[e];
   }
 }
 
@@ -202,39 +210,74 @@ mi_of(const sym_fmt *f, unsigned bits, uint64_t v) {
   return v ? 64u - (unsigned)__builtin_clzll(v) : 0u;
 }
 
-/* Sum of 2^class over symbols [start, start + gn): the group's context.
- * A full group takes the fixed-count loop the compiler unrolls. */
-/* For formats of at most 8 bits, a byte's weight (both nibbles' for 4-bit
- * symbols) in one lookup. */
+static inline __attribute__((always_inline)) uint64_t
+span_bytes(uint64_t sym, unsigned bits) {
+  return bits == 4 ? sym / 2 : sym * (bits / 8);
+}
+
+/* 2 floor(log2 e) plus the bit below the leading one (e >= 1). */
+static inline __attribute__((always_inline)) unsigned bucket(uint32_t e) {
+  unsigned l = 31u - (unsigned)__builtin_clz(e);
+  return 2 * l + (((e << 1) >> l) & 1);
+}
+
+/* floor(NQ * a / n) for a < n, without a division: three compares
+ * (NQ = 8). */
+static inline __attribute__((always_inline)) unsigned tree_q(uint32_t a32,
+                                                             uint32_t n32) {
+  uint64_t a = (uint64_t)a32 * NQ, n = n32;
+  unsigned q4 = a >= 4 * n;
+  a -= q4 * 4 * n;
+  unsigned q2 = a >= 2 * n;
+  a -= q2 * 2 * n;
+  return q4 * 4 + q2 * 2 + (a >= n);
+}
+
+#ifdef SCAN_AVX2
+#define SCAN_CPU_AVX2() scan_have_avx2()
+#else
+#define SCAN_CPU_AVX2() 0
+#endif
+
+/* Symbols per chunk scan: CHUNK groups' classes (1 KiB) stay in L1 between
+ * the scan and the coding loop that reads them back. */
+#define CHUNK 64
+
+/* Classes of the symbols of NG full groups from symbol AT of P into
+ * CLS[16 NG], and each group's context bucket into BKT[NG]. */
 static inline __attribute__((always_inline)) void
-model_init_bytes(model *m, const sym_fmt *f, const unsigned bits) {
-  if (bits == 4)
-    for (unsigned b = 0; b < 256; b++)
-      m->wbyte[b] = m->weight[mi_of(f, 4, b & 15)] + m->weight[mi_of(f, 4, b >> 4)];
-  else if (bits == 8)
-    for (unsigned b = 0; b < 256; b++)
-      m->wbyte[b] = m->weight[mi_of(f, 8, b)];
-}
-
-static inline __attribute__((always_inline)) uint32_t
-group_weight(const model *m, const sym_fmt *f, const unsigned bits,
-             const uint8_t *p, uint64_t start, uint64_t gn) {
-  uint32_t w = 0;
-  if (bits <= 8 && gn == GROUP) {
-    const uint8_t *q = p + (bits == 4 ? start / 2 : start);
-    for (unsigned j = 0; j < GROUP * bits / 8; j++)
-      w += m->wbyte[q[j]];
-    return w;
+scan_groups(const model *m, const sym_fmt *f, const unsigned bits,
+            unsigned ref, const uint8_t *p, uint64_t at, unsigned ng,
+            uint8_t *cls, uint8_t *bkt, int avx2) {
+  (void)avx2;
+#ifdef SCAN_SSE2
+  if (f->is_float && bits <= 32) {
+#ifdef SCAN_AVX2
+    if (avx2) {
+      scan_float_groups_avx2(p + span_bytes(at, bits), bits, f->mant_bits,
+                             (1u << f->exp_bits) - 1, ref, ng, cls, bkt);
+      return;
+    }
+#endif
+    scan_float_groups(p + span_bytes(at, bits), bits, f->mant_bits,
+                      (1u << f->exp_bits) - 1, ref, ng, cls, bkt);
+    return;
   }
-  if (gn == GROUP)
-    for (unsigned j = 0; j < GROUP; j++)
-      w += m->weight[mi_of(f, bits, ld(p, start + j, bits))];
-  else
-    for (uint64_t j = 0; j < gn; j++)
-      w += m->weight[mi_of(f, bits, ld(p, start + j, bits))];
-  return w;
+#else
+  (void)ref;
+#endif
+  for (unsigned g = 0; g < ng; g++) {
+    uint32_t w = 0;
+    for (unsigned j = 0; j < GROUP; j++) {
+      uint8_t c = m->cls[mi_of(f, bits, ld(p, at + GROUP * g + j, bits))];
+      cls[GROUP * g + j] = c;
+      w += 1u << c;
+    }
+    bkt[g] = (uint8_t)bucket(w);
+  }
 }
 
+#ifndef SCAN_SSE2
 /* A group is 8 to 128 bytes: compare words inline, not through a call. */
 static inline __attribute__((always_inline)) int
 bytes_equal(const uint8_t *a, const uint8_t *b, uint64_t n) {
@@ -250,19 +293,80 @@ bytes_equal(const uint8_t *a, const uint8_t *b, uint64_t n) {
     diff |= (uint64_t)(a[i] ^ b[i]);
   return diff == 0;
 }
+#endif
 
+/* Bit g set when full group g of the NG from symbol AT differs. */
 static inline __attribute__((always_inline)) uint64_t
-span_bytes(uint64_t sym, unsigned bits) {
-  return bits == 4 ? sym / 2 : sym * (bits / 8);
+groups_differ(const unsigned bits, const uint8_t *old, const uint8_t *nw,
+              uint64_t at, unsigned ng) {
+  const unsigned gbytes = GROUP * bits / 8;
+  const uint8_t *a = old + span_bytes(at, bits), *b = nw + span_bytes(at, bits);
+#ifdef SCAN_SSE2
+  return scan_groups_differ(a, b, gbytes, ng);
+#else
+  uint64_t m = 0;
+  for (unsigned g = 0; g < ng; g++)
+    m |= (uint64_t)!bytes_equal(a + g * gbytes, b + g * gbytes, gbytes) << g;
+  return m;
+#endif
 }
 
-static inline unsigned bucket(uint32_t e) {
-  unsigned l = 31u - (unsigned)__builtin_clz(e);
-  return 2 * l + (l > 0 ? (e >> (l - 1)) & 1 : 0);
+/* Bit j set when symbol j of the full group at symbol AT differs. */
+static inline __attribute__((always_inline)) unsigned
+symbols_differ(const unsigned bits, const uint8_t *old, const uint8_t *nw,
+               uint64_t at) {
+#ifdef SCAN_SSE2
+  if (bits <= 32)
+    return scan_symbols_differ(old + span_bytes(at, bits),
+                               nw + span_bytes(at, bits), bits);
+#endif
+  unsigned msk = 0;
+  for (unsigned j = 0; j < GROUP; j++)
+    msk |= (unsigned)(ld(old, at + j, bits) != ld(nw, at + j, bits)) << j;
+  return msk;
 }
 
-/* Node of the position tree over [lo, hi) of a group, known to hold a
- * change: the contexts for "left half holds one" and "right half too". */
+/* Weights of the position tree of a full group, heap-ordered: node 1 is
+ * the group, node k has children 2k and 2k+1, leaves 16..31 are the
+ * symbols. Full groups halve evenly, so node k at depth D covers
+ * [(k - 2^D) 16 / 2^D, ...) exactly as proto/delta.md's halving does, its
+ * left half is 2k and its tree level is 3 - D. The weights are floats
+ * (exact: integers below 2^24) so that a node's contexts cost a division
+ * and a look at the bits rather than a bit scan and a compare ladder. */
+static inline __attribute__((always_inline)) void
+tree_weights(const uint8_t *cls, float *W) {
+#ifdef SCAN_SSE2
+  scan_tree_weights(cls, W);
+#else
+  for (unsigned j = 0; j < GROUP; j++)
+    W[GROUP + j] = (float)(1u << cls[j]);
+  for (unsigned k = GROUP - 1; k > 0; k--)
+    W[k] = W[2 * k] + W[2 * k + 1];
+#endif
+}
+
+static inline __attribute__((always_inline)) unsigned heap_level(unsigned k) {
+  return (unsigned)__builtin_clz(k) - 28u; /* 1 -> 3, 2-3 -> 2, ... 8-15 -> 0 */
+}
+
+/* tree_q for float weights: floor(8 a / n), a < n. The quotient is below
+ * 8, so float division errs by at most 2^-22, while a non-integer 8a/n
+ * lies at least 1/n >= 2^-19 from an integer: the floor is exact. */
+static inline __attribute__((always_inline)) unsigned tree_qf(float a,
+                                                              float n) {
+  return (unsigned)(int)((a * (float)NQ) / n);
+}
+
+/* bucket() of an integer-valued float: its exponent and the bit below the
+ * leading one are the top bits of the pattern. */
+static inline __attribute__((always_inline)) unsigned bucket_f(float w) {
+  uint32_t b;
+  memcpy(&b, &w, 4);
+  return (b >> 22) - 254u;
+}
+
+/* A partial group (the last of a tensor, g < 16 symbols) halves unevenly;
+ * it keeps the general walk over [lo, hi) nodes and prefix weights. */
 typedef struct tnode {
   uint8_t lo, hi;
 } tnode;
@@ -272,22 +376,9 @@ static inline unsigned tree_level(unsigned size) {
   return l < NLVL ? l : NLVL - 1;
 }
 
-/* floor(NQ * W(lo, mid) / W(lo, hi)) without a division: three compares
- * (NQ = 8). The right half weighs at least 1, so q <= NQ - 1. */
-static inline unsigned tree_q(const uint32_t *pw, unsigned lo, unsigned mid,
-                              unsigned hi) {
-  uint64_t a = (uint64_t)(pw[mid] - pw[lo]) * NQ, n = pw[hi] - pw[lo];
-  unsigned q4 = a >= 4 * n;
-  a -= q4 * 4 * n;
-  unsigned q2 = a >= 2 * n;
-  a -= q2 * 2 * n;
-  return q4 * 4 + q2 * 2 + (a >= n);
-}
-
 static inline __attribute__((always_inline)) unsigned
 block_ref(const sym_fmt *f, const unsigned bits, const uint8_t *p,
           block_span sp) {
-  unsigned ref = 0;
   if (f->is_float) {
     /* Largest magnitude has the largest exponent. Native-width loops (with
      * memcpy loads, so unaligned data is fine) vectorize. */
@@ -334,99 +425,297 @@ block_ref(const sym_fmt *f, const unsigned bits, const uint8_t *p,
     }
     return mi_of(f, bits, mx);
   }
+  /* Integers: the largest bit length is that of the OR of the magnitudes
+   * (NOT v for a negative v), an OR reduction the compiler vectorizes. */
+  uint64_t acc = 0;
   for (uint64_t j = 0; j < sp.n; j++) {
-    unsigned e = mi_of(f, bits, ld(p, sp.start + j, bits));
-    ref = e > ref ? e : ref;
+    uint64_t v = ld(p, sp.start + j, bits);
+    if (f->is_signed)
+      v ^= (0 - ((v >> (bits - 1)) & 1)) & mask_of(bits);
+    acc |= v;
   }
-  return ref;
+  return acc ? 64u - (unsigned)__builtin_clzll(acc) : 0u;
 }
+
+/* The step of a changed symbol (item 3 of proto/delta.md's symbol order);
+ * C is its class. */
+static inline __attribute__((always_inline)) void
+encode_step(rc_enc *e, model *m, const sym_fmt *f, const unsigned bits,
+            uint64_t ov, uint64_t nv, unsigned c) {
+  const uint64_t M = mask_of(bits);
+  uint64_t kd = (key_of(f, bits, nv) - key_of(f, bits, ov)) & M;
+  uint32_t neg = (uint32_t)((kd >> (bits - 1)) & 1);
+  uint64_t mag = neg ? (0 - kd) & M : kd;
+  unsigned sc = c >> 2;
+  rc_encode(e, &m->sign[sc][(ov >> (bits - 1)) & 1], neg, LIM_SIGN);
+  rc_encode(e, &m->one[sc], mag == 1, LIM_MAG);
+  if (__builtin_expect(mag != 1, 0)) {
+    uint64_t r = mag - 1;
+    unsigned k = 64u - (unsigned)__builtin_clzll(r); /* 1..bits-1 */
+    for (unsigned i = 0; i + 1 < k; i++)
+      rc_encode(e, &m->unary[i < NUNARY ? i : NUNARY - 1], 1, LIM_MAG);
+    if (k - 1 < bits - 2)
+      rc_encode(e, &m->unary[k - 1 < NUNARY ? k - 1 : NUNARY - 1], 0, LIM_MAG);
+    rc_encode_raw(e, r, k - 1);
+  }
+}
+
+/* Decodes the step of the symbol holding OV (class C); returns its new
+ * value. */
+static inline __attribute__((always_inline)) uint64_t
+decode_step(rc_dec *r, model *m, const sym_fmt *f, const unsigned bits,
+            uint64_t ov, unsigned c) {
+  const uint64_t M = mask_of(bits);
+  unsigned sc = c >> 2;
+  uint32_t neg = rc_decode(r, &m->sign[sc][(ov >> (bits - 1)) & 1], LIM_SIGN);
+  uint64_t mag = 1;
+  if (__builtin_expect(!rc_decode(r, &m->one[sc], LIM_MAG), 0)) {
+    unsigned k = 1;
+    while (k - 1 < bits - 2 &&
+           rc_decode(r, &m->unary[k - 1 < NUNARY ? k - 1 : NUNARY - 1], LIM_MAG))
+      k++;
+    mag = ((1ull << (k - 1)) | rc_decode_raw(r, k - 1)) + 1;
+  }
+  uint64_t kd = neg ? (0 - mag) & M : mag;
+  return unkey(f, bits, (key_of(f, bits, ov) + kd) & M);
+}
+
+/* A full group known to hold a change: its positions by halving, each
+ * change's step right after it. CLS holds the group's classes. Returns
+ * the number of changes. */
+static inline __attribute__((always_inline)) uint64_t
+encode_group16(rc_enc *e, model *m, const sym_fmt *f, const unsigned bits,
+               const uint8_t *old, const uint8_t *nw, uint64_t at,
+               const uint8_t *cls) {
+  unsigned msk = symbols_differ(bits, old, nw, at);
+  float W[2 * GROUP];
+  tree_weights(cls, W);
+  uint8_t stk[GROUP];
+  unsigned top = 0, n = 0;
+  stk[top++] = 1;
+  while (top > 0) {
+    unsigned k = stk[--top];
+    if (k >= GROUP) {
+      unsigned j = k - GROUP;
+      encode_step(e, m, f, bits, ld(old, at + j, bits), ld(nw, at + j, bits),
+                  cls[j]);
+      n++;
+      continue;
+    }
+    unsigned lvl = heap_level(k), half = 1u << lvl;
+    unsigned lo = (k << (lvl + 1)) - GROUP, hm = (1u << half) - 1;
+    uint32_t l = ((msk >> lo) & hm) != 0, rr = ((msk >> (lo + half)) & hm) != 0;
+    rc_encode(e, &m->left[lvl][tree_qf(W[2 * k], W[k])], l, LIM_TREE);
+    if (l)
+      rc_encode(e, &m->right[bucket_f(W[2 * k + 1])], rr, LIM_TREE);
+    stk[top] = (uint8_t)(2 * k + 1);
+    top += rr;
+    stk[top] = (uint8_t)(2 * k);
+    top += l;
+  }
+  return n;
+}
+
+static inline __attribute__((always_inline)) uint64_t
+decode_group16(rc_dec *r, model *m, const sym_fmt *f, const unsigned bits,
+               uint8_t *data, uint64_t at, const uint8_t *cls) {
+  float W[2 * GROUP];
+  tree_weights(cls, W);
+  uint8_t stk[GROUP];
+  unsigned top = 0, n = 0;
+  stk[top++] = 1;
+  while (top > 0) {
+    unsigned k = stk[--top];
+    if (k >= GROUP) {
+      uint64_t pos = at + k - GROUP;
+      uint64_t ov = ld(data, pos, bits);
+      st(data, pos, bits, decode_step(r, m, f, bits, ov, cls[k - GROUP]));
+      n++;
+      continue;
+    }
+    unsigned lvl = heap_level(k);
+    /* "and the right half too" is coded only after a 1 on the left. (A
+     * masked, branch-free decision here was no faster: it spends a whole
+     * decision's work on every left 0 to save the branch.) */
+    uint32_t l = rc_decode_mask(r, &m->left[lvl][tree_qf(W[2 * k], W[k])],
+                                LIM_TREE);
+    uint32_t rr =
+        (l & 1)
+            ? rc_decode_mask(r, &m->right[bucket_f(W[2 * k + 1])], LIM_TREE)
+            : ~0u;
+    stk[top] = (uint8_t)(2 * k + 1);
+    top += rr & 1;
+    stk[top] = (uint8_t)(2 * k);
+    top += l & 1;
+  }
+  return n;
+}
+
+/* Prefix weights of a partial group of GN < 16 symbols at AT. */
+static inline __attribute__((always_inline)) uint32_t
+partial_weights(const model *m, const sym_fmt *f, const unsigned bits,
+                const uint8_t *p, uint64_t at, unsigned gn, uint32_t *pw) {
+  pw[0] = 0;
+  for (unsigned j = 0; j < gn; j++)
+    pw[j + 1] = pw[j] + (1u << m->cls[mi_of(f, bits, ld(p, at + j, bits))]);
+  return pw[gn];
+}
+
+static inline __attribute__((always_inline)) uint64_t
+encode_partial(rc_enc *e, model *m, const sym_fmt *f, const unsigned bits,
+               const uint8_t *old, const uint8_t *nw, uint64_t at,
+               unsigned gn) {
+  uint32_t pw[GROUP + 1];
+  partial_weights(m, f, bits, old, at, gn, pw);
+  unsigned msk = 0;
+  for (unsigned j = 0; j < gn; j++)
+    msk |= (unsigned)(ld(old, at + j, bits) != ld(nw, at + j, bits)) << j;
+  rc_encode(e, &m->group[bucket(pw[gn])], msk != 0, LIM_GROUP);
+  if (msk == 0)
+    return 0;
+  tnode stk[GROUP];
+  unsigned top = 0, n = 0;
+  stk[top++] = (tnode){0, (uint8_t)gn};
+  while (top > 0) {
+    tnode nd = stk[--top];
+    if (nd.hi - nd.lo > 1) {
+      unsigned mid = nd.lo + (nd.hi - nd.lo) / 2u;
+      uint32_t l = (msk & ((1u << mid) - (1u << nd.lo))) != 0;
+      uint32_t r = (msk & ((1u << nd.hi) - (1u << mid))) != 0;
+      rc_encode(e,
+                &m->left[tree_level(nd.hi - nd.lo)]
+                        [tree_q(pw[mid] - pw[nd.lo], pw[nd.hi] - pw[nd.lo])],
+                l, LIM_TREE);
+      if (l)
+        rc_encode(e, &m->right[bucket(pw[nd.hi] - pw[mid])], r, LIM_TREE);
+      if (r)
+        stk[top++] = (tnode){(uint8_t)mid, nd.hi};
+      if (l)
+        stk[top++] = (tnode){nd.lo, (uint8_t)mid};
+      continue;
+    }
+    unsigned j = nd.lo;
+    uint64_t ov = ld(old, at + j, bits);
+    encode_step(e, m, f, bits, ov, ld(nw, at + j, bits),
+                m->cls[mi_of(f, bits, ov)]);
+    n++;
+  }
+  return n;
+}
+
+static inline __attribute__((always_inline)) uint64_t
+decode_partial(rc_dec *r, model *m, const sym_fmt *f, const unsigned bits,
+               uint8_t *data, uint64_t at, unsigned gn) {
+  uint32_t pw[GROUP + 1];
+  partial_weights(m, f, bits, data, at, gn, pw);
+  if (!rc_decode(r, &m->group[bucket(pw[gn])], LIM_GROUP))
+    return 0;
+  tnode stk[GROUP];
+  unsigned top = 0, n = 0;
+  stk[top++] = (tnode){0, (uint8_t)gn};
+  while (top > 0) {
+    tnode nd = stk[--top];
+    if (nd.hi - nd.lo > 1) {
+      unsigned mid = nd.lo + (nd.hi - nd.lo) / 2u;
+      uint32_t l = rc_decode(
+          r,
+          &m->left[tree_level(nd.hi - nd.lo)]
+                  [tree_q(pw[mid] - pw[nd.lo], pw[nd.hi] - pw[nd.lo])],
+          LIM_TREE);
+      uint32_t rr =
+          l ? rc_decode(r, &m->right[bucket(pw[nd.hi] - pw[mid])], LIM_TREE) : 1;
+      if (rr)
+        stk[top++] = (tnode){(uint8_t)mid, nd.hi};
+      if (l)
+        stk[top++] = (tnode){nd.lo, (uint8_t)mid};
+      continue;
+    }
+    uint64_t pos = at + nd.lo;
+    uint64_t ov = ld(data, pos, bits);
+    st(data, pos, bits,
+       decode_step(r, m, f, bits, ov, m->cls[mi_of(f, bits, ov)]));
+    n++;
+  }
+  return n;
+}
+
+/* The changed-group coders, one out-of-line copy per symbol format. The
+ * group-flag loop that calls them runs for every group and must keep the
+ * coder state in registers; inlining the whole position walk into it made
+ * GCC spill low and range to the stack on every flag. So the walk gets its
+ * own function, and the loop hands it a copy of the state, so that the
+ * loop's own state never has its address taken. */
+typedef uint64_t (*enc_group_fn)(rc_enc *e, model *m, const uint8_t *old,
+                                 const uint8_t *nw, uint64_t at,
+                                 const uint8_t *cls);
+typedef uint64_t (*dec_group_fn)(rc_dec *r, model *m, uint8_t *data,
+                                 uint64_t at, const uint8_t *cls);
+#define X(ID, B, FL, SG, MB, EB)                                              \
+  static __attribute__((noinline)) uint64_t enc_group_##ID(                  \
+      rc_enc *e, model *m, const uint8_t *old, const uint8_t *nw,             \
+      uint64_t at, const uint8_t *cls) {                                      \
+    static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
+    rc_enc t = *e;                                                            \
+    uint64_t n = encode_group16(&t, m, &k_, B, old, nw, at, cls);             \
+    *e = t;                                                                   \
+    return n;                                                                 \
+  }                                                                           \
+  static __attribute__((noinline)) uint64_t dec_group_##ID(                  \
+      rc_dec *r, model *m, uint8_t *data, uint64_t at, const uint8_t *cls) {  \
+    static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
+    rc_dec t = *r;                                                            \
+    uint64_t n = decode_group16(&t, m, &k_, B, data, at, cls);                \
+    *r = t;                                                                   \
+    return n;                                                                 \
+  }
+FMT_LIST(X)
+#undef X
 
 static inline __attribute__((always_inline)) int
 encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
             const uint8_t *nw, block_span sp, uint8_t *out, size_t cap,
-            size_t *out_len, uint64_t *changed) {
+            size_t *out_len, uint64_t *changed, enc_group_fn group_fn) {
   if (cap < 2)
     return STITCH_ELIMIT;
   unsigned ref = block_ref(f, bits, old, sp);
   model m;
   model_init(&m, ref);
-  model_init_bytes(&m, f, bits);
   /* ref as a 1- or 2-byte varint (it is below 2^11). */
   size_t hl = ref < 128 ? 1 : 2;
   out[0] = (uint8_t)(ref < 128 ? ref : (ref & 0x7f) | 0x80);
   if (hl == 2)
     out[1] = (uint8_t)(ref >> 7);
   rc_enc e;
-  rc_enc_init(&e, out + hl, cap - hl);
-  const uint64_t M = mask_of(bits);
-  uint64_t nchanged = 0;
-  for (uint64_t g0 = 0; g0 < sp.n; g0 += GROUP) {
-    uint64_t gn = sp.n - g0 < GROUP ? sp.n - g0 : GROUP;
-    uint64_t at = sp.start + g0;
-    uint32_t ew = group_weight(&m, f, bits, old, at, gn);
+  rc_out eo;
+  rc_enc_init(&e, &eo, out + hl, cap - hl);
+  uint64_t nchanged = 0, nfull = sp.n / GROUP;
+  uint8_t cls[CHUNK * GROUP], bkt[CHUNK];
+  int avx2 = SCAN_CPU_AVX2();
+  for (uint64_t g0 = 0; g0 < nfull; g0 += CHUNK) {
+    unsigned ng = nfull - g0 < CHUNK ? (unsigned)(nfull - g0) : CHUNK;
+    uint64_t at = sp.start + g0 * GROUP;
+    scan_groups(&m, f, bits, ref, old, at, ng, cls, bkt, avx2);
     /* Most groups are unchanged: a byte compare settles them. Groups start
      * at even symbols, so nibble groups are whole bytes. */
-    const uint8_t *oa = old + span_bytes(at, bits), *na = nw + span_bytes(at, bits);
-    int same = gn == GROUP ? bytes_equal(oa, na, span_bytes(GROUP, bits))
-                           : bytes_equal(oa, na, span_bytes(gn, bits));
-    rc_encode(&e, &m.group[bucket(ew)], !same, LIM_GROUP);
-    if (same)
-      continue;
-    uint64_t ov[GROUP], nv[GROUP];
-    uint32_t pw[GROUP + 1] = {0};
-    unsigned msk = 0;
-    for (uint64_t j = 0; j < gn; j++) {
-      ov[j] = ld(old, at + j, bits);
-      nv[j] = ld(nw, at + j, bits);
-      pw[j + 1] = pw[j] + m.weight[mi_of(f, bits, ov[j])];
-      msk |= (unsigned)(ov[j] != nv[j]) << j;
-    }
-    /* Locate the changes by halving, left first, so they come in order. */
-    tnode stk[GROUP];
-    int top = 0;
-    stk[top++] = (tnode){0, (uint8_t)gn};
-    while (top > 0) {
-      tnode nd = stk[--top];
-      if (nd.hi - nd.lo > 1) {
-        unsigned mid = nd.lo + (nd.hi - nd.lo) / 2u;
-        int l = (msk & ((1u << mid) - (1u << nd.lo))) != 0;
-        int r = (msk & ((1u << nd.hi) - (1u << mid))) != 0;
-        rc_encode(&e,
-                  &m.left[tree_level(nd.hi - nd.lo)][tree_q(pw, nd.lo, mid,
-                                                            nd.hi)],
-                  l, LIM_TREE);
-        if (l)
-          rc_encode(&e, &m.right[bucket(pw[nd.hi] - pw[mid])], r, LIM_TREE);
-        if (r)
-          stk[top++] = (tnode){(uint8_t)mid, nd.hi};
-        if (l)
-          stk[top++] = (tnode){nd.lo, (uint8_t)mid};
-        continue;
-      }
-      unsigned j = nd.lo;
-      nchanged++;
-      uint64_t kd = (key_of(f, bits, nv[j]) - key_of(f, bits, ov[j])) & M;
-      int neg = (int)((kd >> (bits - 1)) & 1);
-      uint64_t mag = neg ? (0 - kd) & M : kd;
-      unsigned sc = m.cls[mi_of(f, bits, ov[j])] >> 2;
-      rc_encode(&e, &m.sign[sc][(ov[j] >> (bits - 1)) & 1], neg, LIM_SIGN);
-      rc_encode(&e, &m.one[sc], mag == 1, LIM_MAG);
-      if (mag != 1) {
-        uint64_t r = mag - 1;
-        unsigned k = 64u - (unsigned)__builtin_clzll(r); /* 1..bits-1 */
-        for (unsigned i = 0; i + 1 < k; i++)
-          rc_encode(&e, &m.unary[i < NUNARY ? i : NUNARY - 1], 1, LIM_MAG);
-        if (k - 1 < bits - 2)
-          rc_encode(&e, &m.unary[k - 1 < NUNARY ? k - 1 : NUNARY - 1], 0,
-                    LIM_MAG);
-        rc_encode_raw(&e, r, k - 1);
+    uint64_t chg = groups_differ(bits, old, nw, at, ng);
+    for (unsigned g = 0; g < ng; g++) {
+      uint32_t bit = (uint32_t)(chg >> g) & 1;
+      rc_encode(&e, &m.group[bkt[g]], bit, LIM_GROUP);
+      if (bit) {
+        rc_enc t = e;
+        nchanged += group_fn(&t, &m, old, nw, at + GROUP * g, cls + GROUP * g);
+        e = t;
       }
     }
-    if (e.overflow)
+    if (eo.overflow) /* past the cap: the caller codes the block densely */
       return STITCH_ELIMIT;
   }
+  if (sp.n % GROUP)
+    nchanged += encode_partial(&e, &m, f, bits, old, nw,
+                               sp.start + nfull * GROUP,
+                               (unsigned)(sp.n % GROUP));
   size_t n = rc_enc_finish(&e);
-  if (e.overflow)
+  if (eo.overflow)
     return STITCH_ELIMIT;
   *out_len = n + hl;
   *changed = nchanged;
@@ -436,7 +725,7 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
 static inline __attribute__((always_inline)) int
 decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
             block_span sp, const uint8_t *in, size_t len, uint64_t *changed,
-            stitch_diag *d) {
+            stitch_diag *d, dec_group_fn group_fn) {
   RETURN_IF(len < 1, d, STITCH_EFORMAT, "sparse block: payload too short");
   unsigned ref = in[0] & 0x7f;
   size_t hl = 1;
@@ -451,59 +740,27 @@ decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
             "sparse block: class reference %u out of range", ref);
   model m;
   model_init(&m, ref);
-  model_init_bytes(&m, f, bits);
   rc_dec r;
   rc_dec_init(&r, in + hl, len - hl);
-  const uint64_t M = mask_of(bits);
-  uint64_t nchanged = 0;
-  for (uint64_t g0 = 0; g0 < sp.n; g0 += GROUP) {
-    uint64_t gn = sp.n - g0 < GROUP ? sp.n - g0 : GROUP;
-    uint64_t at = sp.start + g0;
-    if (!rc_decode(&r, &m.group[bucket(group_weight(&m, f, bits, data, at, gn))],
-                   LIM_GROUP))
-      continue;
-    uint32_t pw[GROUP + 1];
-    pw[0] = 0;
-    for (uint64_t j = 0; j < gn; j++)
-      pw[j + 1] = pw[j] + m.weight[mi_of(f, bits, ld(data, at + j, bits))];
-    tnode stk[GROUP];
-    int top = 0;
-    stk[top++] = (tnode){0, (uint8_t)gn};
-    while (top > 0) {
-      tnode nd = stk[--top];
-      if (nd.hi - nd.lo > 1) {
-        unsigned mid = nd.lo + (nd.hi - nd.lo) / 2u;
-        int l = rc_decode(
-            &r, &m.left[tree_level(nd.hi - nd.lo)][tree_q(pw, nd.lo, mid, nd.hi)],
-            LIM_TREE);
-        int rr = l ? rc_decode(&r, &m.right[bucket(pw[nd.hi] - pw[mid])],
-                               LIM_TREE)
-                   : 1;
-        if (rr)
-          stk[top++] = (tnode){(uint8_t)mid, nd.hi};
-        if (l)
-          stk[top++] = (tnode){nd.lo, (uint8_t)mid};
-        continue;
+  uint64_t nchanged = 0, nfull = sp.n / GROUP;
+  uint8_t cls[CHUNK * GROUP], bkt[CHUNK];
+  int avx2 = SCAN_CPU_AVX2();
+  for (uint64_t g0 = 0; g0 < nfull; g0 += CHUNK) {
+    unsigned ng = nfull - g0 < CHUNK ? (unsigned)(nfull - g0) : CHUNK;
+    uint64_t at = sp.start + g0 * GROUP;
+    /* Classes come from the base: scan the chunk before patching it (a
+     * group's patches touch only its own bytes). */
+    scan_groups(&m, f, bits, ref, data, at, ng, cls, bkt, avx2);
+    for (unsigned g = 0; g < ng; g++)
+      if (rc_decode(&r, &m.group[bkt[g]], LIM_GROUP)) {
+        rc_dec t = r;
+        nchanged += group_fn(&t, &m, data, at + GROUP * g, cls + GROUP * g);
+        r = t;
       }
-      nchanged++;
-      uint64_t pos = sp.start + g0 + nd.lo;
-      uint64_t ov = ld(data, pos, bits);
-      unsigned sc = m.cls[mi_of(f, bits, ov)] >> 2;
-      int neg = rc_decode(&r, &m.sign[sc][(ov >> (bits - 1)) & 1], LIM_SIGN);
-      uint64_t mag = 1;
-      if (!rc_decode(&r, &m.one[sc], LIM_MAG)) {
-        unsigned k = 1;
-        while (k - 1 < bits - 2 &&
-               rc_decode(&r, &m.unary[k - 1 < NUNARY ? k - 1 : NUNARY - 1],
-                         LIM_MAG))
-          k++;
-        uint64_t r0 = (1ull << (k - 1)) | rc_decode_raw(&r, k - 1);
-        mag = r0 + 1;
-      }
-      uint64_t kd = neg ? (0 - mag) & M : mag;
-      st(data, pos, bits, unkey(f, bits, (key_of(f, bits, ov) + kd) & M));
-    }
   }
+  if (sp.n % GROUP)
+    nchanged += decode_partial(&r, &m, f, bits, data, sp.start + nfull * GROUP,
+                               (unsigned)(sp.n % GROUP));
   /* The encoder drops trailing zero bytes (the decoder reads zeros past the
    * end), so the decoder may run a few bytes past; more means damage. */
   RETURN_IF(r.pos > r.len + 10, d, STITCH_EFORMAT,
@@ -518,7 +775,8 @@ int sparse_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
 #define DISPATCH_CASE_(ID, B, FL, SG, MB, EB)                                \
   case ID: {                                                                  \
     static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
-    return encode_impl(&k_, B, old, new_, sp, out, cap, out_len, changed);                                                   \
+    return encode_impl(&k_, B, old, new_, sp, out, cap, out_len, changed,     \
+                       enc_group_##ID);                                  \
   }
   DISPATCH(f, STITCH_EINVAL, encode_impl)
 #undef DISPATCH_CASE_
@@ -530,7 +788,8 @@ int sparse_decode(const sym_fmt *f, uint8_t *data, block_span sp,
 #define DISPATCH_CASE_(ID, B, FL, SG, MB, EB)                                \
   case ID: {                                                                  \
     static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
-    return decode_impl(&k_, B, data, sp, in, len, changed, d);                                                   \
+    return decode_impl(&k_, B, data, sp, in, len, changed, d,                \
+                       dec_group_##ID);                                  \
   }
   DISPATCH(f, stitch_diag_set(d, STITCH_EINVAL, "bad symbol format"), decode_impl)
 #undef DISPATCH_CASE_

@@ -121,7 +121,7 @@ static FZ_UNUSED int fzc_build(fzc *f) {
       ta[na++] =
           (fz_tensor){spec[i].name, spec[i].dt, 1, {spec[i].n}, f->a_data[i]};
   }
-  size_t al, bl;
+  size_t al = 0, bl = 0;
   stitch_diag d = {{0}};
   f->a_buf = fz_st_build(ta, na, NULL, &al);
   f->b_buf = fz_st_build(tb, FZC_T, NULL, &bl);

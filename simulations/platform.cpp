@@ -85,17 +85,40 @@ extern "C" int sim_platform_build(const sim_scenario *sc, void **hosts,
   return 0;
 }
 
-extern "C" long sim_wait_any_for(void **comms, size_t n, double timeout) {
+extern "C" int sim_platform_one(void **hosts, char *err, size_t errlen) {
+  try {
+    s4u::NetZone *z = s4u::create_star_zone("world");
+    hosts[0] = z->create_host("sim", 1e9)->seal();
+    z->seal();
+  } catch (const std::exception &e) {
+    snprintf(err, errlen, "platform: %s", e.what());
+    return -1;
+  }
+  return 0;
+}
+
+extern "C" long sim_wait_any_for(void **comms, size_t n, double timeout,
+                                 int *failed) {
   std::vector<s4u::CommPtr> v;
   v.reserve(n);
   for (size_t i = 0; i < n; i++)
     v.emplace_back(static_cast<s4u::Comm *>(comms[i])); /* adds a ref */
-  ssize_t pos;
+  ssize_t pos = -1;
+  *failed = 0;
   try {
     pos = s4u::Comm::wait_any_for(v, timeout);
-  } catch (const std::exception &e) {
-    fprintf(stderr, "stitch-sim: wait: %s\n", e.what());
-    return -2;
+  } catch (const simgrid::Exception &e) {
+    /* A comm whose other end was cancelled (its pipe was closed) fails,
+     * and SimGrid marks it: report it as the one that ended. */
+    for (size_t i = 0; i < n && pos < 0; i++)
+      if (v[i]->get_state() == s4u::Activity::State::FAILED ||
+          v[i]->get_state() == s4u::Activity::State::CANCELED)
+        pos = (ssize_t)i;
+    if (pos < 0) {
+      fprintf(stderr, "stitch-sim: wait: %s\n", e.what());
+      return -2;
+    }
+    *failed = 1;
   }
   if (pos >= 0)
     sg_comm_unref(static_cast<s4u::Comm *>(comms[pos])); /* the caller's */

@@ -8,10 +8,12 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "sim.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static int cmp_double(const void *a, const void *b) {
@@ -199,6 +201,10 @@ double sim_wall(void) {
 int sim_plot(const char *dir, void *json) {
   char path[1024], cmd[2400];
   snprintf(path, sizeof(path), "%s/sim.json", dir);
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+    fprintf(stderr, "stitch-sim: cannot make %s: %s\n", dir, strerror(errno));
+    return -1;
+  }
   if (json_dump_file(json, path, JSON_COMPACT | JSON_REAL_PRECISION(8)) != 0) {
     fprintf(stderr, "stitch-sim: cannot write %s\n", path);
     return -1;

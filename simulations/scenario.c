@@ -180,6 +180,12 @@ int sim_scenario_load(const char *path, sim_scenario *sc, char *err,
   json_t *ce = rd_obj(&r, root, "", "central", sc->central);
   sc->central_mbps = rd_num(&r, ce, "central.", "mbps", sc->central, 0,
                             1e-3, 1e9);
+  char net[16];
+  rd_str(&r, root, "", "network", 0, net, sizeof(net), "flows");
+  if (!r.failed && strcmp(net, "flows") != 0 && strcmp(net, "queues") != 0)
+    rd_fail(&r, "network", "expected \"flows\" or \"queues\", not \"%s\"",
+            net);
+  sc->queues = strcmp(net, "queues") == 0;
   sc->time_limit_s = rd_num(&r, root, "", "time_limit_s", 1, 0, 1e-3, 1e7);
   sc->rng_seed = (uint64_t)rd_num(&r, root, "", "rng_seed", 0, 1, 0, 1e15);
   json_t *sw = rd_obj(&r, root, "", "swarm", 0);

@@ -1,19 +1,19 @@
 /* sim.c: stitch-sim, the SimGrid driver of the swarm's protocol core
  * (docs/simulator.md).
  *
- * Every simulated node (and the seed) is one SimGrid actor running one
- * unmodified stitch_swarm core. The driver only moves bytes and carries
- * out actions, as src/net/driver.c does on real TCP:
+ * Every simulated node (and the seed) runs one unmodified stitch_swarm
+ * core. The driver only moves bytes and carries out actions, as
+ * src/net/driver.c does on real TCP:
  *
- * - A connection is two one-way pipes; each pipe is a SimGrid mailbox whose
- *   receiver is fixed, so a message's transfer starts when it is sent and
- *   messages are taken in the order they were sent (a byte stream). Each
- *   message carries what stitch_swarm_peer_pending gave, and costs its
- *   size in simulated bytes.
+ * - A connection is two one-way pipes, each a byte stream: messages are
+ *   taken in the order they were sent. Each message carries what
+ *   stitch_swarm_peer_pending gave and costs its size in simulated bytes.
+ *   How they move is the network's business: flows.c (SimGrid's max-min
+ *   flows) or queue.c (link queues); driver.h compares them.
  * - Dialing is a small DIAL message to the listener, answered by ACCEPT or
  *   REFUSE (one round trip, as TCP's handshake); a close is a CLOSE message.
- * - Time is SimGrid's clock in milliseconds; an actor waits for the first
- *   message or until stitch_swarm_wake, then ticks the core.
+ * - Time is the simulation's clock in milliseconds; a core is ticked when
+ *   stitch_swarm_wake says.
  * - Storage: a node's store is a bitset over the trajectory's chunk table
  *   (trajectory.c). chunk_write gets chunks the core has already hashed
  *   and checks them again against the table's bytes before it sets a bit.
@@ -22,107 +22,32 @@
  *   tensors are not materialized (docs/simulator.md says why).
  *
  * Usage: stitch-sim SCENARIO.json [--json] [--plot DIR] */
-#define _GNU_SOURCE /* ssize_t in SimGrid's headers */
-#include "sim.h"
-
-#include "stitch/swarm.h"
+#include "driver.h"
 
 #include <simgrid/actor.h>
-#include <simgrid/comm.h>
 #include <simgrid/engine.h>
-#include <simgrid/host.h>
-#include <simgrid/mailbox.h>
 
 #include <inttypes.h>
 #include <jansson.h>
+#include <malloc.h>
 #include <math.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#define PIPE_WINDOW 2           /* messages in flight per pipe */
-#define MSG_MAX (1u << 20)      /* bytes per message */
-#define CTL_BYTES 64            /* simulated size of DIAL, ACCEPT, CLOSE */
-#define STACK_KIB 256 /* per actor; touched pages only count */
-#define WARMUP_S 2.0            /* nodes join before version 1 */
-#define POLL_S 0.05             /* the controller checks completion */
+#define WARMUP_S 2.0 /* nodes join before version 1 */
+#define POLL_S 0.05  /* the controller checks completion */
 
-typedef enum msg_kind {
-  MSG_DATA, MSG_DIAL, MSG_ACCEPT, MSG_REFUSE, MSG_CLOSE, MSG_PUBLISH
-} msg_kind;
-
-typedef struct msg {
-  msg_kind kind;
-  uint32_t conn; /* or the version, for MSG_PUBLISH */
-  size_t len;
-  uint8_t data[];
-} msg;
-
-typedef struct pipe_ {
-  sg_mailbox_t mb;
-  sg_comm_t get; /* the receiver's pending get, or NULL */
-  msg *got;
-  sg_comm_t put[PIPE_WINDOW];
-  int nput;
-} pipe_;
-
-typedef struct conn {
-  int node[2];      /* [0] dialed [1] */
-  int open[2];      /* that side's core holds the peer */
-  int closed;
-  uint32_t peer[2]; /* the id each side's core gave */
-  pipe_ d[2];       /* d[s]: from node[s] to node[1 - s] */
-} conn;
-
-struct sim;
-
-typedef struct node {
-  struct sim *sim;
-  int idx, region;
-  sg_host_t host;
-  stitch_swarm *sw;
-  uint64_t rng;
-  uint64_t *have, *needed; /* bitsets over the chunk table */
-  uint64_t held;
-  stitch_digest held_id;
-  double *done; /* [version]: seconds, < 0 not yet */
-  uint32_t *conns;
-  size_t n_conns, cap_conns;
-  sg_mailbox_t ctl;
-  sg_comm_t ctl_get;
-  msg *ctl_msg;
-  uint64_t stored, needed_n, bad_writes, apply_errors, tick_errors;
-  uint64_t wire_up; /* bytes this node put on the wire */
-} node;
-
-typedef struct snap {
-  uint64_t seed_up, cross;
-} snap;
-
-typedef struct sim {
-  sim_scenario sc;
-  sim_trajectory tr;
-  node *node; /* [0] the seed, [1..nodes] */
-  int n_node;
-  conn **conn;
-  size_t n_conn, cap_conn;
-  double *published; /* [version] */
-  snap *at;          /* [version]: counters when it was published */
-  snap end;
-  int finished;
-  double end_s;
-  uint64_t refused, messages, events;
-  int verbose; /* STITCH_SIM_LOG=1: every core's log lines on stderr */
-} sim;
-
-static double now_s(void) { return simgrid_get_clock(); }
-static uint64_t now_ms(void) {
-  return (uint64_t)floor(simgrid_get_clock() * 1e3 + 1e-6);
+double now_s(const sim *s) {
+  return s->q != NULL ? s->clock : simgrid_get_clock();
 }
 
-static void die(const char *what) {
+uint64_t now_ms(const sim *s) {
+  return (uint64_t)floor(now_s(s) * 1e3 + 1e-6);
+}
+
+void die(const char *what) {
   fprintf(stderr, "stitch-sim: %s\n", what);
   exit(1);
 }
@@ -134,24 +59,138 @@ static void *xcalloc(size_t n, size_t size) {
   return p;
 }
 
-static msg *msg_new(msg_kind kind, uint32_t c, const uint8_t *buf,
-                    size_t len) {
-  msg *m = malloc(sizeof(*m) + len);
+/* Does [BUF, BUF + LEN) lie in one of the chunk table's buffers, which
+ * live until the run ends? Then a message may point at it, uncopied. */
+static int stable(const sim *s, const uint8_t *buf, size_t len) {
+  size_t lo = 0, hi = s->n_stable;
+  while (lo < hi) { /* the first buffer starting after BUF */
+    size_t mid = (lo + hi) / 2;
+    if (s->stable[mid].p <= buf)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo > 0 && buf + len <= s->stable[lo - 1].p + s->stable[lo - 1].len;
+}
+
+static int span_cmp(const void *a, const void *b) {
+  const uint8_t *x = ((const struct span *)a)->p;
+  const uint8_t *y = ((const struct span *)b)->p;
+  return x < y ? -1 : x > y;
+}
+
+/* Indexes the chunk table's buffers, and checks once that each hashes to
+ * its name: io_write's comparison stands for the core's hash check. */
+static void stable_make(sim *s) {
+  const sim_chunks *t = &s->tr.chunks;
+  s->stable = xcalloc(t->n, sizeof(*s->stable));
+  for (size_t i = 0; i < t->n; i++) {
+    stitch_digest h;
+    stitch_hash(t->buf[i], t->len[i], &h);
+    if (memcmp(h.b, t->hash[i], 32) != 0)
+      die("a chunk of the table does not hash to its name");
+    s->stable[i] = (struct span){t->buf[i], t->len[i]};
+  }
+  s->n_stable = t->n;
+  qsort(s->stable, s->n_stable, sizeof(*s->stable), span_cmp);
+}
+
+msg *msg_new(const sim *s, msg_kind kind, uint32_t c, const uint8_t *buf,
+             size_t len) {
+  int ref = len > 0 && stable(s, buf, len);
+  msg *m = malloc(sizeof(*m) + (ref ? 0 : len));
   if (m == NULL)
     die("out of memory");
   m->kind = kind;
   m->conn = c;
   m->len = len;
-  if (len)
+  m->ref = ref ? buf : NULL;
+  if (len && !ref)
     memcpy(m->data, buf, len);
   return m;
 }
 
-/* Sends a control message to node TO's control mailbox; nobody waits. */
-static void ctl_send(sim *s, int to, msg_kind kind, uint32_t c) {
-  sg_comm_t cm = sg_mailbox_put_init(s->node[to].ctl,
-                                      msg_new(kind, c, NULL, 0), CTL_BYTES);
-  sg_comm_detach(cm, free);
+const uint8_t *msg_bytes(const msg *m) { return m->ref ? m->ref : m->data; }
+
+/* A control message from node FROM to node TO. */
+static void ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c) {
+  if (s->q != NULL)
+    queue_ctl_send(s, from, to, kind, c);
+  else
+    flows_ctl_send(s, from, to, kind, c);
+}
+
+/* ---- Connections ------------------------------------------------------ */
+
+void node_add_conn(node *n, uint32_t c) {
+  if (n->n_conns == n->cap_conns) {
+    n->cap_conns = n->cap_conns ? n->cap_conns * 2 : 16;
+    n->conns = realloc(n->conns, n->cap_conns * sizeof(*n->conns));
+    if (n->conns == NULL)
+      die("out of memory");
+  }
+  n->conns[n->n_conns++] = c;
+}
+
+int side_of(const conn *c, int idx) { return c->node[1] == idx; }
+
+/* Forgets connections closed on both sides of N's list. */
+static void node_prune(sim *s, node *n) {
+  size_t k = 0;
+  for (size_t i = 0; i < n->n_conns; i++) {
+    conn *c = s->conn[n->conns[i]];
+    int side = side_of(c, n->idx);
+    if (!c->closed || c->open[side] || c->d[side].nput > 0)
+      n->conns[k++] = n->conns[i];
+  }
+  n->n_conns = k;
+}
+
+/* N's side of C is done: its core hears peer_close (unless TELL_CORE is 0,
+ * when its core already dropped the peer), the other side hears CLOSE. */
+static void conn_close(sim *s, node *n, uint32_t ci, int tell_core) {
+  conn *c = s->conn[ci];
+  int side = side_of(c, n->idx);
+  if (!c->open[side])
+    return;
+  c->open[side] = 0;
+  if (s->q == NULL)
+    flows_unlisten(s, n, ci);
+  if (tell_core)
+    stitch_swarm_peer_close(n->sw, c->peer[side], now_ms(s));
+  if (!c->closed) {
+    c->closed = 1;
+    ctl_send(s, n->idx, c->node[1 - side], MSG_CLOSE, ci);
+  }
+}
+
+/* N's core knows the peer of C now: take what arrives on the pipe to N. */
+static void pipe_listen(sim *s, node *n, uint32_t ci) {
+  if (s->q == NULL)
+    flows_listen(s, n, ci);
+}
+
+static void dial(sim *s, node *n, const char *addr) {
+  int to = -1;
+  if (addr[0] == 'n')
+    to = atoi(addr + 1);
+  if (to < 0 || to >= s->n_node || to == n->idx) {
+    s->refused++;
+    return;
+  }
+  if (s->n_conn == s->cap_conn) {
+    s->cap_conn = s->cap_conn ? s->cap_conn * 2 : 1024;
+    s->conn = realloc(s->conn, s->cap_conn * sizeof(*s->conn));
+    if (s->conn == NULL)
+      die("out of memory");
+  }
+  uint32_t ci = (uint32_t)s->n_conn++;
+  conn *c = xcalloc(1, sizeof(*c));
+  s->conn[ci] = c;
+  c->node[0] = n->idx;
+  c->node[1] = to;
+  node_add_conn(n, ci);
+  ctl_send(s, n->idx, to, MSG_DIAL, ci);
 }
 
 /* ---- The io a core gets: a bitset over the chunk table ---------------- */
@@ -185,8 +224,9 @@ static void io_release(void *user, const uint8_t *buf, size_t len) {
   (void)user, (void)buf, (void)len; /* the table keeps every chunk */
 }
 
-/* The core checked the hash; the table's bytes hash to that name, so the
- * same bytes are the same check at a fraction of the cost. */
+/* The core's check (config.write_verifies): the table's bytes hash to
+ * the chunk's name (stable_make checked), so equal bytes are what a hash
+ * check would accept, at a fraction of its cost. */
 static int io_write(void *user, const stitch_digest *h, const uint8_t *buf,
                     size_t len) {
   node *n = user;
@@ -205,96 +245,12 @@ static int io_write(void *user, const stitch_digest *h, const uint8_t *buf,
 
 static void io_log(void *user, const char *line) {
   node *n = user;
-  fprintf(stderr, "[%10.4f] n%d: %s\n", now_s(), n->idx, line);
+  fprintf(stderr, "[%10.4f] n%d: %s\n", now_s(n->sim), n->idx, line);
 }
 
 static int io_manifest(void *user, const uint8_t *buf, size_t len) {
   (void)user, (void)buf, (void)len; /* the trajectory holds every one */
   return 0;
-}
-
-/* ---- Connections ------------------------------------------------------ */
-
-static void node_add_conn(node *n, uint32_t c) {
-  if (n->n_conns == n->cap_conns) {
-    n->cap_conns = n->cap_conns ? n->cap_conns * 2 : 16;
-    n->conns = realloc(n->conns, n->cap_conns * sizeof(*n->conns));
-    if (n->conns == NULL)
-      die("out of memory");
-  }
-  n->conns[n->n_conns++] = c;
-}
-
-/* Forgets connections closed on both sides of N's list. */
-static void node_prune(sim *s, node *n) {
-  size_t k = 0;
-  for (size_t i = 0; i < n->n_conns; i++) {
-    conn *c = s->conn[n->conns[i]];
-    int side = c->node[1] == n->idx;
-    if (!c->closed || c->open[side] || c->d[side].nput > 0)
-      n->conns[k++] = n->conns[i];
-  }
-  n->n_conns = k;
-}
-
-static int side_of(const conn *c, int idx) { return c->node[1] == idx; }
-
-/* N's side of C is done: its core hears peer_close (unless SILENT, when
- * its core already dropped the peer), the other side hears CLOSE. */
-static void conn_close(sim *s, node *n, uint32_t ci, int tell_core) {
-  conn *c = s->conn[ci];
-  int side = side_of(c, n->idx);
-  if (!c->open[side])
-    return;
-  c->open[side] = 0;
-  if (c->d[1 - side].get != NULL) { /* nothing more is taken from it */
-    sim_comm_cancel(c->d[1 - side].get);
-    c->d[1 - side].get = NULL;
-  }
-  if (tell_core)
-    stitch_swarm_peer_close(n->sw, c->peer[side], now_ms());
-  if (!c->closed) {
-    c->closed = 1;
-    ctl_send(s, c->node[1 - side], MSG_CLOSE, ci);
-  }
-}
-
-/* N's core knows the peer of C now: take what arrives on the pipe to N. */
-static void pipe_listen(sim *s, node *n, uint32_t ci) {
-  conn *c = s->conn[ci];
-  int side = side_of(c, n->idx);
-  pipe_ *p = &c->d[1 - side];
-  sg_mailbox_set_receiver(sg_mailbox_get_name(p->mb));
-  p->get = sg_mailbox_get_async(p->mb, (void **)&p->got);
-  (void)s;
-}
-
-static void dial(sim *s, node *n, const char *addr) {
-  int to = -1;
-  if (addr[0] == 'n')
-    to = atoi(addr + 1);
-  if (to < 0 || to >= s->n_node || to == n->idx) {
-    s->refused++;
-    return;
-  }
-  if (s->n_conn == s->cap_conn) {
-    s->cap_conn = s->cap_conn ? s->cap_conn * 2 : 1024;
-    s->conn = realloc(s->conn, s->cap_conn * sizeof(*s->conn));
-    if (s->conn == NULL)
-      die("out of memory");
-  }
-  uint32_t ci = (uint32_t)s->n_conn++;
-  conn *c = xcalloc(1, sizeof(*c));
-  s->conn[ci] = c;
-  c->node[0] = n->idx;
-  c->node[1] = to;
-  for (int k = 0; k < 2; k++) {
-    char name[32];
-    snprintf(name, sizeof(name), "c%u.%d", ci, k);
-    c->d[k].mb = sg_mailbox_by_name(name);
-  }
-  node_add_conn(n, ci);
-  ctl_send(s, to, MSG_DIAL, ci);
 }
 
 /* ---- Applying --------------------------------------------------------- */
@@ -336,7 +292,7 @@ static int apply(sim *s, node *n, uint64_t v, uint32_t obj) {
    * would have had: the skipped versions count as done now. */
   for (uint64_t k = 1; k <= v && k <= s->tr.count; k++)
     if (n->done[k] < 0)
-      n->done[k] = now_s();
+      n->done[k] = now_s(s);
   return 0;
 }
 
@@ -360,49 +316,48 @@ static void actions(sim *s, node *n) {
       }
     } else if (a.kind == STITCH_SWARM_APPLY) {
       if (apply(s, n, a.version, a.object) == 0) {
-        stitch_swarm_applied(n->sw, a.version, &n->held_id, now_ms());
+        stitch_swarm_applied(n->sw, a.version, &n->held_id, now_ms(s));
       } else {
         n->apply_errors++;
-        stitch_swarm_apply_failed(n->sw, a.version, a.object, now_ms());
+        stitch_swarm_apply_failed(n->sw, a.version, a.object, now_ms(s));
       }
     }
   }
   die("a core asked for 100000 actions in a row");
 }
 
-/* Puts what N's core has for each peer on the wire, up to the window. */
-static void flush(sim *s, node *n) {
-  for (size_t i = 0; i < n->n_conns; i++) {
-    conn *c = s->conn[n->conns[i]];
-    int side = side_of(c, n->idx);
-    pipe_ *p = &c->d[side];
-    /* Finished sends are noticed here, not waited for: waking the sender
-     * for each would double the simulation's events. */
-    for (int k = 0; k < p->nput;)
-      if (sg_comm_test(p->put[k]))
-        p->put[k] = p->put[--p->nput];
-      else
-        k++;
-    while (c->open[side] && p->nput < PIPE_WINDOW) {
-      const uint8_t *buf;
-      size_t len;
-      stitch_swarm_peer_pending(n->sw, c->peer[side], &buf, &len);
-      if (len == 0)
-        break;
-      len = len < MSG_MAX ? len : MSG_MAX;
-      p->put[p->nput++] = sg_mailbox_put_async(
-          p->mb, msg_new(MSG_DATA, n->conns[i], buf, len), (long)len);
-      n->wire_up += len;
-      s->messages++;
-      stitch_swarm_peer_sent(n->sw, c->peer[side], len);
-    }
+void pipe_flush(sim *s, node *n, uint32_t ci) {
+  conn *c = s->conn[ci];
+  int side = side_of(c, n->idx);
+  pipe_ *p = &c->d[side];
+  while (c->open[side] && p->nput < PIPE_WINDOW) {
+    const uint8_t *buf;
+    size_t len;
+    stitch_swarm_peer_pending(n->sw, c->peer[side], &buf, &len);
+    if (len == 0)
+      break;
+    len = len < MSG_MAX ? len : MSG_MAX;
+    msg *m = msg_new(s, MSG_DATA, ci, buf, len);
+    n->wire_up += len;
+    s->messages++;
+    stitch_swarm_peer_sent(n->sw, c->peer[side], len);
+    if (s->q != NULL)
+      queue_send(s, n, ci, m);
+    else
+      flows_send(s, n, ci, m);
   }
 }
 
-/* ---- A node's actor --------------------------------------------------- */
+/* Puts what N's core has for each peer on the wire, up to the window. */
+static void flush(sim *s, node *n) {
+  for (size_t i = 0; i < n->n_conns; i++)
+    pipe_flush(s, n, n->conns[i]);
+}
 
-static void on_ctl(sim *s, node *n, msg *m) {
-  uint64_t t = now_ms();
+/* ---- Input ------------------------------------------------------------ */
+
+void on_ctl(sim *s, node *n, msg *m) {
+  uint64_t t = now_ms(s);
   if (m->kind == MSG_PUBLISH) { /* the trainer's store has it now */
     const sim_version *v = &s->tr.v[m->conn];
     for (size_t k = 0; k < v->n_all; k++)
@@ -420,20 +375,20 @@ static void on_ctl(sim *s, node *n, msg *m) {
     snprintf(eph, sizeof(eph), "n%d.%u", c->node[0], m->conn);
     if (c->closed || stitch_swarm_peer_open(n->sw, t, 0, eph,
                                             &c->peer[side]) != 0) {
-      ctl_send(s, c->node[0], MSG_REFUSE, m->conn);
+      ctl_send(s, n->idx, c->node[0], MSG_REFUSE, m->conn);
       return;
     }
     c->open[side] = 1;
     node_add_conn(n, m->conn);
     pipe_listen(s, n, m->conn);
-    ctl_send(s, c->node[0], MSG_ACCEPT, m->conn);
+    ctl_send(s, n->idx, c->node[0], MSG_ACCEPT, m->conn);
   } else if (m->kind == MSG_ACCEPT || m->kind == MSG_REFUSE) {
     char addr[16];
     snprintf(addr, sizeof(addr), "n%d", c->node[1]);
     if (stitch_swarm_peer_open(n->sw, t, 1, addr, &c->peer[side]) != 0) {
       if (m->kind == MSG_ACCEPT && !c->closed) {
         c->closed = 1;
-        ctl_send(s, c->node[1], MSG_CLOSE, m->conn);
+        ctl_send(s, n->idx, c->node[1], MSG_CLOSE, m->conn);
       }
       return;
     }
@@ -450,113 +405,27 @@ static void on_ctl(sim *s, node *n, msg *m) {
   }
 }
 
-static void on_data(sim *s, node *n, uint32_t ci, msg *m) {
+void on_data(sim *s, node *n, uint32_t ci, msg *m) {
   conn *c = s->conn[ci];
   int side = side_of(c, n->idx);
   if (!c->open[side])
     return;
-  if (stitch_swarm_peer_recv(n->sw, c->peer[side], m->data, m->len,
-                             now_ms()) != 0)
+  if (stitch_swarm_peer_recv(n->sw, c->peer[side], msg_bytes(m), m->len,
+                             now_ms(s)) != 0)
     conn_close(s, n, ci, 1); /* the core dropped it: close, then tell it */
 }
 
-typedef struct waiter {
-  void **comm;
-  uint32_t *conn;
-  int *what; /* -1 control, 0 get, 1 + k put k */
-  size_t n, cap;
-} waiter;
-
-static void wait_add(waiter *w, void *cm, uint32_t c, int what) {
-  if (w->n == w->cap) {
-    w->cap = w->cap ? w->cap * 2 : 64;
-    w->comm = realloc(w->comm, w->cap * sizeof(*w->comm));
-    w->conn = realloc(w->conn, w->cap * sizeof(*w->conn));
-    w->what = realloc(w->what, w->cap * sizeof(*w->what));
-    if (w->comm == NULL || w->conn == NULL || w->what == NULL)
-      die("out of memory");
-  }
-  w->comm[w->n] = cm;
-  w->conn[w->n] = c;
-  w->what[w->n++] = what;
-}
-
-static void node_main(int argc, char **argv) {
-  (void)argc, (void)argv;
-  node *n = sg_actor_self_get_data();
-  sim *s = n->sim;
-  waiter w = {0};
-  sg_actor_daemonize(sg_actor_self());
-  sg_mailbox_set_receiver(sg_mailbox_get_name(n->ctl));
-  n->ctl_get = sg_mailbox_get_async(n->ctl, (void **)&n->ctl_msg);
+void node_step(sim *s, node *n) {
+  s->events++;
+  if (stitch_swarm_wake(n->sw) <= now_ms(s) &&
+      stitch_swarm_tick(n->sw, now_ms(s)) != 0)
+    n->tick_errors++;
   actions(s, n);
   flush(s, n);
-  for (;;) {
-    w.n = 0;
-    wait_add(&w, n->ctl_get, 0, -1);
-    for (size_t i = 0; i < n->n_conns; i++) {
-      conn *c = s->conn[n->conns[i]];
-      int side = side_of(c, n->idx);
-      if (c->open[side] && c->d[1 - side].get != NULL)
-        wait_add(&w, c->d[1 - side].get, n->conns[i], 0);
-      if (c->d[side].nput == PIPE_WINDOW) /* blocked: wake when one ends */
-        for (int k = 0; k < c->d[side].nput; k++)
-          wait_add(&w, c->d[side].put[k], n->conns[i], 1 + k);
-    }
-    uint64_t wake = stitch_swarm_wake(n->sw);
-    double timeout = wake == UINT64_MAX ? -1.0
-                                        : (double)wake / 1e3 - now_s() + 1e-7;
-    if (timeout < 0 && wake != UINT64_MAX)
-      timeout = 0;
-    long pos = sim_wait_any_for(w.comm, w.n, timeout);
-    if (pos < -1)
-      die("a communication failed");
-    s->events++;
-    if (pos >= 0) {
-      int what = w.what[pos];
-      if (what < 0) {
-        msg *m = n->ctl_msg;
-        n->ctl_get = sg_mailbox_get_async(n->ctl, (void **)&n->ctl_msg);
-        on_ctl(s, n, m);
-        free(m);
-      } else if (what == 0) {
-        pipe_ *p = &s->conn[w.conn[pos]]->d[1 - side_of(s->conn[w.conn[pos]],
-                                                        n->idx)];
-        msg *m = p->got;
-        p->get = sg_mailbox_get_async(p->mb, (void **)&p->got);
-        on_data(s, n, w.conn[pos], m);
-        free(m);
-      } else {
-        conn *c = s->conn[w.conn[pos]];
-        pipe_ *p = &c->d[side_of(c, n->idx)];
-        memmove(&p->put[what - 1], &p->put[what],
-                (size_t)(p->nput - what) * sizeof(p->put[0]));
-        p->nput--;
-      }
-    }
-    if (stitch_swarm_wake(n->sw) <= now_ms() &&
-        stitch_swarm_tick(n->sw, now_ms()) != 0)
-      n->tick_errors++;
-    actions(s, n);
-    flush(s, n);
-    if (n->n_conns > 64)
-      node_prune(s, n);
-  }
-}
-
-/* ---- Central mode: plain flows from one store ------------------------- */
-
-static void central_main(int argc, char **argv) {
-  (void)argc, (void)argv;
-  node *n = sg_actor_self_get_data();
-  sg_actor_daemonize(sg_actor_self());
-  sg_mailbox_set_receiver(sg_mailbox_get_name(n->ctl));
-  for (;;) {
-    msg *m = sg_mailbox_get(n->ctl);
-    if (m->conn <= n->sim->tr.count && n->done[m->conn] < 0)
-      n->done[m->conn] = now_s();
-    free(m);
-  }
+  if (n->n_conns > 64)
+    node_prune(s, n);
+  if (s->q != NULL)
+    queue_wake(s, n);
 }
 
 /* ---- The controller: publishes, watches, stops ------------------------ */
@@ -582,40 +451,36 @@ static int all_done(const sim *s) {
 }
 
 static void publish(sim *s, unsigned v) {
-  if (!s->sc.central) {
-    ctl_send(s, 0, MSG_PUBLISH, v);
-    return;
-  }
-  for (int i = 1; i < s->n_node; i++) {
-    sg_comm_t cm = sg_mailbox_put_init(s->node[i].ctl,
-                                        msg_new(MSG_PUBLISH, v, NULL, 0),
-                                        (long)s->tr.v[v].bytes);
-    sg_comm_detach(cm, free);
-  }
+  if (!s->sc.central)
+    ctl_send(s, 0, 0, MSG_PUBLISH, v);
+  else if (s->q != NULL)
+    queue_publish_central(s, v);
+  else
+    flows_publish_central(s, v);
 }
 
-static void controller_main(int argc, char **argv) {
-  (void)argc, (void)argv;
-  sim *s = sg_actor_self_get_data();
-  unsigned next = 1;
-  for (;;) {
-    double t = now_s(), due = WARMUP_S + (next - 1) * s->sc.interval_s;
-    while (next <= s->tr.count && t >= due) {
-      take_snap(s, &s->at[next]);
-      s->published[next] = t;
-      publish(s, next++);
-      due = WARMUP_S + (next - 1) * s->sc.interval_s;
-    }
-    if ((next > s->tr.count && all_done(s)) || t >= s->sc.time_limit_s)
-      break;
-    double wake = fmin(t + POLL_S, s->sc.time_limit_s);
-    if (next <= s->tr.count)
-      wake = fmin(wake, due);
-    sg_actor_sleep_until(wake);
+double controller_step(sim *s) {
+  if (s->next_version == 0)
+    s->next_version = 1;
+  unsigned next = s->next_version;
+  double t = now_s(s), due = WARMUP_S + (next - 1) * s->sc.interval_s;
+  while (next <= s->tr.count && t >= due) {
+    take_snap(s, &s->at[next]);
+    s->published[next] = t;
+    publish(s, next++);
+    due = WARMUP_S + (next - 1) * s->sc.interval_s;
   }
-  take_snap(s, &s->end);
-  s->end_s = now_s();
-  s->finished = next > s->tr.count && all_done(s);
+  s->next_version = next;
+  if ((next > s->tr.count && all_done(s)) || t >= s->sc.time_limit_s) {
+    take_snap(s, &s->end);
+    s->end_s = t;
+    s->finished = next > s->tr.count && all_done(s);
+    return -1;
+  }
+  double wake = fmin(t + POLL_S, s->sc.time_limit_s);
+  if (next <= s->tr.count)
+    wake = fmin(wake, due);
+  return wake;
 }
 
 /* ---- Setting up ------------------------------------------------------- */
@@ -665,7 +530,7 @@ static void nodes_make(sim *s, void **hosts) {
     node *n = &s->node[i];
     n->sim = s;
     n->idx = i;
-    n->host = hosts[i];
+    n->host = hosts != NULL ? hosts[i] : NULL;
     if (i == 0) {
       n->region = region_of(s, s->sc.seed_region);
     } else {
@@ -678,9 +543,7 @@ static void nodes_make(sim *s, void **hosts) {
     n->done = xcalloc(s->tr.count + 1, sizeof(*n->done));
     for (unsigned v = 0; v <= s->tr.count; v++)
       n->done[v] = -1;
-    char name[16];
-    snprintf(name, sizeof(name), "ctl%d", i);
-    n->ctl = sg_mailbox_by_name(name);
+    n->wake_at = INFINITY;
     if (s->sc.central)
       continue;
     n->have = xcalloc(words, sizeof(*n->have));
@@ -701,6 +564,9 @@ static void nodes_make(sim *s, void **hosts) {
     cfg.max_peers = s->sc.max_peers;
     cfg.cross_region = s->sc.cross_region;
     cfg.pipeline = s->sc.pipeline;
+    /* io_write compares every chunk with the table's bytes, which hash to
+     * its name: the core's check without BLAKE2b's cost. */
+    cfg.write_verifies = 1;
     stitch_swarm_io io = {n,         io_random,  io_has,      io_read,
                           io_release, io_write, io_manifest, NULL};
     if (s->verbose)
@@ -710,15 +576,6 @@ static void nodes_make(sim *s, void **hosts) {
       die(d.msg);
     if (i > 0)
       bootstrap(s, n, &rng);
-  }
-  for (int i = s->sc.central ? 1 : 0; i < s->n_node; i++) {
-    char name[16];
-    snprintf(name, sizeof(name), "n%d", i);
-    sg_actor_t a = sg_actor_init(name, s->node[i].host);
-    sg_actor_set_data(a, &s->node[i]);
-    sg_actor_set_stacksize(a, STACK_KIB << 10);
-    char *argv[] = {name, NULL};
-    sg_actor_start(a, s->sc.central ? central_main : node_main, 1, argv);
   }
 }
 
@@ -737,6 +594,8 @@ static void sim_free(sim *s) {
   free(s->conn);
   free(s->published);
   free(s->at);
+  free(s->stable);
+  queue_free(s);
   sim_trajectory_free(&s->tr);
   sim_scenario_free(&s->sc);
 }
@@ -845,6 +704,11 @@ int main(int argc, char **argv) {
   }
   if (sodium_init() < 0)
     die("libsodium failed to start");
+  /* Every chunk a core receives passes through a chunk-sized frame buffer
+   * that is freed after it (wire_reader_trim): served from the heap, not
+   * mapped and unmapped each time (page faults were a sixth of a run). */
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
   double t0 = sim_wall();
   sim s;
   memset(&s, 0, sizeof(s));
@@ -859,8 +723,12 @@ int main(int argc, char **argv) {
   s.at = xcalloc(s.tr.count + 2, sizeof(*s.at));
   for (unsigned v = 0; v <= s.tr.count + 1; v++)
     s.published[v] = -1;
+  stable_make(&s);
+  /* Memory per node counts from here: the platform, the cores, the run. */
+  double rss_base = sim_rss_mib("VmRSS:");
   /* CM02 without correction factors: a message costs the route's latency
-   * once, then its bytes at its max-min fair share (docs/simulator.md). */
+   * once, then its bytes at its max-min fair share (docs/simulator.md).
+   * Only the flows network uses it. */
   char *sg_argv[] = {argv[0],
                      "--cfg=network/model:CM02",
                      "--cfg=network/crosstraffic:0",
@@ -870,15 +738,18 @@ int main(int argc, char **argv) {
   int sg_argc = 5;
   simgrid_init(&sg_argc, sg_argv);
   void **hosts = xcalloc(s.sc.nodes + 2, sizeof(*hosts));
-  if (sim_platform_build(&s.sc, hosts, err, sizeof(err)) != 0)
-    die(err);
-  nodes_make(&s, hosts);
-  sg_actor_t ctl = sg_actor_init("controller",
-                                 hosts[s.sc.central ? s.sc.nodes + 1 : 0]);
-  sg_actor_set_data(ctl, &s);
-  char *cargv[] = {"controller", NULL};
-  sg_actor_start(ctl, controller_main, 1, cargv);
-  double rss_base = sim_rss_mib("VmRSS:");
+  if (s.sc.queues) { /* one host for the one actor: the links are ours */
+    if (sim_platform_one(hosts, err, sizeof(err)) != 0)
+      die(err);
+    queue_init(&s);
+    nodes_make(&s, NULL);
+    queue_start(&s, hosts[0]);
+  } else {
+    if (sim_platform_build(&s.sc, hosts, err, sizeof(err)) != 0)
+      die(err);
+    nodes_make(&s, hosts);
+    flows_start(&s, hosts);
+  }
   simgrid_run();
   int rc = report(&s, sim_wall() - t0, rss_base, as_json, plot_dir);
   if (s.verbose)

@@ -1,9 +1,10 @@
 /* sim.h: what stitch-sim's files share (docs/simulator.md).
  *
- * scenario.c reads a scenario file and computes the lower bound; sim.c is
- * the SimGrid driver that runs one unmodified stitch_swarm core per node;
- * platform.cpp builds hosts and links (SimGrid 3.32's C API cannot) and
- * wraps the one C call whose reference handling is broken. */
+ * scenario.c reads a scenario file and computes the lower bound; sim.c,
+ * flows.c and queue.c are the driver that runs one unmodified stitch_swarm
+ * core per node (driver.h is theirs); platform.cpp builds hosts and links
+ * (SimGrid 3.32's C API cannot) and wraps the C calls whose reference
+ * handling is broken. */
 #ifndef STITCH_SIM_H
 #define STITCH_SIM_H
 
@@ -43,6 +44,8 @@ typedef struct sim_scenario {
   uint64_t chunk_bytes;   /* versions.chunk_bytes: 0, the library's */
   uint64_t rng_seed;      /* "rng_seed": 1 */
   unsigned max_peers, cross_region, pipeline; /* "swarm": 0, the core's */
+  int queues;             /* "network": "flows" (0, SimGrid's max-min
+                             flows) or "queues" (1, link queues: scale) */
   unsigned nodes;         /* derived: the sum over regions */
 } sim_scenario;
 
@@ -141,11 +144,15 @@ int sim_plot(const char *dir, void *json);
  * region order, HOSTS[nodes + 1] the central store (central mode). */
 int sim_platform_build(const sim_scenario *sc, void **hosts, char *err,
                        size_t errlen);
+/* A platform of one host (HOSTS[0]), for the queues network, whose links
+ * the driver keeps itself. */
+int sim_platform_one(void **hosts, char *err, size_t errlen);
 /* sg_comm_wait_any_for without 3.32's bug: on timeout the C call drops a
  * reference to every comm it was given. This keeps the caller's references
- * to comms that did not finish and drops the one to the comm that did.
- * Returns its index, or -1 on timeout. */
-long sim_wait_any_for(void **comms, size_t n, double timeout);
+ * to comms that did not finish and drops the one to the comm that ended.
+ * Returns its index (*FAILED set when it failed: its other end was
+ * cancelled), -1 on timeout, -2 on any other error. */
+long sim_wait_any_for(void **comms, size_t n, double timeout, int *failed);
 /* Cancels a pending comm and drops the caller's reference (3.32's C API
  * has no cancel): a get on a closed pipe would otherwise stay in its
  * actor's activity list, which SimGrid scans on every completion. */

@@ -9,12 +9,12 @@ dir="$2"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-"$sim" "$dir/scenarios/small.json" --json > "$tmp/out.json"
-python3 - "$tmp/out.json" <<'PY'
+check() { # OUT.JSON NETWORK
+python3 - "$1" "$2" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 def fail(why):
-    sys.exit("sim_small: " + why)
+    sys.exit("sim_small (%s): %s" % (sys.argv[2], why))
 if r["completed"] is not True:
     fail("not every node held every version")
 if r["verify_failures"] != 0 or r["bad_writes"] != 0 or r["apply_errors"] != 0:
@@ -33,13 +33,25 @@ for v in r["versions"]:
              % (v["version"], v["min_s"], v["node_bound_s"]))
     if v["seed_bytes"] < v["bytes"]:
         fail("version %d: the seed sent %d B of %d" % (v["version"], v["seed_bytes"], v["bytes"]))
-print("sim_small: ok, ratios " + ", ".join("%.2f" % v["ratio"] for v in r["versions"]))
+print("sim_small (%s): ok, ratios %s" % (sys.argv[2], ", ".join("%.2f" % v["ratio"] for v in r["versions"])))
 PY
+}
 
-# Central mode on the same platform completes too.
+# The same swarm on both networks (driver.h): SimGrid's flows and the
+# link queues that large scenarios use.
+"$sim" "$dir/scenarios/small.json" --json > "$tmp/out.json"
+check "$tmp/out.json" flows
+sed 's/"mode": "p2p"/"network": "queues", "mode": "p2p"/' "$dir/scenarios/small.json" > "$tmp/queues.json"
+"$sim" "$tmp/queues.json" --json > "$tmp/queues.out"
+check "$tmp/queues.out" queues
+
+# Central mode on the same platform completes too, on both networks.
 sed 's/"mode": "p2p"/"mode": "central"/' "$dir/scenarios/small.json" > "$tmp/central.json"
 "$sim" "$tmp/central.json" --json > "$tmp/central.out"
 grep -q '"completed": true' "$tmp/central.out" || { echo "sim_small: central mode did not complete"; exit 1; }
+sed 's/"mode": "p2p"/"network": "queues", "mode": "central"/' "$dir/scenarios/small.json" > "$tmp/centralq.json"
+"$sim" "$tmp/centralq.json" --json > "$tmp/centralq.out"
+grep -q '"completed": true' "$tmp/centralq.out" || { echo "sim_small: central mode (queues) did not complete"; exit 1; }
 
 # Bad files: one line on stderr naming the key, exit 1.
 bad() { # NAME JSON EXPECTED-SUBSTRING
@@ -55,6 +67,7 @@ bad missing "{\"seed\": {\"region\": \"us\"}, $good}" "seed.up_mbps: missing"
 bad type "{\"seed\": {\"region\": \"us\", \"up_mbps\": \"fast\"}, $good}" "seed.up_mbps: expected a number"
 bad region "{\"seed\": {\"region\": \"eu\", \"up_mbps\": 100}, $good}" "seed.region"
 bad syntax "{\"seed\": " "bad.json\|syntax\|end of file"
+bad network "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"network\": \"fast\", $good}" "network"
 printf '%s\n' "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"extra\": 1, $good}" > "$tmp/ok.json"
 "$sim" "$tmp/ok.json" > /dev/null || { echo "sim_small: an unknown key was refused"; exit 1; }
 echo "sim_small: bad scenario files refused"

@@ -143,6 +143,7 @@ typedef struct sn_node {
   unsigned applies, apply_errors, tick_errors;
   char apply_err[STITCH_DIAG_MAX + 32];
   uint64_t manifests_written, chunks_written, bad_writes;
+  uint64_t write_rejects; /* with cfg.write_verifies: bad chunks we refused */
   /* Evil behaviour of its outgoing pipes. */
   sn_evil evil;
   const uint8_t *evil_buf;
@@ -275,8 +276,11 @@ static int sn_io_write(void *user, const stitch_digest *h, const uint8_t *buf,
   sn_node *n = user;
   stitch_digest got;
   stitch_hash(buf, len, &got);
-  if (memcmp(got.b, h->b, 32) != 0) { /* the core stored a bad chunk */
-    n->bad_writes++;
+  if (memcmp(got.b, h->b, 32) != 0) {
+    if (n->cfg.write_verifies) /* our check, as the core was told */
+      n->write_rejects++;
+    else /* the core should have checked: it stored a bad chunk */
+      n->bad_writes++;
     return STITCH_ECHECKSUM;
   }
   n->chunks_written++;

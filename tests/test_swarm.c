@@ -366,10 +366,15 @@ static void scenario_fanout(int quiet, stitch_digest *fp) {
 }
 
 /* An evil node flips a byte in every CHUNK it sends. It holds every chunk
- * from the start, so honest nodes do ask it. */
-static void scenario_corrupt(void) {
+ * from the start, so honest nodes do ask it. With HOST_CHECKS the honest
+ * cores run with config.write_verifies: their stores check each chunk
+ * (sn_io_write hashes it) instead of the core, and the outcome must be the
+ * same: nothing bad stored, the evil node banned and dropped. */
+static void corrupt_run(int host_checks) {
   sn_net net;
   sn_node *seed = build(&net, &default_params, 6);
+  for (int i = 1; i <= 6; i++)
+    net.node[i].cfg.write_verifies = host_checks;
   sn_node *evil = sn_add(&net, "eu", 0, 1);
   evil->evil = SN_EVIL_FLIP;
   evil->up_bw = 8000;
@@ -390,26 +395,31 @@ static void scenario_corrupt(void) {
   publish(&net, seed, 2);
   run_until_all_at(&net, 2);
   check_all_exact(&net, 2);
-  uint64_t fails = 0, bans = 0, dropped = 0;
+  uint64_t fails = 0, bans = 0, dropped = 0, rejects = 0;
   for (int i = 1; i <= 6; i++) {
     stitch_swarm_stats st;
     sn_stats(&net.node[i], &st);
     fails += st.verify_failures;
     bans += st.bans;
+    rejects += net.node[i].write_rejects;
   }
   for (size_t k = 0; k < net.n_conn; k++)
     for (int s = 0; s < 2; s++)
       dropped += net.conn[k].d[s].from == evil->idx &&
                  net.conn[k].closed_by == net.conn[k].d[s].to;
-  printf("corrupt chunks: 6 honest nodes at v2 bit-exact; %" PRIu64
+  printf("corrupt chunks (%s checks): 6 honest nodes at v2 bit-exact; %" PRIu64
          " verify failures, %" PRIu64 " bans, %" PRIu64
          " links to the evil node dropped by honest nodes\n",
-         fails, bans, dropped);
+         host_checks ? "store" : "core", fails, bans, dropped);
   CHECK_NET(&net, fails >= 1);
+  CHECK_NET(&net, rejects == (host_checks ? fails : 0));
   CHECK_NET(&net, bans >= 1);
   CHECK_NET(&net, dropped >= 1);
   sn_free(&net);
 }
+
+static void scenario_corrupt(void) { corrupt_run(0); }
+static void scenario_corrupt_store(void) { corrupt_run(1); }
 
 /* The evil link is closed and every honest node holds version 2. */
 static int flood_done(sn_net *net, void *arg) {
@@ -752,6 +762,7 @@ int main(void) {
   int failed = 0;
   failed += scenario("fanout", scenario_fanout_once);
   failed += scenario("corrupt", scenario_corrupt);
+  failed += scenario("corrupt_store", scenario_corrupt_store);
   failed += scenario("flood", scenario_flood);
   failed += scenario("forged", scenario_forged);
   failed += scenario("late", scenario_late);

@@ -177,8 +177,16 @@ int stitch_swarm_new(const stitch_swarm_config *cfg,
   return 0;
 }
 
+/* The payload being sent to P is done with (sent, or P is gone). */
+static void pay_release(stitch_swarm *s, peer *p) {
+  if (p->pay != NULL && s->io.chunk_release != NULL)
+    s->io.chunk_release(s->io.user, p->pay, p->pay_len);
+  p->pay = NULL;
+  p->pay_len = p->pay_off = p->pay_at = 0;
+}
+
 static void peer_reset(stitch_swarm *s, peer *p) {
-  (void)s;
+  pay_release(s, p);
   wire_reader_free(&p->rd);
   dbuf_free(&p->out);
   free_list(&p->have, &p->n_have);
@@ -226,19 +234,42 @@ void stitch_swarm_free(stitch_swarm *s) {
 
 /* ---- Sending ---------------------------------------------------------- */
 
-int core_send(stitch_swarm *s, peer *p, const wire_msg *m) {
-  if (p->state == PEER_CLOSING || p->state == PEER_FREE)
-    return 0;
-  /* Compact what the driver already sent before growing. */
+/* Forgets what the driver already sent of out, once all of it is (the
+ * payload's place moves with it). */
+static void out_compact(peer *p) {
   if (p->out_off > 0 && p->out_off == p->out.len) {
     p->out.len = 0;
     p->out_off = 0;
+    p->pay_at = 0;
   }
+}
+
+int core_send(stitch_swarm *s, peer *p, const wire_msg *m) {
+  if (p->state == PEER_CLOSING || p->state == PEER_FREE)
+    return 0;
+  out_compact(p);
   int rc = wire_encode(&p->out, m);
   if (rc != 0) {
     core_drop(s, p, 0, "send buffer full");
     return rc;
   }
+  p->last_send_ms = s->now_ms;
+  return 0;
+}
+
+int core_send_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
+  if (p->state == PEER_CLOSING || p->state == PEER_FREE || p->pay != NULL)
+    return STITCH_EINVAL;
+  out_compact(p);
+  int rc = wire_encode_head(&p->out, m);
+  if (rc != 0) {
+    core_drop(s, p, 0, "send buffer full");
+    return rc;
+  }
+  p->pay = m->data;
+  p->pay_len = m->data_len;
+  p->pay_off = 0;
+  p->pay_at = p->out.len;
   p->last_send_ms = s->now_ms;
   return 0;
 }
@@ -319,8 +350,10 @@ static int linked_to(const stitch_swarm *s, const char *a) {
  * cfg.cross_region links to other regions when there are any. */
 static void maintain(stitch_swarm *s) {
   size_t have = count_peers(s, 0), pending = 0, cross = 0;
+  s->region_known = 0; /* fetch.c's estimate of our region's size */
   for (size_t i = 0; i < s->n_addrs; i++) {
     addr_entry *e = &s->addrs[i];
+    s->region_known += strcmp(e->region, s->cfg.region) == 0;
     if (e->connecting && s->now_ms - e->connect_ms >= CORE_CONNECT_MS) {
       e->connecting = 0; /* never answered: count as a failure */
       e->failures++;
@@ -454,20 +487,36 @@ void stitch_swarm_peer_pending(stitch_swarm *s, uint32_t id,
   peer *p = core_peer(s, id);
   if (p == NULL)
     return;
-  if (p->out_off == p->out.len && p->state == PEER_READY) {
+  if (p->pay != NULL && p->out_off == p->pay_at) { /* the payload's turn */
+    *buf = p->pay + p->pay_off;
+    *len = p->pay_len - p->pay_off;
+    return;
+  }
+  if (p->out_off == p->out.len && p->pay == NULL &&
+      p->state == PEER_READY) {
     p->out.len = p->out_off = 0;
     fetch_serve_next(s, p);
   }
+  size_t end = p->pay != NULL ? p->pay_at : p->out.len;
   *buf = p->out.p + p->out_off;
-  *len = p->out.len - p->out_off;
+  *len = end - p->out_off;
 }
 
 void stitch_swarm_peer_sent(stitch_swarm *s, uint32_t id, size_t n) {
   peer *p = core_peer(s, id);
   if (p == NULL)
     return;
-  p->out_off += n <= p->out.len - p->out_off ? n : p->out.len - p->out_off;
-  if (p->out_off == p->out.len)
+  if (p->pay != NULL && p->out_off == p->pay_at) {
+    p->pay_off += n <= p->pay_len - p->pay_off ? n : p->pay_len - p->pay_off;
+    if (p->pay_off == p->pay_len)
+      pay_release(s, p);
+    else
+      return;
+  } else {
+    size_t end = p->pay != NULL ? p->pay_at : p->out.len;
+    p->out_off += n <= end - p->out_off ? n : end - p->out_off;
+  }
+  if (p->pay == NULL && p->out_off == p->out.len)
     p->out.len = p->out_off = 0;
 }
 
@@ -557,6 +606,7 @@ static int add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
   memset(v, 0, sizeof(*v));
   v->ref.m = m;
   v->ref.id = id;
+  v->added_ms = s->now_ms;
   s->n_v++;
   int bad = (v->raw = malloc(len)) == NULL || sync_refs(s) != 0;
   if (!bad) {
@@ -905,6 +955,7 @@ int stitch_swarm_peer_recv(stitch_swarm *s, uint32_t id, const uint8_t *buf,
   }
   if (p->state == PEER_CLOSING)
     return STITCH_ELIMIT;
+  wire_reader_trim(&p->rd);
   fetch_schedule(s);
   return 0;
 }

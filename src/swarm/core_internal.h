@@ -27,6 +27,10 @@
 #define CORE_RATE_PER_S 4000    /* messages a peer may send per second */
 #define CORE_RATE_BURST 20000
 #define CORE_RANDOM_FIRST 4     /* chunks fetched at random before rarest-first */
+#define CORE_CROSS_FETCHERS 1   /* nodes per region that fetch a chunk across
+                                   at first (expected; fetch.c cross_ok) */
+#define CORE_CROSS_DOUBLE_MS 2000 /* and twice as many each this long after */
+#define CORE_CROSS_LOCAL_MS 500 /* then the lowest rank among neighbours too */
 
 /* One chunk of one object, as the wire names it. */
 typedef struct chunk_id {
@@ -72,6 +76,12 @@ typedef struct peer {
   wire_reader rd;
   dbuf out;
   size_t out_off; /* bytes of out the driver has sent */
+  /* A CHUNK's payload goes out straight from chunk_read's buffer, not
+   * copied into out (a copy per peer would be most of a node's memory):
+   * out holds its frame up to the payload, at out[pay_at], and whatever
+   * was queued after it follows the payload on the wire. */
+  const uint8_t *pay; /* NULL: none; released once sent */
+  size_t pay_len, pay_off, pay_at;
   uint64_t opened_ms, last_recv_ms, last_send_ms, last_pex_ms;
   double tokens;
   uint64_t tokens_ms;
@@ -114,6 +124,7 @@ typedef struct vstate {
   uint8_t *inflight[STITCH_MAX_OBJECTS];  /* our requests out for each */
   uint32_t *sent[STITCH_MAX_OBJECTS];     /* seed: uploads per chunk */
   uint16_t *offers[STITCH_MAX_OBJECTS];   /* seed: peers offered each */
+  uint64_t added_ms; /* when we learnt of it: cross-region deferral */
 } vstate;
 
 struct stitch_swarm {
@@ -140,6 +151,7 @@ struct stitch_swarm {
   stitch_swarm_action actions[CORE_MAX_ACTIONS];
   size_t act_head, act_len;
   uint64_t now_ms, next_maintain_ms;
+  size_t region_known; /* known addresses in our region (maintain) */
   stitch_swarm_stats st;
 };
 
@@ -149,6 +161,10 @@ void core_log(stitch_swarm *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void core_push_action(stitch_swarm *s, const stitch_swarm_action *a);
 int core_send(stitch_swarm *s, peer *p, const wire_msg *m);
+/* Sends M, a CHUNK whose data came from chunk_read: its payload is not
+ * copied, and chunk_release is called for it once it is sent or P is
+ * gone. One at a time per peer. */
+int core_send_chunk(stitch_swarm *s, peer *p, const wire_msg *m);
 void core_drop(stitch_swarm *s, peer *p, int ban, const char *why);
 vstate *core_find_version(stitch_swarm *s, uint64_t v);
 uint64_t core_random(stitch_swarm *s);

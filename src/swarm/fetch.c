@@ -7,7 +7,11 @@
  * requests: random chunks for the first few (so new nodes soon have
  * something to trade), then rarest first among its neighbours; once every
  * wanted chunk is asked for, the last ones are asked of a second peer too
- * (endgame) and the loser is cancelled. Every chunk is hash-checked before
+ * (endgame) and the loser is cancelled. A chunk is fetched from another
+ * region only when no neighbour of ours holds it, and at first only by a
+ * few designated nodes of the region (cross_ok), so that it crosses into
+ * each region about once and spreads inside. Every chunk is hash-checked
+ * (or, with config.write_verifies, checked by chunk_write) before
  * it is stored or announced; one that does not verify gets its sender
  * banned. When the first step's object is whole, the agent is asked to
  * apply it.
@@ -22,6 +26,7 @@
 #include "common/diag.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -189,6 +194,73 @@ static int held_nearby(stitch_swarm *s, uint64_t version, uint32_t o,
   return 0;
 }
 
+/* Where chunk C of (V, O) falls for the node with key K, uniform in
+ * [0, 1): a mix of the chunk's name and the key, so every node of a region
+ * ranks every chunk differently, and any node can compute another's. */
+static double cross_rank(vstate *v, uint32_t o, uint64_t c,
+                         const stitch_pubkey *key) {
+  uint64_t h, k;
+  memcpy(&h, ref_of(v, o, c)->hash.b, 8);
+  memcpy(&k, key->b, 8);
+  uint64_t x = h ^ k; /* splitmix64's finalizer */
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return (double)(x >> 11) / 9007199254740992.0;
+}
+
+/* Are we the chunk's lowest rank among our same-region neighbours, and
+ * either they are at least half of the region's nodes we know, or
+ * CORE_CROSS_LOCAL_MS passed since the version arrived and still none of
+ * them holds it? Then we fetch it too: the rank threshold alone leaves a
+ * chunk without a fetcher a third of the time where we know the region's
+ * size well (about (1 - 1/N)^N), and the doubling would take seconds to
+ * cover for it. So does a node with no neighbour in its region. */
+static int nearby_lowest(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c,
+                         double mine) {
+  size_t near = 1;
+  for (size_t i = 0; i < s->n_peers; i++) {
+    peer *q = &s->peers[i];
+    if (q->state != PEER_READY || q->is_seed ||
+        strcmp(q->region, s->cfg.region) != 0)
+      continue;
+    if (cross_rank(v, o, c, &q->node) < mine)
+      return 0;
+    near++;
+  }
+  /* No neighbour of our region at all: nobody nearby to wait for. */
+  return near == 1 || 2 * near >= s->region_known + 1 ||
+         s->now_ms >= v->added_ms + CORE_CROSS_LOCAL_MS;
+}
+
+/* May chunk C cross into our region through us now? Each chunk should
+ * enter a region about once and spread inside it, but a region's nodes
+ * decide at the same moment, before any of them holds it. So a node that
+ * no nearby neighbour can serve fetches across only when it is among the
+ * chunk's designated fetchers: rank below K over the region's size as far
+ * as we know it (or nearby_lowest), K being CORE_CROSS_FETCHERS when the
+ * version arrived and doubling every CORE_CROSS_DOUBLE_MS (in case those
+ * few have no far peer holding it, or are slow). A node that sees a nearby
+ * copy fetches that instead.
+ *
+ * K grows slowly on purpose: the region links are shared, and crossings
+ * that congest them slow every crossing, which lets K grow further. At
+ * 10,000 nodes (simulations/scenarios/nodes10000.json) one more fetcher
+ * every 100 ms let 2,117 F of the anchor cross; doubling every second,
+ * 410 F; every two seconds, 203 F. Known addresses undercount a large
+ * region early on (peer exchange has told a node of tens of nodes when
+ * the first version comes), which makes more fetchers than K says, so K
+ * starts at one. docs/simulator.md has the figures. */
+static int cross_ok(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c) {
+  if (held_nearby(s, v->ref.m->version, o, c))
+    return 0;
+  double k = CORE_CROSS_FETCHERS *
+             exp2((double)(s->now_ms - v->added_ms) / CORE_CROSS_DOUBLE_MS);
+  double mine = cross_rank(v, o, c, &s->cfg.node_pk);
+  return mine * (double)(s->region_known + 1) < k ||
+         nearby_lowest(s, v, o, c, mine);
+}
+
 /* The best chunk of (v, o) to ask P for: one it has and we lack, not yet
  * asked for (or, in the endgame, asked for once elsewhere); random early
  * on, then the rarest. */
@@ -212,8 +284,9 @@ static int pick(stitch_swarm *s, peer *p, vstate *v, uint32_t o,
     /* The seed is the last resort: its upload is the scarce one. */
     if (p->is_seed && v->avail[o][c] > 1)
       continue;
-    /* A chunk crosses regions only when nobody nearby has it. */
-    if (far && held_nearby(s, v->ref.m->version, o, c))
+    /* A chunk crosses regions only when nobody nearby has it, and only
+     * through a few nodes of the region at first. */
+    if (far && !cross_ok(s, v, o, c))
       continue;
     chunk_id id = {v->ref.m->version, o, c};
     if (fl > 0 && requested_from(p, &id))
@@ -322,16 +395,22 @@ int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
   /* Unasked (a reply after our request timed out, or after a cancel) is
    * fine if it verifies: the hash decides, not the bookkeeping. */
   const stitch_chunk_ref *r = ref_of(v, m->object, m->chunk);
-  stitch_digest h;
-  stitch_hash(m->data, m->data_len, &h);
-  if (m->data_len != r->size || memcmp(h.b, r->hash.b, 32) != 0) {
+  int bad = m->data_len != r->size;
+  if (!bad && !s->cfg.write_verifies) {
+    stitch_digest h;
+    stitch_hash(m->data, m->data_len, &h);
+    bad = memcmp(h.b, r->hash.b, 32) != 0;
+  }
+  int rc = bad ? 0 : s->io.chunk_write(s->io.user, &r->hash, m->data,
+                                       m->data_len);
+  if (bad || (rc == STITCH_ECHECKSUM && s->cfg.write_verifies)) {
     s->st.verify_failures++;
     core_log(s, "version %" PRIu64 " object %u chunk %" PRIu64
              ": hash mismatch from peer %u",
              m->version, m->object, m->chunk, p->id);
     return -1;
   }
-  if (s->io.chunk_write(s->io.user, &r->hash, m->data, m->data_len) != 0) {
+  if (rc != 0) {
     core_log(s, "could not store a chunk");
     return 0; /* ours, not theirs: ask again later */
   }
@@ -391,11 +470,11 @@ void fetch_serve_next(stitch_swarm *s, peer *p) {
     m.chunk = c.chunk;
     m.data = buf;
     m.data_len = len;
-    int rc = core_send(s, p, &m);
-    if (s->io.chunk_release != NULL)
-      s->io.chunk_release(s->io.user, buf, len);
-    if (rc != 0)
+    if (core_send_chunk(s, p, &m) != 0) { /* released with the peer */
+      if (p->pay != buf && s->io.chunk_release != NULL)
+        s->io.chunk_release(s->io.user, buf, len);
       return;
+    }
     s->st.bytes_up += len;
     if (strcmp(p->region, s->cfg.region) == 0)
       s->st.bytes_to_same_region += len;

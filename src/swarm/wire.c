@@ -30,6 +30,9 @@
  * chunk or a manifest) is freed, so one big frame does not pin memory for
  * the life of a connection. */
 #define WIRE_KEEP_MAX (1u << 20)
+/* What an idle reader keeps (wire_reader_trim): a node has tens of peers,
+ * and a chunk-sized buffer each would be most of its memory. */
+#define WIRE_KEEP_IDLE (64u << 10)
 
 static const char *const type_names[WIRE_TYPE_COUNT_] = {
     "type 0",  "HELLO",  "AUTH",  "MANIFEST", "BITFIELD", "HAVE",
@@ -302,15 +305,18 @@ int wire_decode(int type, const uint8_t *body, size_t len, wire_msg *m,
 
 /* ---- encoding ----------------------------------------------------------- */
 
-/* A writer that only counts when p is NULL (the measuring pass). */
+/* A writer that only counts when p is NULL (the measuring pass), and
+ * copies only its first `cap` bytes (wire_encode_head leaves a CHUNK's
+ * payload, the body's last bytes, to the caller). */
 typedef struct wr {
   uint8_t *p;
   size_t n;
+  size_t cap;
 } wr;
 
 static void w_put(wr *w, const void *src, size_t k) {
-  if (w->p != NULL && k > 0)
-    memcpy(w->p + w->n, src, k);
+  if (w->p != NULL && k > 0 && w->n < w->cap)
+    memcpy(w->p + w->n, src, k < w->cap - w->n ? k : w->cap - w->n);
   w->n += k;
 }
 
@@ -459,26 +465,35 @@ static int msg_ok(const wire_msg *m) {
   }
 }
 
-int wire_encode(dbuf *out, const wire_msg *m) {
+/* Appends M's frame to OUT, all but its last LEAVE bytes. */
+static int encode(dbuf *out, const wire_msg *m, size_t leave) {
   if (out == NULL || m == NULL || !known((int)m->type) || !msg_ok(m))
     return STITCH_EINVAL;
-  wr w = {NULL, 0};
+  wr w = {NULL, 0, 0};
   emit(&w, m);
   size_t body = w.n;
   /* Fields within their rules always fit; this keeps the promise that no
    * frame we send is one a peer must refuse. */
-  if (body + 1 > wire_type_limit((int)m->type))
+  if (body + 1 > wire_type_limit((int)m->type) || leave > body)
     return STITCH_EINVAL;
-  CHECK_RC(dbuf_reserve(out, 5 + body));
+  CHECK_RC(dbuf_reserve(out, 5 + body - leave));
   uint8_t *p = out->p + out->len;
   uint32_t len = (uint32_t)(body + 1);
   for (int i = 0; i < 4; i++)
     p[i] = (uint8_t)(len >> (8 * i));
   p[4] = (uint8_t)m->type;
-  wr body_w = {p + 5, 0};
+  wr body_w = {p + 5, 0, body - leave};
   emit(&body_w, m);
-  out->len += 5 + body;
+  out->len += 5 + body - leave;
   return 0;
+}
+
+int wire_encode(dbuf *out, const wire_msg *m) { return encode(out, m, 0); }
+
+int wire_encode_head(dbuf *out, const wire_msg *m) {
+  if (m == NULL || m->type != WIRE_CHUNK)
+    return STITCH_EINVAL;
+  return encode(out, m, m->data_len);
 }
 
 /* ---- the frame reader --------------------------------------------------- */
@@ -526,6 +541,11 @@ static int read_head(wire_reader *r, const uint8_t *buf, size_t len,
     r->head[r->head_len++] = buf[(*pos)++];
   }
   return 0;
+}
+
+void wire_reader_trim(wire_reader *r) {
+  if (r != NULL && r->ready && r->buf.cap > WIRE_KEEP_IDLE)
+    dbuf_free(&r->buf);
 }
 
 int wire_reader_feed(wire_reader *r, const uint8_t *buf, size_t len,

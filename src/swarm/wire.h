@@ -72,6 +72,11 @@ size_t wire_type_limit(int type);
 /* Appends M as one frame to OUT. */
 int wire_encode(dbuf *out, const wire_msg *m);
 
+/* Appends M, a CHUNK, as one frame without its payload: the frame claims
+ * m->data_len payload bytes, which the caller sends right after what was
+ * appended (the core serves chunks straight from storage, uncopied). */
+int wire_encode_head(dbuf *out, const wire_msg *m);
+
 /* Decodes one frame's type and body (as wire_reader hands them out).
  * Strings are copied into M's arrays; data points into BODY. Rejects
  * anything that is not exactly the type's fields with the right types and
@@ -101,6 +106,10 @@ void wire_reader_free(wire_reader *r);
 int wire_reader_feed(wire_reader *r, const uint8_t *buf, size_t len,
                      size_t *used, int *type, const uint8_t **body,
                      size_t *body_len, stitch_diag *d);
+
+/* Frees a large frame buffer once its frame was handed out and used, so an
+ * idle peer costs little memory. */
+void wire_reader_trim(wire_reader *r);
 
 /* The bytes HELLO's AUTH signs: "stitch-hello-v1", 0, the nonce the peer
  * sent, then the signer's node key. */

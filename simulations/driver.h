@@ -1,0 +1,156 @@
+/* driver.h: the state stitch-sim's driver files share (docs/simulator.md).
+ *
+ * sim.c holds what does not depend on how bytes move: the cores and their
+ * io, connections, applying, the controller, reporting. Bytes move by one
+ * of two networks, chosen by the scenario's "network" key:
+ *
+ * - flows.c ("flows"): every message is a SimGrid comm, so SimGrid's
+ *   max-min model shares every link among the flows crossing it. Faithful,
+ *   but SimGrid re-solves the shared links of all concurrent flows at every
+ *   start and end (they form one component), so a run costs about
+ *   messages x concurrent flows: a few hundred nodes at most.
+ * - queue.c ("queues"): each link is a FIFO queue at message granularity,
+ *   kept by the driver, and one SimGrid actor runs every core from one
+ *   event heap. A message costs O(links on its route): thousands of nodes.
+ *
+ * Either way every core is the unmodified stitch_swarm; no protocol logic
+ * lives here. */
+#ifndef STITCH_SIM_DRIVER_H
+#define STITCH_SIM_DRIVER_H
+
+#define _GNU_SOURCE /* ssize_t in SimGrid's headers */
+#include "sim.h"
+
+#include "stitch/swarm.h"
+
+#include <simgrid/forward.h>
+
+#define PIPE_WINDOW 4      /* messages in flight per pipe: two chunks,
+                              each a frame head, then its payload */
+#define MSG_MAX (1u << 20) /* bytes per message */
+#define CTL_BYTES 64       /* simulated size of DIAL, ACCEPT, CLOSE */
+
+typedef enum msg_kind {
+  MSG_DATA, MSG_DIAL, MSG_ACCEPT, MSG_REFUSE, MSG_CLOSE, MSG_PUBLISH
+} msg_kind;
+
+/* One message. Bytes that lie in the chunk table (a chunk's payload, which
+ * the core hands out uncopied) are referenced, not copied: thousands of
+ * nodes with a few chunks in flight each would not fit otherwise. */
+typedef struct msg {
+  msg_kind kind;
+  uint32_t conn; /* or the version, for MSG_PUBLISH */
+  size_t len;
+  const uint8_t *ref; /* the bytes, when not in data[] */
+  uint8_t data[];
+} msg;
+
+typedef struct pipe_ {
+  sg_mailbox_t mb; /* flows: its mailbox; the receiver is fixed */
+  sg_comm_t get;   /* flows: the receiver's pending get, or NULL */
+  msg *got;
+  sg_comm_t put[PIPE_WINDOW]; /* flows: the sends in flight */
+  int nput;                   /* messages in flight (both networks) */
+  double last_arrival;        /* queues: keeps the pipe in order */
+} pipe_;
+
+typedef struct conn {
+  int node[2];      /* [0] dialed [1] */
+  int open[2];      /* that side's core holds the peer */
+  int closed;
+  uint32_t peer[2]; /* the id each side's core gave */
+  pipe_ d[2];       /* d[s]: from node[s] to node[1 - s] */
+} conn;
+
+struct sim;
+
+typedef struct node {
+  struct sim *sim;
+  int idx, region;
+  sg_host_t host; /* flows */
+  stitch_swarm *sw;
+  uint64_t rng;
+  uint64_t *have, *needed; /* bitsets over the chunk table */
+  uint64_t held;
+  stitch_digest held_id;
+  double *done; /* [version]: seconds, < 0 not yet */
+  uint32_t *conns;
+  size_t n_conns, cap_conns;
+  sg_mailbox_t ctl; /* flows: control messages */
+  sg_comm_t ctl_get;
+  msg *ctl_msg;
+  double wake_at; /* queues: the earliest wake-up queued for it */
+  uint64_t stored, needed_n, bad_writes, apply_errors, tick_errors;
+  uint64_t wire_up; /* bytes this node put on the wire */
+} node;
+
+typedef struct snap {
+  uint64_t seed_up, cross;
+} snap;
+
+struct qnet;
+
+typedef struct sim {
+  sim_scenario sc;
+  sim_trajectory tr;
+  struct span { const uint8_t *p; size_t len; } *stable; /* chunk
+                                  buffers, ascending: msg_new's test */
+  size_t n_stable;
+  node *node; /* [0] the seed, [1..nodes] */
+  int n_node;
+  conn **conn;
+  size_t n_conn, cap_conn;
+  double *published; /* [version] */
+  snap *at;          /* [version]: counters when it was published */
+  snap end;
+  unsigned next_version; /* the controller's next publish */
+  int finished;
+  double end_s;
+  double clock; /* queues: the driver's clock (SimGrid's follows it) */
+  struct qnet *q;
+  uint64_t refused, messages, events;
+  int verbose; /* STITCH_SIM_LOG=1: every core's log lines on stderr */
+} sim;
+
+/* sim.c */
+void die(const char *what) __attribute__((noreturn));
+double now_s(const sim *s);
+uint64_t now_ms(const sim *s);
+msg *msg_new(const sim *s, msg_kind kind, uint32_t c, const uint8_t *buf,
+             size_t len);
+const uint8_t *msg_bytes(const msg *m);
+int side_of(const conn *c, int idx);
+void node_add_conn(node *n, uint32_t c);
+/* Handles a control message (DIAL, ACCEPT, REFUSE, CLOSE, PUBLISH). */
+void on_ctl(sim *s, node *n, msg *m);
+/* Hands N's core a message that arrived on connection CI. */
+void on_data(sim *s, node *n, uint32_t ci, msg *m);
+/* After any input: ticks N's core when due, carries out its actions and
+ * puts what it has for each peer on the wire. */
+void node_step(sim *s, node *n);
+/* Puts what N's core has for the peer of connection CI on the wire, up to
+ * the pipe's window. */
+void pipe_flush(sim *s, node *n, uint32_t ci);
+/* The controller: publishes what is due, checks completion. Returns when
+ * it next wants to run, or a negative number when the run is over. */
+double controller_step(sim *s);
+
+/* flows.c: SimGrid comms */
+void flows_ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c);
+void flows_listen(sim *s, node *n, uint32_t ci);
+void flows_unlisten(sim *s, node *n, uint32_t ci);
+void flows_send(sim *s, node *n, uint32_t ci, msg *m);
+void flows_publish_central(sim *s, unsigned v);
+void flows_start(sim *s, void **hosts);
+
+/* queue.c: link queues */
+void queue_init(sim *s); /* dies when out of memory */
+void queue_free(sim *s);
+void queue_ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c);
+void queue_send(sim *s, node *n, uint32_t ci, msg *m);
+void queue_publish_central(sim *s, unsigned v);
+/* N's core wants a tick at stitch_swarm_wake: queue the wake-up. */
+void queue_wake(sim *s, node *n);
+void queue_start(sim *s, void *host);
+
+#endif

@@ -1,0 +1,212 @@
+/* flows.c: the "flows" network: every message is a SimGrid comm, shared
+ * max-min fairly with every other flow on its route (driver.h compares the
+ * two networks; docs/simulator.md has the model's settings).
+ *
+ * Each node and the seed is one SimGrid actor. A pipe is a mailbox whose
+ * receiver is fixed (sg_mailbox_set_receiver), so a message's transfer
+ * starts when it is sent and messages are taken in the order they were
+ * sent. An actor waits for the first of: a message on one of its pipes or
+ * its control mailbox, the end of one of its sends, or its core's wake-up.
+ *
+ * SimGrid 3.32 keeps every comm an actor started in that actor's activity
+ * list until the actor waits on it (sg_comm_test on a finished comm leaves
+ * it there, and the list is scanned at every completion), so the sends in
+ * flight are always part of the wait, never tested. */
+#include "driver.h"
+
+#include <simgrid/actor.h>
+#include <simgrid/comm.h>
+#include <simgrid/mailbox.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#define STACK_KIB 256 /* per actor; touched pages only count */
+
+void flows_ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c) {
+  (void)from; /* the comm starts on the calling actor's host */
+  sg_comm_t cm = sg_mailbox_put_init(s->node[to].ctl,
+                                     msg_new(s, kind, c, NULL, 0), CTL_BYTES);
+  sg_comm_detach(cm, free);
+}
+
+void flows_listen(sim *s, node *n, uint32_t ci) {
+  conn *c = s->conn[ci];
+  pipe_ *p = &c->d[1 - side_of(c, n->idx)];
+  if (p->mb == NULL) {
+    char name[32];
+    snprintf(name, sizeof(name), "c%u.%d", ci, 1 - side_of(c, n->idx));
+    p->mb = sg_mailbox_by_name(name);
+  }
+  sg_mailbox_set_receiver(sg_mailbox_get_name(p->mb));
+  p->get = sg_mailbox_get_async(p->mb, (void **)&p->got);
+}
+
+/* Nothing more is taken from the pipe to N: a get left pending would stay
+ * in N's activity list. */
+void flows_unlisten(sim *s, node *n, uint32_t ci) {
+  conn *c = s->conn[ci];
+  pipe_ *p = &c->d[1 - side_of(c, n->idx)];
+  if (p->get != NULL) {
+    sim_comm_cancel(p->get);
+    p->get = NULL;
+  }
+}
+
+void flows_send(sim *s, node *n, uint32_t ci, msg *m) {
+  conn *c = s->conn[ci];
+  pipe_ *p = &c->d[side_of(c, n->idx)];
+  if (p->mb == NULL) {
+    char name[32];
+    snprintf(name, sizeof(name), "c%u.%d", ci, side_of(c, n->idx));
+    p->mb = sg_mailbox_by_name(name);
+  }
+  p->put[p->nput++] = sg_mailbox_put_async(p->mb, m, (long)m->len);
+}
+
+void flows_publish_central(sim *s, unsigned v) {
+  for (int i = 1; i < s->n_node; i++) {
+    sg_comm_t cm = sg_mailbox_put_init(s->node[i].ctl,
+                                       msg_new(s, MSG_PUBLISH, v, NULL, 0),
+                                       (long)s->tr.v[v].bytes);
+    sg_comm_detach(cm, free);
+  }
+}
+
+/* ---- A node's actor --------------------------------------------------- */
+
+typedef struct waiter {
+  void **comm;
+  uint32_t *conn;
+  int *what; /* -1 control, 0 get, 1 + k put k */
+  size_t n, cap;
+} waiter;
+
+static void wait_add(waiter *w, void *cm, uint32_t c, int what) {
+  if (w->n == w->cap) {
+    w->cap = w->cap ? w->cap * 2 : 64;
+    w->comm = realloc(w->comm, w->cap * sizeof(*w->comm));
+    w->conn = realloc(w->conn, w->cap * sizeof(*w->conn));
+    w->what = realloc(w->what, w->cap * sizeof(*w->what));
+    if (w->comm == NULL || w->conn == NULL || w->what == NULL)
+      die("out of memory");
+  }
+  w->comm[w->n] = cm;
+  w->conn[w->n] = c;
+  w->what[w->n++] = what;
+}
+
+/* Everything N waits for: its control mailbox, its open pipes, its sends. */
+static void wait_list(sim *s, node *n, waiter *w) {
+  w->n = 0;
+  wait_add(w, n->ctl_get, 0, -1);
+  for (size_t i = 0; i < n->n_conns; i++) {
+    conn *c = s->conn[n->conns[i]];
+    int side = side_of(c, n->idx);
+    if (c->open[side] && c->d[1 - side].get != NULL)
+      wait_add(w, c->d[1 - side].get, n->conns[i], 0);
+    for (int k = 0; k < c->d[side].nput; k++)
+      wait_add(w, c->d[side].put[k], n->conns[i], 1 + k);
+  }
+}
+
+/* What ended at position POS of W (FAILED: a pipe closed under it). */
+static void on_comm(sim *s, node *n, const waiter *w, long pos, int failed) {
+  int what = w->what[pos];
+  if (failed && what == 0) { /* a get: nothing more comes on that pipe */
+    conn *c = s->conn[w->conn[pos]];
+    c->d[1 - side_of(c, n->idx)].get = NULL;
+    return;
+  }
+  if (failed && what < 0)
+    die("a control message failed");
+  if (what < 0) {
+    msg *m = n->ctl_msg;
+    n->ctl_get = sg_mailbox_get_async(n->ctl, (void **)&n->ctl_msg);
+    on_ctl(s, n, m);
+    free(m);
+    return;
+  }
+  conn *c = s->conn[w->conn[pos]];
+  int side = side_of(c, n->idx);
+  if (what == 0) {
+    pipe_ *p = &c->d[1 - side];
+    msg *m = p->got;
+    p->get = sg_mailbox_get_async(p->mb, (void **)&p->got);
+    on_data(s, n, w->conn[pos], m);
+    free(m);
+  } else { /* a send ended: the window has room again */
+    pipe_ *p = &c->d[side];
+    memmove(&p->put[what - 1], &p->put[what],
+            (size_t)(p->nput - what) * sizeof(p->put[0]));
+    p->nput--;
+  }
+}
+
+static void node_main(int argc, char **argv) {
+  (void)argc, (void)argv;
+  node *n = sg_actor_self_get_data();
+  sim *s = n->sim;
+  waiter w = {0};
+  sg_actor_daemonize(sg_actor_self());
+  sg_mailbox_set_receiver(sg_mailbox_get_name(n->ctl));
+  n->ctl_get = sg_mailbox_get_async(n->ctl, (void **)&n->ctl_msg);
+  node_step(s, n);
+  for (;;) {
+    wait_list(s, n, &w);
+    uint64_t wake = stitch_swarm_wake(n->sw);
+    double timeout = wake == UINT64_MAX
+                         ? -1.0
+                         : (double)wake / 1e3 - now_s(s) + 1e-7;
+    if (timeout < 0 && wake != UINT64_MAX)
+      timeout = 0;
+    int failed;
+    long pos = sim_wait_any_for(w.comm, w.n, timeout, &failed);
+    if (pos < -1)
+      die("a communication failed");
+    if (pos >= 0)
+      on_comm(s, n, &w, pos, failed);
+    node_step(s, n);
+  }
+}
+
+/* ---- Central mode: plain flows from one store ------------------------- */
+
+static void central_main(int argc, char **argv) {
+  (void)argc, (void)argv;
+  node *n = sg_actor_self_get_data();
+  sg_actor_daemonize(sg_actor_self());
+  sg_mailbox_set_receiver(sg_mailbox_get_name(n->ctl));
+  for (;;) {
+    msg *m = sg_mailbox_get(n->ctl);
+    if (m->conn <= n->sim->tr.count && n->done[m->conn] < 0)
+      n->done[m->conn] = now_s(n->sim);
+    free(m);
+  }
+}
+
+static void controller_main(int argc, char **argv) {
+  (void)argc, (void)argv;
+  sim *s = sg_actor_self_get_data();
+  for (double wake; (wake = controller_step(s)) >= 0;)
+    sg_actor_sleep_until(wake);
+}
+
+void flows_start(sim *s, void **hosts) {
+  for (int i = s->sc.central ? 1 : 0; i < s->n_node; i++) {
+    char name[16];
+    snprintf(name, sizeof(name), "ctl%d", i);
+    s->node[i].ctl = sg_mailbox_by_name(name);
+    snprintf(name, sizeof(name), "n%d", i);
+    sg_actor_t a = sg_actor_init(name, s->node[i].host);
+    sg_actor_set_data(a, &s->node[i]);
+    sg_actor_set_stacksize(a, STACK_KIB << 10);
+    char *argv[] = {name, NULL};
+    sg_actor_start(a, s->sc.central ? central_main : node_main, 1, argv);
+  }
+  sg_actor_t ctl = sg_actor_init("controller",
+                                 hosts[s->sc.central ? s->sc.nodes + 1 : 0]);
+  sg_actor_set_data(ctl, s);
+  char *cargv[] = {"controller", NULL};
+  sg_actor_start(ctl, controller_main, 1, cargv);
+}

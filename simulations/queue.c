@@ -1,0 +1,298 @@
+/* queue.c: the "queues" network, for thousands of nodes (driver.h says
+ * why SimGrid's flows cannot go there; docs/simulator.md has the model).
+ *
+ * The same platform as platform.cpp builds: every host has an up and a
+ * down link, every region a link out to the backbone and one in. Here each
+ * link is a FIFO queue: a message of S bytes takes S / bandwidth of each
+ * link on its route, in the order messages were sent, and reaches the
+ * receiver after the last link's share plus the route's latency. A link
+ * passes a message on as soon as it starts (cut-through), so a message
+ * takes as long as its slowest link, not the sum. No link ever carries
+ * more than its bandwidth, so no completion can beat the bound, which
+ * rests on link capacities only.
+ *
+ * Messages of at most SMALL_BYTES (control frames: HAVE, REQUEST, ...) do
+ * not queue: they cost their route's latency and their bytes at the
+ * slowest link's rate, as a small packet does beside bulk TCP flows that
+ * share a link fairly. Every message of a pipe still arrives after the one
+ * sent before it: a pipe is a byte stream.
+ *
+ * One SimGrid actor runs every core from one event heap (arrivals and
+ * wake-ups, ordered by time, then by when they were queued, so a run is
+ * deterministic) and sleeps until each event's time, so SimGrid's clock
+ * is the simulation's. */
+#include "driver.h"
+
+#include <simgrid/actor.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SMALL_BYTES (16u << 10)
+
+typedef struct qlink {
+  double free_at; /* seconds: when the last message queued has left it */
+  double bps;     /* bytes per second */
+} qlink;
+
+typedef enum ev_kind { EV_WAKE, EV_CTL, EV_DATA, EV_CENTRAL } ev_kind;
+
+typedef struct event {
+  double t;
+  uint64_t seq;
+  int node;
+  ev_kind kind;
+  msg *m;
+} event;
+
+typedef struct qnet {
+  qlink *up, *down; /* [host]: 0 the seed, 1..nodes, nodes + 1 the store */
+  int *region;      /* [host] */
+  qlink *out, *in;  /* [region] */
+  double *lat;      /* [region]: one-way latency between two of its hosts */
+  double inter_lat;
+  event *heap;
+  size_t n, cap;
+  uint64_t seq;
+} qnet;
+
+static double bytes_per_s(double mbps) { return mbps * 1e6 / 8; }
+
+void queue_init(sim *s) {
+  const sim_scenario *sc = &s->sc;
+  size_t hosts = sc->nodes + 2, nr = sc->n_regions;
+  qnet *q = calloc(1, sizeof(*q));
+  if (q == NULL || (q->up = calloc(hosts, sizeof(*q->up))) == NULL ||
+      (q->down = calloc(hosts, sizeof(*q->down))) == NULL ||
+      (q->region = calloc(hosts, sizeof(*q->region))) == NULL ||
+      (q->out = calloc(nr, sizeof(*q->out))) == NULL ||
+      (q->in = calloc(nr, sizeof(*q->in))) == NULL ||
+      (q->lat = calloc(nr, sizeof(*q->lat))) == NULL)
+    die("out of memory");
+  s->q = q;
+  q->inter_lat = sc->inter_latency_ms / 1e3;
+  size_t h = 1;
+  for (size_t r = 0; r < nr; r++) {
+    const sim_region *g = &sc->regions[r];
+    q->out[r].bps = q->in[r].bps = bytes_per_s(sc->inter_mbps);
+    q->lat[r] = g->latency_ms / 1e3;
+    if (strcmp(g->name, sc->seed_region) == 0) {
+      q->region[0] = q->region[hosts - 1] = (int)r;
+      q->up[0].bps = bytes_per_s(sc->seed_up_mbps);
+      q->down[0].bps = bytes_per_s(sc->seed_down_mbps);
+      q->up[hosts - 1].bps = q->down[hosts - 1].bps =
+          bytes_per_s(sc->central ? sc->central_mbps : sc->seed_up_mbps);
+    }
+    for (unsigned i = 0; i < g->nodes; i++, h++) {
+      q->region[h] = (int)r;
+      q->up[h].bps = bytes_per_s(g->up_mbps);
+      q->down[h].bps = bytes_per_s(g->down_mbps);
+    }
+  }
+}
+
+void queue_free(sim *s) {
+  qnet *q = s->q;
+  if (q == NULL)
+    return;
+  for (size_t i = 0; i < q->n; i++)
+    free(q->heap[i].m);
+  free(q->heap);
+  free(q->up);
+  free(q->down);
+  free(q->region);
+  free(q->out);
+  free(q->in);
+  free(q->lat);
+  free(q);
+  s->q = NULL;
+}
+
+/* ---- The event heap --------------------------------------------------- */
+
+static int ev_before(const event *a, const event *b) {
+  return a->t < b->t || (a->t == b->t && a->seq < b->seq);
+}
+
+static void ev_push(qnet *q, double t, int to, ev_kind kind, msg *m) {
+  if (q->n == q->cap) {
+    q->cap = q->cap ? q->cap * 2 : 4096;
+    q->heap = realloc(q->heap, q->cap * sizeof(*q->heap));
+    if (q->heap == NULL)
+      die("out of memory");
+  }
+  event e = {t, q->seq++, to, kind, m};
+  size_t i = q->n++;
+  while (i > 0 && ev_before(&e, &q->heap[(i - 1) / 2])) {
+    q->heap[i] = q->heap[(i - 1) / 2];
+    i = (i - 1) / 2;
+  }
+  q->heap[i] = e;
+}
+
+static event ev_pop(qnet *q) {
+  event top = q->heap[0], last = q->heap[--q->n];
+  size_t i = 0;
+  for (;;) {
+    size_t c = 2 * i + 1;
+    if (c >= q->n)
+      break;
+    if (c + 1 < q->n && ev_before(&q->heap[c + 1], &q->heap[c]))
+      c++;
+    if (!ev_before(&q->heap[c], &last))
+      break;
+    q->heap[i] = q->heap[c];
+    i = c;
+  }
+  if (q->n > 0)
+    q->heap[i] = last;
+  return top;
+}
+
+/* ---- The links -------------------------------------------------------- */
+
+/* One-way latency from host A to host B. */
+static double route_latency(const qnet *q, int a, int b) {
+  int ra = q->region[a], rb = q->region[b];
+  double l = q->lat[ra] / 2 + q->lat[rb] / 2;
+  return ra == rb ? l : l + q->inter_lat;
+}
+
+/* Queues S bytes on link L from time *START (when the link before it
+ * started passing them on); *END becomes the latest any link finishes. */
+static void link_pass(qlink *l, double bytes, double *start, double *end) {
+  double st = fmax(*start, l->free_at), took = bytes / l->bps;
+  l->free_at = st + took;
+  *start = st;
+  *end = fmax(*end, st + took);
+}
+
+/* When S bytes sent now from host A reach host B. */
+static double transfer(sim *s, int a, int b, size_t bytes) {
+  qnet *q = s->q;
+  int ra = q->region[a], rb = q->region[b];
+  double now = s->clock, sz = (double)bytes;
+  if (bytes <= SMALL_BYTES) { /* beside the queues, at the slowest rate */
+    double bps = fmin(q->up[a].bps, q->down[b].bps);
+    if (ra != rb)
+      bps = fmin(bps, fmin(q->out[ra].bps, q->in[rb].bps));
+    return now + sz / bps + route_latency(q, a, b);
+  }
+  double start = now, end = now;
+  link_pass(&q->up[a], sz, &start, &end);
+  if (ra != rb) {
+    link_pass(&q->out[ra], sz, &start, &end);
+    link_pass(&q->in[rb], sz, &start, &end);
+  }
+  link_pass(&q->down[b], sz, &start, &end);
+  return end + route_latency(q, a, b);
+}
+
+/* ---- Sending ---------------------------------------------------------- */
+
+void queue_ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c) {
+  double t = from == to ? s->clock : transfer(s, from, to, CTL_BYTES);
+  ev_push(s->q, t, to, EV_CTL, msg_new(s, kind, c, NULL, 0));
+}
+
+void queue_send(sim *s, node *n, uint32_t ci, msg *m) {
+  conn *c = s->conn[ci];
+  int side = side_of(c, n->idx), to = c->node[1 - side];
+  pipe_ *p = &c->d[side];
+  double t = fmax(transfer(s, n->idx, to, m->len), p->last_arrival);
+  p->last_arrival = t;
+  p->nput++;
+  ev_push(s->q, t, to, EV_DATA, m);
+}
+
+void queue_publish_central(sim *s, unsigned v) {
+  int store = s->n_node; /* host nodes + 1 */
+  for (int i = 1; i < s->n_node; i++)
+    ev_push(s->q, transfer(s, store, i, s->tr.v[v].bytes), i, EV_CENTRAL,
+            msg_new(s, MSG_PUBLISH, v, NULL, 0));
+}
+
+void queue_wake(sim *s, node *n) {
+  uint64_t w = stitch_swarm_wake(n->sw);
+  if (w == UINT64_MAX)
+    return;
+  double t = fmax((double)w / 1e3, s->clock);
+  if (t < n->wake_at) { /* a later one already queued fires early: fine */
+    n->wake_at = t;
+    ev_push(s->q, t, n->idx, EV_WAKE, NULL);
+  }
+}
+
+/* ---- The loop --------------------------------------------------------- */
+
+/* A message on connection M->conn reached node N: its sender's window has
+ * room again, so the sender puts more on the wire. */
+static void on_arrival(sim *s, node *n, msg *m) {
+  conn *c = s->conn[m->conn];
+  int side = side_of(c, n->idx);
+  pipe_ *p = &c->d[1 - side];
+  p->nput--;
+  on_data(s, n, m->conn, m);
+  node_step(s, n);
+  node *from = &s->node[c->node[1 - side]];
+  if (c->open[1 - side])
+    pipe_flush(s, from, m->conn);
+}
+
+static void run_event(sim *s, event *e) {
+  node *n = &s->node[e->node];
+  switch (e->kind) {
+  case EV_WAKE:
+    if (e->t != n->wake_at)
+      return; /* superseded by an earlier one */
+    n->wake_at = INFINITY;
+    node_step(s, n);
+    return;
+  case EV_CTL:
+    on_ctl(s, n, e->m);
+    node_step(s, n);
+    break;
+  case EV_DATA:
+    on_arrival(s, n, e->m);
+    break;
+  case EV_CENTRAL:
+    if (e->m->conn <= s->tr.count && n->done[e->m->conn] < 0)
+      n->done[e->m->conn] = s->clock;
+    break;
+  }
+  free(e->m);
+}
+
+static void queue_main(int argc, char **argv) {
+  (void)argc, (void)argv;
+  sim *s = sg_actor_self_get_data();
+  qnet *q = s->q;
+  for (int i = s->sc.central ? s->n_node : 0; i < s->n_node; i++)
+    node_step(s, &s->node[i]);
+  double ctl = 0; /* the controller's next turn */
+  for (;;) {
+    double t = q->n > 0 ? q->heap[0].t : INFINITY;
+    int controller = ctl <= t; /* it goes first at equal times */
+    if (controller)
+      t = ctl;
+    if (t > s->clock) {
+      sg_actor_sleep_until(t);
+      s->clock = t;
+    }
+    if (controller) {
+      if ((ctl = controller_step(s)) < 0)
+        return;
+      continue;
+    }
+    event e = ev_pop(q);
+    run_event(s, &e);
+  }
+}
+
+void queue_start(sim *s, void *host) {
+  sg_actor_t a = sg_actor_init("network", host);
+  sg_actor_set_data(a, s);
+  char *argv[] = {"network", NULL};
+  sg_actor_start(a, queue_main, 1, argv);
+}

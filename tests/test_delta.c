@@ -79,6 +79,30 @@ static uint8_t *encode(const char *a, const char *b, unsigned block_log2,
   return buf;
 }
 
+/* What stitch_delta_apply_file_ex reported: the stages in order, each
+ * from 0 to the same total, never going back. */
+typedef struct progress_log {
+  const char *stage[8];
+  int n;
+  uint64_t done, total;
+} progress_log;
+
+static void on_progress(void *arg, const char *what, uint64_t done,
+                        uint64_t total) {
+  progress_log *p = arg;
+  if (p->n == 0 || strcmp(p->stage[p->n - 1], what) != 0) {
+    ASSERT(p->n < 8);
+    ASSERT(p->n == 0 || p->done == p->total); /* the last stage finished */
+    ASSERT_UEQ(done, 0);
+    p->stage[p->n++] = what;
+    p->done = 0;
+  }
+  ASSERT(done >= p->done && done <= total);
+  ASSERT(p->n == 1 || total == p->total);
+  p->done = done;
+  p->total = total;
+}
+
 static void check_apply_file(const char *a, const uint8_t *dbuf, size_t dlen,
                              const char *b) {
   stitch_diag d = {{0}};
@@ -86,9 +110,22 @@ static void check_apply_file(const char *a, const uint8_t *dbuf, size_t dlen,
   ASSERT_OK(stitch_delta_parse(dbuf, dlen, &dl, &d), d);
   stitch_st *sa = open_ckpt(a), *sb = open_ckpt(b);
   const char *out = test_path("applied.safetensors");
-  ASSERT_OK(stitch_delta_apply_file(sa, dl, out, &d), d);
+  progress_log pl = {.n = 0};
+  stitch_delta_apply_opts o = {.threads = 2, .progress = on_progress,
+                               .progress_arg = &pl};
+  ASSERT_OK(stitch_delta_apply_file_ex(sa, dl, out, &o, &d), d);
+  static const char *const stages[] = {"copying the base", "applying",
+                                       "checking digests", "writing"};
+  ASSERT_EQ(pl.n, 4);
+  for (int i = 0; i < 4; i++)
+    ASSERT_STR_EQ(pl.stage[i], stages[i]);
+  ASSERT_UEQ(pl.done, pl.total);
   stitch_st *so = open_ckpt(out);
   ASSERT_EQ(stitch_st_count(so), stitch_st_count(sb));
+  uint64_t result_bytes = 0;
+  for (size_t i = 0; i < stitch_st_count(sb); i++)
+    result_bytes += stitch_st_tensor(sb, i)->nbytes;
+  ASSERT_UEQ(pl.total, result_bytes);
   for (size_t i = 0; i < stitch_st_count(sb); i++) {
     const stitch_tensor *x = stitch_st_tensor(sb, i);
     const stitch_tensor *y = stitch_st_find(so, x->name);

@@ -31,4 +31,9 @@ int cli_parse_args(int argc, char **argv, const char **pos, int max,
 int cli_fail(int err, const stitch_diag *d);
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* A progress line on a terminal, "stitch: WHAT  NN%", redrawn when the
+ * percentage moves and cleared at 100%; ARG is an int holding -1 at first.
+ * For the library's progress callbacks. */
+void cli_progress(void *arg, const char *what, uint64_t done, uint64_t total);
+
 #endif

@@ -144,11 +144,17 @@ int cmd_apply(int argc, char **argv) {
   stitch_diag d = {{0}};
   stitch_st *a = NULL;
   stitch_delta *dl = NULL;
+  int last = -1;
+  stitch_delta_apply_opts o = {0};
+  if (isatty(2)) {
+    o.progress = cli_progress;
+    o.progress_arg = &last;
+  }
   int rc = stitch_st_open(pos[0], &a, &d);
   if (rc == 0)
     rc = stitch_delta_open(pos[1], &dl, &d);
   if (rc == 0)
-    rc = stitch_delta_apply_file(a, dl, fl[0].value, &d);
+    rc = stitch_delta_apply_file_ex(a, dl, fl[0].value, &o, &d);
   stitch_delta_free(dl);
   stitch_st_free(a);
   return rc == 0 ? 0 : cli_fail(rc, &d);

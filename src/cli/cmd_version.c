@@ -10,19 +10,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* A progress line on a terminal: "stitch: WHAT  done/total". */
-static void show_progress(void *arg, const char *what, uint64_t done,
-                          uint64_t total) {
-  int *last = arg;
-  int pct = total ? (int)(100 * done / total) : 100;
-  if (pct == *last)
-    return;
-  *last = pct;
-  fprintf(stderr, "\r\033[Kstitch: %s %3d%%", what, pct);
-  if (done == total)
-    fputs("\r\033[K", stderr);
-}
-
 static int parse_u64(const char *s, const char *what, uint64_t max,
                      uint64_t *out) {
   char *end;
@@ -114,7 +101,7 @@ int cmd_publish(int argc, char **argv) {
   }
   int last = -1;
   if (isatty(2)) {
-    o.progress = show_progress;
+    o.progress = cli_progress;
     o.progress_arg = &last;
   }
   stitch_diag d = {{0}};
@@ -179,7 +166,7 @@ int cmd_pull(int argc, char **argv) {
   }
   int last = -1;
   if (isatty(2)) {
-    o.progress = show_progress;
+    o.progress = cli_progress;
     o.progress_arg = &last;
   }
   stitch_diag d = {{0}};

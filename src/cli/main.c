@@ -25,6 +25,18 @@ static const struct {
     {"recover", cmd_recover, "recover --weights FILE"},
 };
 
+void cli_progress(void *arg, const char *what, uint64_t done,
+                  uint64_t total) {
+  int *last = arg;
+  int pct = total ? (int)(100 * done / total) : 100;
+  if (pct == *last)
+    return;
+  *last = pct;
+  fprintf(stderr, "\r\033[Kstitch: %s %3d%%", what, pct);
+  if (done == total)
+    fputs("\r\033[K", stderr);
+}
+
 /* Messages quote names from the input, which may hold control characters:
  * escape them so the error stays one line. */
 int cli_fail(int err, const stitch_diag *d) {

@@ -426,6 +426,24 @@ static int same_layout(const stitch_tensor *bt, const stitch_delta_tensor *t) {
 
 int stitch_delta_apply_file(const stitch_st *base, const stitch_delta *dl,
                             const char *path, stitch_diag *d) {
+  return stitch_delta_apply_file_ex(base, dl, path, NULL, d);
+}
+
+static void stage(const stitch_delta_apply_opts *o, const char *what,
+                  uint64_t done, uint64_t total) {
+  if (o->progress != NULL)
+    o->progress(o->progress_arg, what, done, total);
+}
+
+int stitch_delta_apply_file_ex(const stitch_st *base, const stitch_delta *dl,
+                               const char *path,
+                               const stitch_delta_apply_opts *opts,
+                               stitch_diag *d) {
+  static const stitch_delta_apply_opts none = {0};
+  const stitch_delta_apply_opts *o = opts != NULL ? opts : &none;
+  uint64_t total = 0, copied = 0;
+  for (size_t i = 0; i < dl->count; i++)
+    total += dl->t[i].pub.nbytes;
   stitch_digest dg;
   CHECK_RC(stitch_view_digest(base, &dg, NULL));
   RETURN_IF(memcmp(dg.b, dl->base.b, 32) != 0, d, STITCH_EBASE,
@@ -449,6 +467,8 @@ int stitch_delta_apply_file(const stitch_st *base, const stitch_delta *dl,
   const stitch_tensor **outp = calloc(n, sizeof(*outp));
   if (rc == 0 && (!tdg || !names || !dst || !sizes || !out || !outp))
     rc = stitch_diag_set(d, STITCH_ENOMEM, "out of memory");
+  if (rc == 0)
+    stage(o, "copying the base", 0, total);
   for (size_t i = 0; i < dl->count && rc == 0; i++) {
     const stitch_delta_tensor *t = &dl->t[i].pub;
     dst[i] = stitch_st_writer_data(w, i);
@@ -459,27 +479,40 @@ int stitch_delta_apply_file(const stitch_st *base, const stitch_delta *dl,
                              .data = dst[i]};
     memcpy(out[i].shape, t->shape, sizeof(out[i].shape));
     outp[i] = &out[i];
-    if (t->is_new)
-      continue;
-    const stitch_tensor *bt = stitch_st_find(base, t->name);
-    if (bt == NULL || !same_layout(bt, t))
+    const stitch_tensor *bt =
+        t->is_new ? NULL : stitch_st_find(base, t->name);
+    if (!t->is_new && (bt == NULL || !same_layout(bt, t)))
       rc = stitch_diag_set(d, STITCH_EFORMAT,
                            "delta: tensor '%s' is not in the base as listed",
                            t->name);
-    else if (t->nbytes > 0)
+    else if (!t->is_new && t->nbytes > 0)
       memcpy(dst[i], bt->data, (size_t)t->nbytes);
+    copied += t->nbytes; /* a new tensor has nothing to copy: done too */
+    if (rc == 0)
+      stage(o, "copying the base", copied, total);
+  }
+  if (rc == 0) {
+    stage(o, "applying", 0, total);
+    rc = stitch_delta_apply_all(dl, dst, sizes, o->threads, d);
+  }
+  if (rc == 0) {
+    stage(o, "applying", total, total);
+    stage(o, "checking digests", 0, total);
+    rc = stitch_tensor_digests(dl->count, outp, o->threads, tdg);
   }
   if (rc == 0)
-    rc = stitch_delta_apply_all(dl, dst, sizes, 0, d);
-  if (rc == 0)
-    rc = stitch_tensor_digests(dl->count, outp, 0, tdg);
+    stage(o, "checking digests", total, total);
   if (rc == 0 && (rc = stitch_view_digest_from(dl->count, names, tdg, &dg)) ==
                      0 &&
       memcmp(dg.b, dl->result.b, 32) != 0)
     rc = stitch_diag_set(d, STITCH_EDIGEST,
                          "result digest mismatch after apply: output discarded");
-  if (rc == 0)
+  if (rc == 0) {
+    stage(o, "writing", 0, total);
     rc = stitch_st_writer_commit(w, d);
+  }
+  if (rc == 0)
+    stage(o, "writing", total, total);
   free(tdg);
   free(names);
   free(dst);

@@ -117,6 +117,21 @@ const char *stitch_delta_metadata(const stitch_delta *dl);
 int stitch_delta_apply_file(const stitch_st *base, const stitch_delta *dl,
                             const char *path, stitch_diag *d);
 
+/* The same with options: THREADS for the blocks and digests (0: one per
+ * online CPU), and PROGRESS, if set, called on the caller's thread as each
+ * stage moves, with bytes done out of total: "copying the base", then
+ * "applying", "checking digests" and "writing", each from 0 to its total
+ * (the last three in one step each: they run on many threads). */
+typedef struct stitch_delta_apply_opts {
+  unsigned threads;
+  void (*progress)(void *arg, const char *what, uint64_t done, uint64_t total);
+  void *progress_arg;
+} stitch_delta_apply_opts;
+int stitch_delta_apply_file_ex(const stitch_st *base, const stitch_delta *dl,
+                               const char *path,
+                               const stitch_delta_apply_opts *o,
+                               stitch_diag *d);
+
 /* Patches every tensor in place: data[i] holds the base bytes of tensor i
  * (as listed by stitch_delta_tensor_at; NEW tensors' contents do not
  * matter) and nbytes[i] their size. Blocks are independent, so they run on

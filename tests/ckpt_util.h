@@ -94,6 +94,29 @@ static inline stitch_st *open_ckpt(const char *path) {
   return st;
 }
 
+/* The manifest's tensor list for the result of delta DL (RESULT holds its
+ * bytes): names, layouts and digests. calloc'd; names point into DL. */
+static inline stitch_mtensor *test_manifest_tensors(const stitch_delta *dl,
+                                                    const stitch_st *result) {
+  stitch_diag d = {{0}};
+  size_t n = stitch_delta_count(dl);
+  stitch_mtensor *mt = calloc(n ? n : 1, sizeof(*mt));
+  for (size_t i = 0; i < n; i++) {
+    const stitch_delta_tensor *t = stitch_delta_tensor_at(dl, i);
+    const stitch_tensor *rt = stitch_st_find(result, t->name);
+    ASSERT(rt != NULL);
+    mt[i] = (stitch_mtensor){.name = (char *)t->name,
+                             .dtype = t->dtype,
+                             .ndim = t->ndim,
+                             .nbytes = t->nbytes};
+    memcpy(mt[i].shape, t->shape, sizeof(t->shape));
+    ASSERT_OK(stitch_tensor_digest(t->dtype, t->ndim, t->shape, rt->data,
+                                   rt->nbytes, &mt[i].digest),
+              d);
+  }
+  return mt;
+}
+
 /* ---- Weights ------------------------------------------------------------ */
 
 static inline uint8_t *test_dup_bytes(const uint8_t *p, size_t n) {

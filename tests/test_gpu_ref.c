@@ -60,20 +60,7 @@ static void patched_make(patched *f, const tspec *a, const tspec *b, size_t n,
   ASSERT_OK(stitch_delta_parse(f->dbuf, f->dlen, &f->dl, &d), d);
   ASSERT_OK(stitch_chunks_from_delta(f->dl, 4096, &f->obj, &f->bufs, &d), d);
   size_t nt = stitch_delta_count(f->dl);
-  f->mt = calloc(nt ? nt : 1, sizeof(*f->mt));
-  for (size_t i = 0; i < nt; i++) {
-    const stitch_delta_tensor *t = stitch_delta_tensor_at(f->dl, i);
-    const stitch_tensor *rt = stitch_st_find(f->result, t->name);
-    ASSERT(rt != NULL);
-    f->mt[i] = (stitch_mtensor){.name = (char *)t->name,
-                                .dtype = t->dtype,
-                                .ndim = t->ndim,
-                                .nbytes = t->nbytes};
-    memcpy(f->mt[i].shape, t->shape, sizeof(t->shape));
-    ASSERT_OK(stitch_tensor_digest(t->dtype, t->ndim, t->shape, rt->data,
-                                   rt->nbytes, &f->mt[i].digest),
-              d);
-  }
+  f->mt = test_manifest_tensors(f->dl, f->result);
   f->obj.kind = STITCH_OBJ_DELTA;
   f->obj.base_view = *stitch_delta_base_digest(f->dl);
   f->m = (stitch_manifest){.version = 1,

@@ -186,9 +186,11 @@ static void on_written(uv_write_t *req, int status) {
     return;
   if (status < 0)
     conn_close(c);
-  else if (kind == W_PART) /* the client caught up: read on */
-    upstream_pause(c->up, uv_stream_get_write_queue_size(
-                              (uv_stream_t *)&c->tcp) > SC_STREAM_LOW);
+  else if (kind == W_PART) { /* read on once the client caught up */
+    if (uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) <=
+        SC_STREAM_LOW)
+      upstream_pause(c->up, 0);
+  }
   else if (!c->keep)
     conn_linger(c);
   else

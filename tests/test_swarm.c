@@ -666,6 +666,53 @@ static void scenario_leave(void) {
   sn_free(&net);
 }
 
+/* The seed and 2 nodes in "eu", 12 nodes in "us", each of which is told
+ * of a node of "eu" and of the "us" node before it: every "us" node can
+ * fetch across, and they learn of each chunk at about the same time. Each
+ * chunk should still cross into "us" about once (fetch.c cross_ok, the
+ * CROSSING message), and spread inside. Without the rule every "us" node
+ * fetched its own copy across: 12 times the bytes. */
+static void scenario_regions(void) {
+  sn_net net;
+  sn_params q = default_params;
+  q.seed = test_seed;
+  sn_init(&net, &q, &swarm_pk);
+  sn_node *seed = sn_add(&net, "eu", 1, 1);
+  seed->cfg.node_pk = swarm_pk;
+  seed->cfg.node_sk = swarm_sk;
+  for (int i = 1; i <= 14; i++)
+    sn_add(&net, i <= 2 ? "eu" : "us", 0, 1);
+  sn_start(&net, seed, NULL, 0);
+  for (int i = 1; i <= 14; i++) {
+    int peers[2] = {i <= 2 ? 0 : 1 + i % 2, i - 1};
+    sn_start(&net, &net.node[i], peers, i <= 3 ? 1 : 2);
+  }
+  sn_run(&net, 50, NULL, NULL);
+  for (uint64_t v = 1; v <= 2; v++) {
+    publish(&net, seed, v);
+    run_until_all_at(&net, v);
+  }
+  check_all_exact(&net, 2);
+  uint64_t across = 0, down = 0, crossing = 0;
+  for (int i = 3; i <= 14; i++) {
+    stitch_swarm_stats st;
+    sn_stats(&net.node[i], &st);
+    across += st.bytes_other_region;
+    down += st.bytes_down;
+    crossing += net.node[i].rx_frames[WIRE_CROSSING];
+  }
+  uint64_t need = needed_bytes(&net, 2);
+  printf("regions: 12 nodes of \"us\" at v2 bit-exact; %" PRIu64
+         " B crossed into \"us\" = %.2fx the %" PRIu64
+         " B needed (one copy each: 12x); %.2fx came from inside; %" PRIu64
+         " CROSSING frames\n",
+         across, (double)across / (double)need, need,
+         (double)(down - across) / (double)need, crossing);
+  CHECK_NET(&net, crossing > 0);
+  CHECK_NET(&net, across <= need * 3); /* at most 3 copies */
+  sn_free(&net);
+}
+
 static void scenario_fanout_once(void) {
   stitch_digest fp;
   scenario_fanout(0, &fp);
@@ -767,6 +814,7 @@ int main(void) {
   failed += scenario("forged", scenario_forged);
   failed += scenario("late", scenario_late);
   failed += scenario("leave", scenario_leave);
+  failed += scenario("regions", scenario_regions);
   failed += scenario("determinism", scenario_determinism);
   failed += scenario("sweep", scenario_sweep);
   for (uint64_t v = 1; v <= NV; v++) {

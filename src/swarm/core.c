@@ -202,6 +202,8 @@ static void version_free(vstate *v) {
     free(v->inflight[o]);
     free(v->sent[o]);
     free(v->offers[o]);
+    free(v->far_at[o]);
+    free(v->crossing[o]);
   }
   free(v->raw);
   stitch_manifest_free((stitch_manifest *)v->ref.m);
@@ -347,7 +349,11 @@ static int linked_to(const stitch_swarm *s, const char *a) {
 }
 
 /* Opens links until max_peers: same region first, but keeping
- * cfg.cross_region links to other regions when there are any. */
+ * cfg.cross_region links to other regions when there are any. Links to
+ * other regions beyond those cfg.cross_region do not count: nodes of far
+ * regions dial into the region that holds the chunks first, and counting
+ * their links left such a node with two or three neighbours of its own
+ * region, whose uplink then sat idle while its region spread a version. */
 static void maintain(stitch_swarm *s) {
   size_t have = count_peers(s, 0), pending = 0, cross = 0;
   s->region_known = 0; /* fetch.c's estimate of our region's size */
@@ -366,6 +372,8 @@ static void maintain(stitch_swarm *s) {
              strcmp(s->peers[i].region, s->cfg.region) != 0;
   if (s->cfg.seed)
     return; /* the seed waits for nodes to dial it */
+  if (cross > s->cfg.cross_region)
+    have -= cross - s->cfg.cross_region;
   while (have + pending < s->cfg.max_peers) {
     int want_cross = cross < s->cfg.cross_region;
     addr_entry *best = NULL;
@@ -619,7 +627,9 @@ static int add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
           (v->avail[o] = calloc(n + 1, 2)) == NULL ||
           (v->inflight[o] = calloc(n + 1, 1)) == NULL ||
           (v->sent[o] = calloc(n + 1, 4)) == NULL ||
-          (v->offers[o] = calloc(n + 1, 2)) == NULL;
+          (v->offers[o] = calloc(n + 1, 2)) == NULL ||
+          (v->far_at[o] = calloc(n + 1, 4)) == NULL ||
+          (v->crossing[o] = calloc(n + 1, 4)) == NULL;
     for (uint64_t c = 0; c < n && !bad; c++)
       if (s->io.chunk_has(s->io.user, &m->objects[o].chunks[c].hash))
         bits_set(&v->held[o], c);
@@ -901,6 +911,9 @@ static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
     fetch_on_reject(s, p, &c);
     break;
   }
+  case WIRE_CROSSING:
+    fetch_on_crossing(s, p, m);
+    break;
   case WIRE_PEERS:
     on_peers(s, p, m);
     break;
@@ -996,6 +1009,8 @@ int stitch_swarm_tick(stitch_swarm *s, uint64_t now_ms) {
 
 uint64_t stitch_swarm_wake(const stitch_swarm *s) {
   uint64_t w = s->next_maintain_ms;
+  if (s->cross_wake_ms > s->now_ms && s->cross_wake_ms < w)
+    w = s->cross_wake_ms;
   /* The fetcher's timeouts and the seed's re-offers are checked on the
    * same beat. */
   uint64_t beat = s->now_ms + CORE_MAINTAIN_MS / 2;

@@ -27,10 +27,17 @@
 #define CORE_RATE_PER_S 4000    /* messages a peer may send per second */
 #define CORE_RATE_BURST 20000
 #define CORE_RANDOM_FIRST 4     /* chunks fetched at random before rarest-first */
-#define CORE_CROSS_FETCHERS 1   /* nodes per region that fetch a chunk across
-                                   at first (expected; fetch.c cross_ok) */
-#define CORE_CROSS_DOUBLE_MS 2000 /* and twice as many each this long after */
-#define CORE_CROSS_LOCAL_MS 500 /* then the lowest rank among neighbours too */
+/* Crossing regions (fetch.c cross_ok): a node fetches a chunk across no
+ * sooner than its rank times the region's size times CORE_CROSS_STEP_MS
+ * after the version came (at most CORE_CROSS_WAIT_MS), nor its rank times
+ * CORE_CROSS_SPREAD_MS after it first saw a far copy, and not at all
+ * while a CROSSING for it, heard under CORE_CROSS_TRUST_MS ago, says
+ * another node brings it. */
+#define CORE_CROSS_STEP_MS 20
+#define CORE_CROSS_WAIT_MS 1000
+#define CORE_CROSS_SPREAD_MS 200
+#define CORE_CROSS_TRUST_MS 3000
+#define CORE_CROSS_SAMPLES 8    /* crossers' ranks before they size a region */
 
 /* One chunk of one object, as the wire names it. */
 typedef struct chunk_id {
@@ -91,6 +98,7 @@ typedef struct peer {
   /* Our requests to it. */
   request req[CORE_MAX_PIPELINE];
   unsigned n_req;
+  int sched_done; /* fetch_schedule: nothing more to ask it this round */
   unsigned timeouts;
   uint64_t chunk_allow; /* largest CHUNK body it may send: what we asked */
   /* Its requests to us, served in order. */
@@ -124,7 +132,12 @@ typedef struct vstate {
   uint8_t *inflight[STITCH_MAX_OBJECTS];  /* our requests out for each */
   uint32_t *sent[STITCH_MAX_OBJECTS];     /* seed: uploads per chunk */
   uint16_t *offers[STITCH_MAX_OBJECTS];   /* seed: peers offered each */
-  uint64_t added_ms; /* when we learnt of it: cross-region deferral */
+  /* Crossing regions, as ms after added_ms plus one (0: not yet): when a
+   * peer of another region first held each chunk, and when we last heard
+   * (or sent) a CROSSING for it. */
+  uint32_t *far_at[STITCH_MAX_OBJECTS];
+  uint32_t *crossing[STITCH_MAX_OBJECTS];
+  uint64_t added_ms; /* when we learnt of it */
 } vstate;
 
 struct stitch_swarm {
@@ -152,6 +165,9 @@ struct stitch_swarm {
   size_t act_head, act_len;
   uint64_t now_ms, next_maintain_ms;
   size_t region_known; /* known addresses in our region (maintain) */
+  uint64_t cross_wake_ms; /* a crossing's wait ends (fetch.c cross_ok) */
+  double xr_sum;          /* ranks of the crossers heard of (region_size) */
+  unsigned xr_n;
   stitch_swarm_stats st;
 };
 
@@ -182,6 +198,7 @@ void fetch_replan(stitch_swarm *s);
 void fetch_schedule(stitch_swarm *s);
 int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m);
 void fetch_on_reject(stitch_swarm *s, peer *p, const chunk_id *c);
+void fetch_on_crossing(stitch_swarm *s, peer *p, const wire_msg *m);
 void fetch_peer_gone(stitch_swarm *s, peer *p);
 void fetch_tick(stitch_swarm *s);
 void fetch_serve_next(stitch_swarm *s, peer *p);

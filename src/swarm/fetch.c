@@ -61,6 +61,21 @@ static int in_plan(const stitch_swarm *s, uint64_t version, uint32_t object) {
   return 0;
 }
 
+/* Times about a version's chunks are kept as ms after the version arrived,
+ * plus one, so 0 means "not yet". */
+static uint32_t stamp(const stitch_swarm *s, const vstate *v) {
+  uint64_t d = s->now_ms - v->added_ms + 1;
+  return d < UINT32_MAX ? (uint32_t)d : UINT32_MAX;
+}
+
+static uint64_t at_ms(const vstate *v, uint32_t stamp) {
+  return v->added_ms + stamp - 1;
+}
+
+static int far_peer(const stitch_swarm *s, const peer *p) {
+  return !p->is_seed && strcmp(p->region, s->cfg.region) != 0;
+}
+
 /* ---- Planning --------------------------------------------------------- */
 
 static void maybe_apply(stitch_swarm *s) {
@@ -132,10 +147,13 @@ void fetch_announce_interest(stitch_swarm *s, peer *p) {
 
 void fetch_on_have_bit(stitch_swarm *s, peer *p, uint64_t version,
                        uint32_t object, uint64_t chunk) {
-  (void)p;
   vstate *v = core_find_version(s, version);
-  if (v != NULL && v->avail[object] != NULL && v->avail[object][chunk] < 0xffff)
+  if (v == NULL || v->avail[object] == NULL)
+    return;
+  if (v->avail[object][chunk] < 0xffff)
     v->avail[object][chunk]++;
+  if (far_peer(s, p) && v->far_at[object][chunk] == 0)
+    v->far_at[object][chunk] = stamp(s, v);
 }
 
 void fetch_peer_gone(stitch_swarm *s, peer *p) {
@@ -209,56 +227,106 @@ static double cross_rank(vstate *v, uint32_t o, uint64_t c,
   return (double)(x >> 11) / 9007199254740992.0;
 }
 
-/* Are we the chunk's lowest rank among our same-region neighbours, and
- * either they are at least half of the region's nodes we know, or
- * CORE_CROSS_LOCAL_MS passed since the version arrived and still none of
- * them holds it? Then we fetch it too: the rank threshold alone leaves a
- * chunk without a fetcher a third of the time where we know the region's
- * size well (about (1 - 1/N)^N), and the doubling would take seconds to
- * cover for it. So does a node with no neighbour in its region. */
-static int nearby_lowest(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c,
-                         double mine) {
-  size_t near = 1;
-  for (size_t i = 0; i < s->n_peers; i++) {
-    peer *q = &s->peers[i];
-    if (q->state != PEER_READY || q->is_seed ||
-        strcmp(q->region, s->cfg.region) != 0)
-      continue;
-    if (cross_rank(v, o, c, &q->node) < mine)
-      return 0;
-    near++;
+/* Our region's size, as far as we can tell: the nodes of it we know of
+ * (peer exchange tells a node of a few at first), or, once a few chunks
+ * have crossed, what their crossers' ranks say, if more. A crosser is
+ * about the lowest rank of the region for its chunk, and the lowest of N
+ * uniform ranks is 1/(N + 1) on average. */
+static double region_size(const stitch_swarm *s) {
+  double n = (double)s->region_known + 1;
+  if (s->xr_n >= CORE_CROSS_SAMPLES && s->xr_sum > 0 &&
+      (double)s->xr_n / s->xr_sum > n)
+    n = (double)s->xr_n / s->xr_sum;
+  return n;
+}
+
+static void count_crosser(stitch_swarm *s, double rank) {
+  if (s->xr_n == 1024) { /* forget slowly: regions grow and shrink */
+    s->xr_n /= 2;
+    s->xr_sum /= 2;
   }
-  /* No neighbour of our region at all: nobody nearby to wait for. */
-  return near == 1 || 2 * near >= s->region_known + 1 ||
-         s->now_ms >= v->added_ms + CORE_CROSS_LOCAL_MS;
+  s->xr_n++;
+  s->xr_sum += rank;
 }
 
 /* May chunk C cross into our region through us now? Each chunk should
  * enter a region about once and spread inside it, but a region's nodes
- * decide at the same moment, before any of them holds it. So a node that
- * no nearby neighbour can serve fetches across only when it is among the
- * chunk's designated fetchers: rank below K over the region's size as far
- * as we know it (or nearby_lowest), K being CORE_CROSS_FETCHERS when the
- * version arrived and doubling every CORE_CROSS_DOUBLE_MS (in case those
- * few have no far peer holding it, or are slow). A node that sees a nearby
- * copy fetches that instead.
- *
- * K grows slowly on purpose: the region links are shared, and crossings
- * that congest them slow every crossing, which lets K grow further. At
- * 10,000 nodes (simulations/scenarios/nodes10000.json) one more fetcher
- * every 100 ms let 2,117 F of the anchor cross; doubling every second,
- * 410 F; every two seconds, 203 F. Known addresses undercount a large
- * region early on (peer exchange has told a node of tens of nodes when
- * the first version comes), which makes more fetchers than K says, so K
- * starts at one. docs/simulator.md has the figures. */
+ * learn of a version, and that a far peer holds a chunk, at about the
+ * same moments. So they take turns, in an order each can compute for
+ * itself: every node ranks every chunk (cross_rank), and a node fetches
+ * across no sooner than its rank times the region's size times
+ * CORE_CROSS_STEP_MS after the version arrived (at most
+ * CORE_CROSS_WAIT_MS), nor sooner than its rank times
+ * CORE_CROSS_SPREAD_MS after it first saw a far copy. The first keeps the
+ * region's nodes a step apart when they all see a far copy at once (a
+ * delta); the second spreads the few that see it first (an anchor's
+ * chunks reach a far region's nodes one link at a time) without making
+ * them wait for the ranks that cannot cross yet. A node that crosses
+ * tells its neighbours (CROSSING); they pass it on through the region,
+ * and a node that has heard it waits for the chunk to arrive nearby
+ * instead, for CORE_CROSS_TRUST_MS (after that the chunk may cross again,
+ * should its crosser have left or stalled). A node that sees a nearby
+ * copy fetches that. docs/swarm.md has the rule, docs/simulator.md the
+ * figures. */
 static int cross_ok(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c) {
   if (held_nearby(s, v->ref.m->version, o, c))
     return 0;
-  double k = CORE_CROSS_FETCHERS *
-             exp2((double)(s->now_ms - v->added_ms) / CORE_CROSS_DOUBLE_MS);
-  double mine = cross_rank(v, o, c, &s->cfg.node_pk);
-  return mine * (double)(s->region_known + 1) < k ||
-         nearby_lowest(s, v, o, c, mine);
+  uint64_t next;
+  if (v->crossing[o][c] != 0 &&
+      (next = at_ms(v, v->crossing[o][c]) + CORE_CROSS_TRUST_MS) > s->now_ms) {
+    if (next < s->cross_wake_ms)
+      s->cross_wake_ms = next;
+    return 0;
+  }
+  if (v->far_at[o][c] == 0)
+    v->far_at[o][c] = stamp(s, v);
+  double rank = cross_rank(v, o, c, &s->cfg.node_pk);
+  double wait = rank * region_size(s) * CORE_CROSS_STEP_MS;
+  wait = wait < CORE_CROSS_WAIT_MS ? wait : CORE_CROSS_WAIT_MS;
+  next = v->added_ms + (uint64_t)wait;
+  uint64_t seen = at_ms(v, v->far_at[o][c]) +
+                  (uint64_t)(rank * CORE_CROSS_SPREAD_MS);
+  next = next > seen ? next : seen;
+  if (next <= s->now_ms)
+    return 1;
+  if (next < s->cross_wake_ms)
+    s->cross_wake_ms = next;
+  return 0;
+}
+
+/* Tells our region's neighbours but EXCEPT that node WHO fetches chunk C
+ * across. */
+static void tell_crossing(stitch_swarm *s, vstate *v, const chunk_id *c,
+                          const stitch_pubkey *who, const peer *except) {
+  v->crossing[c->object][c->chunk] = stamp(s, v);
+  count_crosser(s, cross_rank(v, c->object, c->chunk, who));
+  wire_msg m;
+  memset(&m, 0, sizeof(m));
+  m.type = WIRE_CROSSING;
+  m.version = c->version;
+  m.object = c->object;
+  m.chunk = c->chunk;
+  m.node = *who;
+  for (size_t i = 0; i < s->n_peers; i++) {
+    peer *q = &s->peers[i];
+    if (q != except && q->state == PEER_READY && !q->is_seed &&
+        strcmp(q->region, s->cfg.region) == 0)
+      core_send(s, q, &m);
+  }
+}
+
+/* A CROSSING from P: passed on through our region once per chunk. */
+void fetch_on_crossing(stitch_swarm *s, peer *p, const wire_msg *m) {
+  vstate *v = core_find_version(s, m->version);
+  if (v == NULL || m->object >= v->ref.m->n_objects ||
+      m->chunk >= v->ref.m->objects[m->object].n_chunks || far_peer(s, p) ||
+      p->is_seed || bits_get(&v->held[m->object], m->chunk))
+    return; /* not news for our region, or not ours to judge */
+  uint32_t heard = v->crossing[m->object][m->chunk];
+  if (heard != 0 && at_ms(v, heard) + CORE_CROSS_TRUST_MS > s->now_ms)
+    return; /* passed on already */
+  chunk_id c = {m->version, m->object, m->chunk};
+  tell_crossing(s, v, &c, &m->node, p);
 }
 
 /* The best chunk of (v, o) to ask P for: one it has and we lack, not yet
@@ -273,7 +341,7 @@ static int pick(stitch_swarm *s, peer *p, vstate *v, uint32_t o,
   uint64_t n = held->n, best = UINT64_MAX, start = core_random(s) % n;
   unsigned best_avail = 0xffffffffu;
   int random_phase = s->fetched < CORE_RANDOM_FIRST;
-  int far = !p->is_seed && strcmp(p->region, s->cfg.region) != 0;
+  int far = far_peer(s, p);
   for (uint64_t k = 0; k < n; k++) {
     uint64_t c = (start + k) % n;
     if (bits_get(held, c) || !bits_get(have, c))
@@ -319,33 +387,53 @@ static int all_requested(stitch_swarm *s) {
   return 1;
 }
 
+/* Asks P for the best chunk it can give us, if any. */
+static int request_one(stitch_swarm *s, peer *p, int endgame) {
+  for (size_t k = 0; k < s->plan.n; k++) {
+    vstate *v = core_find_version(s, s->plan.step[k].version);
+    uint32_t o = s->plan.step[k].object;
+    uint64_t c;
+    if (v == NULL || !pick(s, p, v, o, endgame, &c))
+      continue;
+    chunk_id id = {v->ref.m->version, o, c};
+    /* The CHUNK body: the msgpack array around the bytes is small. */
+    uint64_t allow = ref_of(v, o, c)->size + 64;
+    p->chunk_allow = allow > p->chunk_allow ? allow : p->chunk_allow;
+    p->req[p->n_req++] = (request){id, s->now_ms};
+    v->inflight[o][c]++;
+    send_simple(s, p, WIRE_REQUEST, &id);
+    if (far_peer(s, p) && v->inflight[o][c] == 1)
+      tell_crossing(s, v, &id, &s->cfg.node_pk, NULL);
+    return 1;
+  }
+  return 0;
+}
+
+/* Fills the peers' request pipelines one request at a time, always to the
+ * peer with the fewest in flight (ties from a random start): filling them
+ * in a fixed order gave the first peers of every node the rarest chunks
+ * and most requests, and left the uplinks of the others idle. */
 void fetch_schedule(stitch_swarm *s) {
   maybe_apply(s);
   if (s->cfg.seed || s->plan.n == 0)
     return;
   int endgame = all_requested(s);
-  for (size_t i = 0; i < s->n_peers; i++) {
-    peer *p = &s->peers[i];
-    while (p->state == PEER_READY && p->n_req < s->cfg.pipeline) {
-      int found = 0;
-      for (size_t k = 0; k < s->plan.n && !found; k++) {
-        vstate *v = core_find_version(s, s->plan.step[k].version);
-        uint32_t o = s->plan.step[k].object;
-        uint64_t c;
-        if (v != NULL && pick(s, p, v, o, endgame, &c)) {
-          chunk_id id = {v->ref.m->version, o, c};
-          /* The CHUNK body: the msgpack array around the bytes is small. */
-          uint64_t allow = ref_of(v, o, c)->size + 64;
-          p->chunk_allow = allow > p->chunk_allow ? allow : p->chunk_allow;
-          p->req[p->n_req++] = (request){id, s->now_ms};
-          v->inflight[o][c]++;
-          send_simple(s, p, WIRE_REQUEST, &id);
-          found = 1;
-        }
-      }
-      if (!found)
-        break;
+  s->cross_wake_ms = UINT64_MAX;
+  for (size_t i = 0; i < s->n_peers; i++)
+    s->peers[i].sched_done = s->peers[i].state != PEER_READY;
+  size_t start = s->n_peers ? (size_t)(core_random(s) % s->n_peers) : 0;
+  for (;;) {
+    peer *best = NULL;
+    for (size_t k = 0; k < s->n_peers; k++) {
+      peer *p = &s->peers[(start + k) % s->n_peers];
+      if (!p->sched_done && p->n_req < s->cfg.pipeline &&
+          (best == NULL || p->n_req < best->n_req))
+        best = p;
     }
+    if (best == NULL)
+      return;
+    if (!request_one(s, best, endgame))
+      best->sched_done = 1;
   }
 }
 

@@ -31,6 +31,8 @@ typedef enum wire_type {
   WIRE_REJECT = 9,   /* will not send (version, object, chunk) now */
   WIRE_PEERS = 10,   /* addresses of other nodes (peer exchange) */
   WIRE_PING = 11,    /* keepalive */
+  WIRE_CROSSING = 12, /* (version, object, chunk) is being fetched from
+                         another region by node key */
   WIRE_TYPE_COUNT_
 } wire_type;
 
@@ -43,7 +45,7 @@ typedef struct wire_addr {
  * frame it was decoded from, or into the caller's memory when encoding. */
 typedef struct wire_msg {
   wire_type type;
-  /* HELLO */
+  /* HELLO; node is also CROSSING's */
   uint32_t proto;
   stitch_pubkey swarm, node;
   uint8_t nonce[WIRE_NONCE_BYTES];

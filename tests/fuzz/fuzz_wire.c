@@ -78,6 +78,9 @@ static int msg_eq(const wire_msg *a, const wire_msg *b) {
     if (a->version != b->version || a->object != b->object ||
         a->chunk != b->chunk || a->nbits != b->nbits)
       return 0;
+    if (a->type == WIRE_CROSSING &&
+        memcmp(a->node.b, b->node.b, sizeof(a->node.b)) != 0)
+      return 0;
   }
   return !has_data(a->type) || (a->data_len == b->data_len &&
                                 memcmp(a->data, b->data, a->data_len) == 0);

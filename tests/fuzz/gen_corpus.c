@@ -768,7 +768,8 @@ static void gen_wire(void) {
   strcpy(m->peer_region[1], "us-east");
   static const char *const names[WIRE_TYPE_COUNT_] = {
       NULL,      "hello",  "auth",  "manifest", "bitfield", "have",
-      "request", "cancel", "chunk", "reject",   "peers",    "ping"};
+      "request", "cancel", "chunk", "reject",   "peers",    "ping",
+      "crossing"};
   for (int t = 1; t < WIRE_TYPE_COUNT_; t++) {
     m->type = (wire_type)t;
     m->data = t == WIRE_BITFIELD ? bits : blob;
@@ -795,7 +796,7 @@ static void gen_wire(void) {
 
   /* Headers the reader refuses, each followed by a byte of body. */
   static const uint8_t heads[3][6] = {
-      {2, 0, 0, 0, 12, 0x90},         /* unknown type */
+      {2, 0, 0, 0, WIRE_TYPE_COUNT_, 0x90}, /* unknown type */
       {0, 0, 0, 0, WIRE_PING, 0x90},  /* length 0 */
       {1, 0, 1, 0, WIRE_HAVE, 0x93}}; /* 65537 bytes: over HAVE's limit */
   static const char *const head_names[3] = {"bad-type", "bad-zero-length",

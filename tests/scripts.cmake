@@ -45,6 +45,22 @@ if r["seed_egress_bytes"] > 1.5 * r["version_bytes"]:
              % (r["seed_egress_bytes"], r["version_bytes"]))'
 ]=] ${CMAKE_SOURCE_DIR}/tools/swarm-demo ${STITCH_BIN})
   set_tests_properties(swarm_demo_small PROPERTIES TIMEOUT 300)
+  # A full seed: with --max-peers 1 it takes 6 links, so the last 2 of 8
+  # nodes, told of the seed alone, must reach the others through the
+  # PEERS a full node sends before it closes. They must end bit-exact.
+  add_test(NAME swarm_demo_full_seed
+           COMMAND sh -c [=[
+out="$(python3 "$0" --bin "$1" --nodes 8 --versions 2 --max-peers 1 --seed-only --json --quiet --timeout 120)" || exit 1
+printf '%s
+' "$out"
+printf '%s
+' "$out" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+if r["all_bit_exact"] is not True or r["bit_exact_nodes"] != 8:
+    sys.exit("swarm_demo_full_seed: not every node is bit-exact")'
+]=] ${CMAKE_SOURCE_DIR}/tools/swarm-demo ${STITCH_BIN})
+  set_tests_properties(swarm_demo_full_seed PROPERTIES TIMEOUT 300)
 endif()
 # The Python binding (python/stitch) over libstitch.so: publisher, engine
 # adapter, TRL interop. Skip with exit 77 when torch or safetensors cannot be

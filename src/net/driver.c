@@ -27,10 +27,15 @@
 #define NET_BACKLOG 128
 /* The core's clock starts far from 0 so that "0" never means a time. */
 #define NET_CLOCK_OFFSET_MS 1000000u
+/* How long a link the core closed waits for the other side's end of
+ * stream (peer_linger) before it is closed anyway. */
+#define NET_LINGER_MS 2000u
 
 typedef enum peer_state {
   PEER_DIALING,  /* tcp handle up, connect in flight */
   PEER_OPEN,     /* the core knows it */
+  PEER_LINGER,   /* the core closed it: our end of stream is out, theirs
+                    is awaited (peer_linger) */
   PEER_CLOSING   /* uv_close called */
 } peer_state;
 
@@ -44,6 +49,8 @@ typedef struct net_peer {
   int writing;
   size_t wlen;
   uv_write_t wr;
+  uv_shutdown_t shut;
+  uint64_t linger_until; /* PEER_LINGER: closed then, at the latest */
   uv_connect_t conn;
   char addr[STITCH_SWARM_ADDR_MAX];
   uint8_t *wbuf; /* NET_WRITE_MAX */
@@ -215,6 +222,33 @@ static void peer_drop(net_peer *p, int tell) {
   uv_close((uv_handle_t *)&p->tcp, on_peer_closed);
 }
 
+static void on_shutdown(uv_shutdown_t *req, int status) {
+  net_peer *p = req->data;
+  if (status < 0)
+    peer_drop(p, 0);
+}
+
+/* The core closed P: send what was written, then our end of stream, and
+ * read (and drop) until the other side closes too or NET_LINGER_MS
+ * passes. Closing the socket at once would lose bytes the core wrote just
+ * before, such as a full node's PEERS: a close with unread input resets
+ * the connection, and the reset discards what has not been sent. */
+static void peer_linger(net_peer *p) {
+  stitch_net *n = p->net;
+  if (p->state != PEER_OPEN) {
+    peer_drop(p, 1);
+    return;
+  }
+  if (p->in_core)
+    stitch_swarm_peer_close(n->swarm, p->id, now_ms(n));
+  p->in_core = 0;
+  p->state = PEER_LINGER;
+  p->linger_until = now_ms(n) + NET_LINGER_MS;
+  p->shut.data = p;
+  if (uv_shutdown(&p->shut, (uv_stream_t *)&p->tcp, on_shutdown) != 0)
+    peer_drop(p, 0);
+}
+
 static net_peer *peer_find(stitch_net *n, uint32_t id) {
   for (net_peer *p = n->peers; p != NULL; p = p->next)
     if (p->in_core && p->id == id)
@@ -230,6 +264,10 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   net_peer *p = st->data;
   stitch_net *n = p->net;
+  if (p->state == PEER_LINGER && nread < 0) { /* their end of stream */
+    peer_drop(p, 0);
+    return;
+  }
   if (nread == 0 || p->state != PEER_OPEN)
     return;
   if (nread < 0) {
@@ -401,7 +439,7 @@ static void take_action(stitch_net *n, const stitch_swarm_action *a) {
     break;
   case STITCH_SWARM_CLOSE:
     if ((p = peer_find(n, a->peer)) != NULL)
-      peer_drop(p, 1);
+      peer_linger(p);
     break;
   case STITCH_SWARM_APPLY:
     if (n->cb.apply != NULL)
@@ -439,6 +477,14 @@ static void pump(stitch_net *n) {
   }
   n->pumping = 0;
   uint64_t wake = stitch_swarm_wake(n->swarm), now = now_ms(n);
+  for (net_peer *p = n->peers; p != NULL; p = p->next) {
+    if (p->state != PEER_LINGER)
+      continue;
+    if (p->linger_until <= now)
+      peer_drop(p, 0); /* no end of stream from them in time */
+    else if (p->linger_until < wake)
+      wake = p->linger_until;
+  }
   if (wake == UINT64_MAX) { /* nothing to wake for */
     uv_timer_stop(&n->timer);
     return;

@@ -481,9 +481,11 @@ int stitch_swarm_peer_open(stitch_swarm *s, uint64_t now_ms, int outbound,
   snprintf(m.region, sizeof(m.region), "%s", s->cfg.region);
   core_send(s, p, &m);
   if (too_many) {
-    /* Full: tell it where else to go, then close. */
-    send_peers(s, p);
-    core_drop(s, p, 0, "full");
+    /* Full: finish the handshake, tell it where else to go (on_auth),
+     * close once that is sent (stitch_swarm_peer_sent). A PEERS before
+     * the handshake would be out of order, and one queued before a CLOSE
+     * action would not reach it: a driver closes at once. */
+    p->full = 1;
   }
   return 0;
 }
@@ -524,8 +526,11 @@ void stitch_swarm_peer_sent(stitch_swarm *s, uint32_t id, size_t n) {
     size_t end = p->pay != NULL ? p->pay_at : p->out.len;
     p->out_off += n <= end - p->out_off ? n : end - p->out_off;
   }
-  if (p->pay == NULL && p->out_off == p->out.len)
+  if (p->pay == NULL && p->out_off == p->out.len) {
     p->out.len = p->out_off = 0;
+    if (p->state == PEER_FULL) /* our PEERS is out */
+      core_drop(s, p, 0, "full");
+  }
 }
 
 void stitch_swarm_peer_close(stitch_swarm *s, uint32_t id, uint64_t now_ms) {
@@ -538,12 +543,16 @@ void stitch_swarm_peer_close(stitch_swarm *s, uint32_t id, uint64_t now_ms) {
              p->listen[0] ? p->listen : p->addr);
     fetch_peer_gone(s, p);
   }
-  if (p->outbound && p->state == PEER_HELLO) {
-    addr_entry *e = find_addr(s, p->addr);
-    if (e != NULL) {
-      e->failures++;
-      e->next_try_ms = now_ms + (1000ull << (e->failures < 6 ? e->failures : 6));
-    }
+  /* A dial that never got through, or a link the other side closed soon
+   * after (it was full, say): try that address again later and later. A
+   * link that lasted clears the count. */
+  addr_entry *e = p->outbound ? find_addr(s, p->addr) : NULL;
+  if (e != NULL && (p->state == PEER_HELLO ||
+                    now_ms - p->opened_ms < CORE_SHORT_LINK_MS)) {
+    e->failures++;
+    e->next_try_ms = now_ms + (1000ull << (e->failures < 6 ? e->failures : 6));
+  } else if (e != NULL) {
+    e->failures = 0;
   }
   peer_reset(s, p);
   fetch_schedule(s);
@@ -757,9 +766,16 @@ static void on_auth(stitch_swarm *s, peer *p, const wire_msg *m) {
       return;
     }
   }
+  learn_addr(s, p->listen, p->region);
+  if (p->full) {
+    p->state = PEER_FULL;
+    send_peers(s, p);
+    if (p->out_off == p->out.len)
+      core_drop(s, p, 0, "full");
+    return;
+  }
   p->state = PEER_READY;
   p->progress_ms = s->now_ms;
-  learn_addr(s, p->listen, p->region);
   core_log(s, "peer %u (%s, %s%s): ready", p->id, p->listen,
            p->region[0] ? p->region : "no region", p->is_seed ? ", seed" : "");
   /* Everything it should know: the manifests from the newest anchor on
@@ -868,6 +884,10 @@ static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
   if ((p->state == PEER_HELLO) != (type == WIRE_HELLO) ||
       (p->state == PEER_AUTH) != (type == WIRE_AUTH)) {
     core_drop(s, p, 1, "message out of order in the handshake");
+    free(m);
+    return;
+  }
+  if (p->state == PEER_FULL) { /* on its way out: nothing it says matters */
     free(m);
     return;
   }

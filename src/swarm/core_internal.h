@@ -20,6 +20,7 @@
 #define CORE_DEAD_MS 30000      /* drop a peer silent this long */
 #define CORE_HANDSHAKE_MS 10000
 #define CORE_CONNECT_MS 5000    /* a CONNECT not answered by peer_open */
+#define CORE_SHORT_LINK_MS 2000 /* a link closed sooner counts as a failure */
 #define CORE_REQUEST_MS 15000   /* a request not answered */
 #define CORE_MAINTAIN_MS 500    /* neighbour upkeep */
 #define CORE_PEX_MS 20000
@@ -67,6 +68,8 @@ typedef enum peer_state {
   PEER_HELLO, /* waiting for the peer's HELLO */
   PEER_AUTH,  /* waiting for the peer's AUTH */
   PEER_READY,
+  PEER_FULL,   /* dialed us while we had no room: it gets our PEERS once
+                  the handshake is done, then the link closes */
   PEER_CLOSING /* asked the driver to close; ignore its bytes */
 } peer_state;
 
@@ -74,6 +77,7 @@ typedef struct peer {
   peer_state state;
   uint32_t id;
   int outbound;
+  int full; /* inbound when we had no room (PEER_FULL after AUTH) */
   char addr[STITCH_SWARM_ADDR_MAX];   /* transport address */
   char listen[STITCH_SWARM_ADDR_MAX]; /* where it accepts (from HELLO) */
   char region[STITCH_SWARM_REGION_MAX];

@@ -607,15 +607,22 @@ void seed_on_upload(stitch_swarm *s, const chunk_id *c) {
     v->sent[c->object][c->chunk]++;
 }
 
-/* Peers that want (version, object) and lack some of it. */
-static unsigned interested(const stitch_swarm *s, uint64_t version,
-                           uint32_t object) {
+/* Ready peers that lack some of (version, object): those that said so,
+ * and those that have not said anything about it yet, which at a new
+ * version is everyone soon. Counting only those that had asked gave the
+ * first peer to ask a share of the whole object. */
+static unsigned wanting(const stitch_swarm *s, uint64_t version,
+                        uint32_t object) {
   unsigned n = 0;
   for (size_t i = 0; i < s->n_peers; i++) {
     const peer *q = &s->peers[i];
-    for (size_t k = 0; q->state == PEER_READY && k < q->n_have; k++)
-      n += q->have[k].version == version && q->have[k].object == object &&
-           q->have[k].count < q->have[k].n;
+    if (q->state != PEER_READY)
+      continue;
+    int whole = 0;
+    for (size_t k = 0; k < q->n_have; k++)
+      whole |= q->have[k].version == version && q->have[k].object == object &&
+               q->have[k].count == q->have[k].n;
+    n += !whole;
   }
   return n;
 }
@@ -654,7 +661,7 @@ void seed_offer(stitch_swarm *s, peer *p) {
       continue;
     uint64_t depth = 2 * (uint64_t)s->cfg.pipeline;
     if (!round_done) {
-      unsigned peers = interested(s, want->version, o);
+      unsigned peers = wanting(s, want->version, o);
       uint64_t share = (want->n + peers - 1) / (peers ? peers : 1);
       depth = share < depth ? share : depth;
       depth = depth ? depth : 1;

@@ -58,17 +58,26 @@ typedef struct conn {
   int node[2];      /* [0] dialed [1] */
   int open[2];      /* that side's core holds the peer */
   int closed;
+  int fin[2];       /* flows: CLOSE waits for that side's sends in flight */
   uint32_t peer[2]; /* the id each side's core gave */
   pipe_ d[2];       /* d[s]: from node[s] to node[1 - s] */
 } conn;
 
 struct sim;
 
+/* Churn (churn.c plans it): a joiner waits for its time, a leaver is gone
+ * for good; only live nodes run a core and count toward completion. */
+typedef enum node_state { NODE_WAITING, NODE_LIVE, NODE_LEFT } node_state;
+
 typedef struct node {
   struct sim *sim;
   int idx, region;
+  node_state state;
   sg_host_t host; /* flows */
-  stitch_swarm *sw;
+  stitch_swarm *sw; /* NULL unless live (and always in central mode) */
+  stitch_swarm_stats final; /* its core's, when it left */
+  double join_s, left_s;    /* when it joined (0: at start), left (or inf) */
+  uint64_t key_seed;        /* a joiner's keys and first peers */
   uint64_t rng;
   uint64_t *have, *needed; /* bitsets over the chunk table */
   uint64_t held;
@@ -110,6 +119,8 @@ typedef struct sim {
   struct qnet *q;
   uint64_t refused, messages, events;
   int verbose; /* STITCH_SIM_LOG=1: every core's log lines on stderr */
+  sim_churn ch; /* node slots, who joins and leaves when */
+  unsigned nodes_left, nodes_joined;
 } sim;
 
 /* sim.c */
@@ -134,6 +145,13 @@ void pipe_flush(sim *s, node *n, uint32_t ci);
 /* The controller: publishes what is due, checks completion. Returns when
  * it next wants to run, or a negative number when the run is over. */
 double controller_step(sim *s);
+/* Churn, at the times s->ch planned, on the node's own turn (its actor in
+ * flows, an event in queues). A joiner starts a core with an empty store
+ * and the peers a fresh stitchd is given; the caller then steps it. A
+ * leaver closes every connection as an ordinary CLOSE does, and its core
+ * stops (freed). */
+void node_join(sim *s, node *n);
+void node_leave(sim *s, node *n);
 
 /* flows.c: SimGrid comms */
 void flows_ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c);

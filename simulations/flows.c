@@ -18,6 +18,7 @@
 #include <simgrid/comm.h>
 #include <simgrid/mailbox.h>
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,6 +141,10 @@ static void on_comm(sim *s, node *n, const waiter *w, long pos, int failed) {
     memmove(&p->put[what - 1], &p->put[what],
             (size_t)(p->nput - what) * sizeof(p->put[0]));
     p->nput--;
+    if (p->nput == 0 && c->fin[side]) { /* conn_close waited for this */
+      c->fin[side] = 0;
+      flows_ctl_send(s, n->idx, c->node[1 - side], MSG_CLOSE, w->conn[pos]);
+    }
   }
 }
 
@@ -151,21 +156,29 @@ static void node_main(int argc, char **argv) {
   sg_actor_daemonize(sg_actor_self());
   sg_mailbox_set_receiver(sg_mailbox_get_name(n->ctl));
   n->ctl_get = sg_mailbox_get_async(n->ctl, (void **)&n->ctl_msg);
+  if (n->state == NODE_WAITING) { /* a joiner (churn.c): nobody knows it yet */
+    sg_actor_sleep_until(s->ch.join_s[n->idx]);
+    node_join(s, n);
+  }
   node_step(s, n);
+  double leave = s->ch.leave_s[n->idx];
   for (;;) {
+    /* A node that left keeps its actor, without a core: its sends in
+     * flight end, and a DIAL to it fails (on_ctl). */
     wait_list(s, n, &w);
-    uint64_t wake = stitch_swarm_wake(n->sw);
-    double timeout = wake == UINT64_MAX
-                         ? -1.0
-                         : (double)wake / 1e3 - now_s(s) + 1e-7;
-    if (timeout < 0 && wake != UINT64_MAX)
-      timeout = 0;
+    uint64_t wake = n->sw != NULL ? stitch_swarm_wake(n->sw) : UINT64_MAX;
+    double due = wake == UINT64_MAX ? INFINITY : (double)wake / 1e3;
+    if (n->state == NODE_LIVE)
+      due = fmin(due, leave);
+    double timeout = isfinite(due) ? fmax(due - now_s(s) + 1e-7, 0) : -1.0;
     int failed;
     long pos = sim_wait_any_for(w.comm, w.n, timeout, &failed);
     if (pos < -1)
       die("a communication failed");
     if (pos >= 0)
       on_comm(s, n, &w, pos, failed);
+    if (n->state == NODE_LIVE && now_s(s) >= leave)
+      node_leave(s, n);
     node_step(s, n);
   }
 }
@@ -205,7 +218,7 @@ void flows_start(sim *s, void **hosts) {
     sg_actor_start(a, s->sc.central ? central_main : node_main, 1, argv);
   }
   sg_actor_t ctl = sg_actor_init("controller",
-                                 hosts[s->sc.central ? s->sc.nodes + 1 : 0]);
+                                 hosts[s->sc.central ? s->ch.slots : 0]);
   sg_actor_set_data(ctl, s);
   char *cargv[] = {"controller", NULL};
   sg_actor_start(ctl, controller_main, 1, cargv);

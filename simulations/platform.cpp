@@ -43,8 +43,8 @@ static s4u::Host *add_host(s4u::NetZone *z, const std::string &name,
   return h;
 }
 
-extern "C" int sim_platform_build(const sim_scenario *sc, void **hosts,
-                                  char *err, size_t errlen) {
+extern "C" int sim_platform_build(const sim_scenario *sc, const sim_churn *ch,
+                                  void **hosts, char *err, size_t errlen) {
   try {
     s4u::NetZone *world = s4u::create_star_zone("world");
     double inter = bytes_per_s(sc->inter_mbps);
@@ -61,12 +61,18 @@ extern "C" int sim_platform_build(const sim_scenario *sc, void **hosts,
         hosts[0] = add_host(z, "seed", sc->seed_up_mbps, sc->seed_down_mbps,
                             lat);
         if (sc->central)
-          hosts[sc->nodes + 1] =
+          hosts[ch->slots] =
               add_host(z, "store", sc->central_mbps, sc->central_mbps, lat);
       }
       for (unsigned i = 0; i < g.nodes; i++, next++)
         hosts[next] = add_host(z, "n" + std::to_string(next), g.up_mbps,
                                g.down_mbps, lat);
+      /* Joiners (churn.c): every host exists from the start, since a
+       * sealed zone takes no more. */
+      for (unsigned j = 1 + sc->nodes; j < ch->slots; j++)
+        if (ch->region[j] == (int)r)
+          hosts[j] = add_host(z, "n" + std::to_string(j), g.up_mbps,
+                              g.down_mbps, lat);
       z->seal();
       s4u::Link *out = world->create_link(name + "-out", inter);
       s4u::Link *in = world->create_link(name + "-in", inter);

@@ -27,7 +27,8 @@ def main():
         t = sorted(row[k] for row in r["node_done_s"][1:] if row[k] is not None)
         if not t:
             continue
-        ax.step(t, [(i + 1) / r["nodes"] for i in range(len(t))], where="post",
+        n = v.get("counted", r["nodes"])  # with churn: alive at publish and end
+        ax.step(t, [(i + 1) / n for i in range(len(t))], where="post",
                 label="v%d (%.1f MB)" % (v["version"], v["bytes"] / 1e6))
         ax.axvline(v["bound_s"], linestyle=":", color=ax.lines[-1].get_color())
     ax.set_xlabel("seconds from publish (dotted: bound)")

@@ -36,7 +36,9 @@ typedef struct qlink {
   double bps;     /* bytes per second */
 } qlink;
 
-typedef enum ev_kind { EV_WAKE, EV_CTL, EV_DATA, EV_CENTRAL } ev_kind;
+typedef enum ev_kind {
+  EV_WAKE, EV_CTL, EV_DATA, EV_CENTRAL, EV_JOIN, EV_LEAVE
+} ev_kind;
 
 typedef struct event {
   double t;
@@ -47,7 +49,7 @@ typedef struct event {
 } event;
 
 typedef struct qnet {
-  qlink *up, *down; /* [host]: 0 the seed, 1..nodes, nodes + 1 the store */
+  qlink *up, *down; /* [host]: the node slots (churn.c), then the store */
   int *region;      /* [host] */
   qlink *out, *in;  /* [region] */
   double *lat;      /* [region]: one-way latency between two of its hosts */
@@ -61,7 +63,7 @@ static double bytes_per_s(double mbps) { return mbps * 1e6 / 8; }
 
 void queue_init(sim *s) {
   const sim_scenario *sc = &s->sc;
-  size_t hosts = sc->nodes + 2, nr = sc->n_regions;
+  size_t hosts = s->ch.slots + 1, nr = sc->n_regions;
   qnet *q = calloc(1, sizeof(*q));
   if (q == NULL || (q->up = calloc(hosts, sizeof(*q->up))) == NULL ||
       (q->down = calloc(hosts, sizeof(*q->down))) == NULL ||
@@ -72,7 +74,6 @@ void queue_init(sim *s) {
     die("out of memory");
   s->q = q;
   q->inter_lat = sc->inter_latency_ms / 1e3;
-  size_t h = 1;
   for (size_t r = 0; r < nr; r++) {
     const sim_region *g = &sc->regions[r];
     q->out[r].bps = q->in[r].bps = bytes_per_s(sc->inter_mbps);
@@ -84,11 +85,12 @@ void queue_init(sim *s) {
       q->up[hosts - 1].bps = q->down[hosts - 1].bps =
           bytes_per_s(sc->central ? sc->central_mbps : sc->seed_up_mbps);
     }
-    for (unsigned i = 0; i < g->nodes; i++, h++) {
-      q->region[h] = (int)r;
-      q->up[h].bps = bytes_per_s(g->up_mbps);
-      q->down[h].bps = bytes_per_s(g->down_mbps);
-    }
+  }
+  for (size_t h = 1; h + 1 < hosts; h++) { /* nodes and joiners */
+    const sim_region *g = &sc->regions[s->ch.region[h]];
+    q->region[h] = s->ch.region[h];
+    q->up[h].bps = bytes_per_s(g->up_mbps);
+    q->down[h].bps = bytes_per_s(g->down_mbps);
   }
 }
 
@@ -193,6 +195,10 @@ static double transfer(sim *s, int a, int b, size_t bytes) {
 
 void queue_ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c) {
   double t = from == to ? s->clock : transfer(s, from, to, CTL_BYTES);
+  if (kind == MSG_CLOSE) { /* after the data already on its way, as a FIN */
+    const conn *cn = s->conn[c];
+    t = fmax(t, cn->d[side_of(cn, from)].last_arrival);
+  }
   ev_push(s->q, t, to, EV_CTL, msg_new(s, kind, c, NULL, 0));
 }
 
@@ -260,6 +266,13 @@ static void run_event(sim *s, event *e) {
     if (e->m->conn <= s->tr.count && n->done[e->m->conn] < 0)
       n->done[e->m->conn] = s->clock;
     break;
+  case EV_JOIN:
+    node_join(s, n);
+    node_step(s, n);
+    return;
+  case EV_LEAVE:
+    node_leave(s, n);
+    return;
   }
   free(e->m);
 }
@@ -291,6 +304,13 @@ static void queue_main(int argc, char **argv) {
 }
 
 void queue_start(sim *s, void *host) {
+  /* Churn as planned: events among the others, in time order. */
+  for (int i = 1; i < s->n_node; i++) {
+    if (s->node[i].state == NODE_WAITING)
+      ev_push(s->q, s->ch.join_s[i], i, EV_JOIN, NULL);
+    if (isfinite(s->ch.leave_s[i]))
+      ev_push(s->q, s->ch.leave_s[i], i, EV_LEAVE, NULL);
+  }
   sg_actor_t a = sg_actor_init("network", host);
   sg_actor_set_data(a, s);
   char *argv[] = {"network", NULL};

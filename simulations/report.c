@@ -4,7 +4,13 @@
  * null while some node never completed), the bound, their ratio, what the
  * seed sent and what crossed regions while that version was the newest.
  * Staleness: at each publish after the first, how many published versions
- * each node lacked. */
+ * each node lacked.
+ *
+ * With churn (docs/simulator.md, Churn) a version's times are over the
+ * nodes alive at its publish and still alive at the end: one that left
+ * cannot complete, one that joined later is catching up (its catch-up time
+ * is reported apart). Staleness at a publish is over the nodes alive at
+ * it and at the publish before. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "sim.h"
 
@@ -34,29 +40,73 @@ static json_t *num_or_null(double x) {
   return isfinite(x) ? json_real(x) : json_null();
 }
 
-/* Completion times of version V, sorted; T has r->nodes slots. */
-static void times_of(const sim_result *r, unsigned v, double *t) {
-  for (unsigned i = 0; i < r->nodes; i++) {
-    double d = r->done[(size_t)(i + 1) * (r->versions + 1) + v];
-    t[i] = d < 0 ? INFINITY : d - r->published[v];
+static double done_at(const sim_result *r, unsigned i, unsigned v) {
+  return r->done[(size_t)i * (r->versions + 1) + v];
+}
+
+/* Node I counts for version V: alive at its publish and at the end. */
+static int counted(const sim_result *r, unsigned i, unsigned v) {
+  return isfinite(r->join_s[i]) && r->join_s[i] <= r->published[v] &&
+         !isfinite(r->left_s[i]);
+}
+
+/* Completion times of version V over the nodes counted for it, sorted
+ * into T (r->slots entries); returns how many. */
+static size_t times_of(const sim_result *r, unsigned v, double *t) {
+  size_t k = 0;
+  for (unsigned i = 1; i < r->slots; i++) {
+    if (!counted(r, i, v))
+      continue;
+    double d = done_at(r, i, v);
+    t[k++] = d < 0 ? INFINITY : d - r->published[v];
   }
-  qsort(t, r->nodes, sizeof(*t), cmp_double);
+  qsort(t, k, sizeof(*t), cmp_double);
+  return k;
+}
+
+/* Nodes that ever held version V, those that left since included. */
+static unsigned held_by(const sim_result *r, unsigned v) {
+  unsigned k = 0;
+  for (unsigned i = 1; i < r->slots; i++)
+    k += done_at(r, i, v) >= 0;
+  return k;
+}
+
+/* Seconds from a joiner's join until it first held the newest version
+ * published at that moment; INFINITY if it never did, NAN if it left
+ * first (or never joined). */
+static double catch_up(const sim_result *r, unsigned i) {
+  if (!isfinite(r->join_s[i]))
+    return NAN;
+  for (unsigned v = 1; v <= r->versions; v++) {
+    double d = done_at(r, i, v);
+    /* published[versions + 1] is never: the last version stays newest. */
+    double next = v < r->versions ? r->published[v + 1] : INFINITY;
+    if (d >= 0 && !(next <= d))
+      return d - r->join_s[i];
+  }
+  return isfinite(r->left_s[i]) ? NAN : INFINITY;
 }
 
 /* p99 over (node, publish) of the versions a node lacked at a publish. */
 static double staleness_p99(const sim_result *r) {
   if (r->versions < 2)
     return 0;
-  size_t n = (size_t)r->nodes * (r->versions - 1), k = 0;
+  size_t n = (size_t)r->slots * (r->versions - 1), k = 0;
   double *lag = malloc((n ? n : 1) * sizeof(*lag));
   if (lag == NULL)
     return NAN;
   for (unsigned v = 2; v <= r->versions; v++)
-    for (unsigned i = 0; i < r->nodes; i++) {
+    for (unsigned i = 1; i < r->slots; i++) {
+      double at = r->published[v];
+      /* Over nodes alive since the publish before: a joiner that had not
+       * had a whole interval yet is catching up (reported apart). */
+      if (!(r->join_s[i] <= r->published[v - 1] && r->left_s[i] > at))
+        continue;
       unsigned held = 0;
       for (unsigned u = 1; u < v; u++) {
-        double d = r->done[(size_t)(i + 1) * (r->versions + 1) + u];
-        if (d >= 0 && d <= r->published[v])
+        double d = done_at(r, i, u);
+        if (d >= 0 && d <= at)
           held = u;
       }
       lag[k++] = (double)(v - 1 - held);
@@ -69,18 +119,20 @@ static double staleness_p99(const sim_result *r) {
 
 void *sim_report_json(const sim_result *r, int per_node) {
   json_t *o = json_object(), *vs = json_array();
-  double *t = malloc((r->nodes ? r->nodes : 1) * sizeof(*t));
+  double *t = malloc(r->slots * sizeof(*t));
   for (unsigned v = 1; t != NULL && v <= r->versions; v++) {
-    times_of(r, v, t);
-    double mx = quantile(t, r->nodes, 1.0);
+    size_t n = times_of(r, v, t);
+    double mx = quantile(t, n, 1.0);
     json_t *e = json_object();
     json_object_set_new(e, "version", json_integer((json_int_t)v));
     json_object_set_new(e, "bytes", json_integer((json_int_t)r->v[v].bytes));
     json_object_set_new(e, "chunks",
                         json_integer((json_int_t)r->v[v].chunks));
-    json_object_set_new(e, "min_s", num_or_null(quantile(t, r->nodes, 0)));
-    json_object_set_new(e, "p50_s", num_or_null(quantile(t, r->nodes, .5)));
-    json_object_set_new(e, "p99_s", num_or_null(quantile(t, r->nodes, .99)));
+    json_object_set_new(e, "counted", json_integer((json_int_t)n));
+    json_object_set_new(e, "held", json_integer((json_int_t)held_by(r, v)));
+    json_object_set_new(e, "min_s", num_or_null(quantile(t, n, 0)));
+    json_object_set_new(e, "p50_s", num_or_null(quantile(t, n, .5)));
+    json_object_set_new(e, "p99_s", num_or_null(quantile(t, n, .99)));
     json_object_set_new(e, "max_s", num_or_null(mx));
     json_object_set_new(e, "bound_s", json_real(r->bound[v]));
     json_object_set_new(e, "ratio", num_or_null(mx / r->bound[v]));
@@ -98,6 +150,31 @@ void *sim_report_json(const sim_result *r, int per_node) {
   json_object_set_new(o, "versions", vs);
   json_object_set_new(o, "latency_s", json_real(r->latency_s));
   json_object_set_new(o, "completed", json_boolean(r->finished));
+  /* Churn: who left and joined, and how long joiners took to catch up:
+   * over those that did; those alive at the end that never did are
+   * counted apart. */
+  unsigned live = 0, live_last = 0, caught = 0, never = 0;
+  for (unsigned i = 1; t != NULL && i < r->slots; i++) {
+    int alive = isfinite(r->join_s[i]) && !isfinite(r->left_s[i]);
+    live += alive;
+    live_last += alive && done_at(r, i, r->versions) >= 0;
+    double c = i > r->nodes ? catch_up(r, i) : NAN;
+    if (isfinite(c))
+      t[caught++] = c;
+    never += isinf(c) != 0;
+  }
+  if (t != NULL)
+    qsort(t, caught, sizeof(*t), cmp_double);
+  json_object_set_new(o, "nodes_left", json_integer(r->nodes_left));
+  json_object_set_new(o, "nodes_joined", json_integer(r->nodes_joined));
+  json_object_set_new(o, "nodes_live", json_integer(live));
+  json_object_set_new(o, "live_holding_last", json_integer(live_last));
+  json_object_set_new(o, "catch_up_n", json_integer(caught));
+  json_object_set_new(o, "catch_up_never", json_integer(never));
+  json_object_set_new(o, "catch_up_p50_s",
+                      num_or_null(t != NULL ? quantile(t, caught, .5) : NAN));
+  json_object_set_new(o, "catch_up_max_s",
+                      num_or_null(t != NULL ? quantile(t, caught, 1.0) : NAN));
   json_object_set_new(o, "staleness_p99_versions",
                       num_or_null(staleness_p99(r)));
   json_object_set_new(o, "verify_failures",
@@ -118,19 +195,25 @@ void *sim_report_json(const sim_result *r, int per_node) {
                                   1024 / (r->nodes + 1)));
   if (per_node) {
     json_t *done = json_array(), *eg = json_array();
-    for (unsigned i = 0; i <= r->nodes; i++) {
+    json_t *js = json_array(), *ls = json_array();
+    for (unsigned i = 0; i < r->slots; i++) {
       json_t *row = json_array();
       for (unsigned v = 1; v <= r->versions; v++) {
-        double d = r->done[(size_t)i * (r->versions + 1) + v];
-        json_array_append_new(row, d < 0 || i == 0
+        double d = done_at(r, i, v);
+        /* null: never, or not counted for V (the percentiles' nodes) */
+        json_array_append_new(row, d < 0 || i == 0 || !counted(r, i, v)
                                        ? json_null()
                                        : json_real(d - r->published[v]));
       }
       json_array_append_new(done, row);
       json_array_append_new(eg, json_integer((json_int_t)r->egress[i]));
+      json_array_append_new(js, num_or_null(r->join_s[i]));
+      json_array_append_new(ls, num_or_null(r->left_s[i]));
     }
     json_object_set_new(o, "node_done_s", done);
     json_object_set_new(o, "node_egress_bytes", eg);
+    json_object_set_new(o, "node_join_s", js);
+    json_object_set_new(o, "node_left_s", ls);
   }
   free(t);
   return o;
@@ -149,15 +232,28 @@ void sim_report_text(const sim_result *r, FILE *f) {
           r->mode, r->nodes, r->finished ? "complete" : "INCOMPLETE",
           r->sim_s, r->wall_s,
           (r->rss_peak_mib - r->rss_base_mib) * 1024 / (r->nodes + 1));
-  fprintf(f, "%8s %12s %9s %9s %9s %9s %7s %12s %12s\n", "version", "bytes",
-          "p50_s", "p99_s", "max_s", "bound_s", "ratio", "seed_bytes",
-          "cross_bytes");
+  if (r->churn)
+    fprintf(f, "churn: %u left, %u joined, %lld live at the end; joiners "
+               "caught up in p50 %.3f s, max %.3f s (%lld did, %lld live "
+               "never did)\n",
+            r->nodes_left, r->nodes_joined,
+            (long long)json_integer_value(json_object_get(o, "nodes_live")),
+            num(o, "catch_up_p50_s"), num(o, "catch_up_max_s"),
+            (long long)json_integer_value(json_object_get(o, "catch_up_n")),
+            (long long)json_integer_value(
+                json_object_get(o, "catch_up_never")));
+  fprintf(f, "%8s %12s %7s %7s %9s %9s %9s %9s %7s %12s %12s\n", "version",
+          "bytes", "counted", "held", "p50_s", "p99_s", "max_s", "bound_s",
+          "ratio", "seed_bytes", "cross_bytes");
   size_t i;
   json_t *e;
   json_array_foreach(json_object_get(o, "versions"), i, e) {
-    fprintf(f, "%8lld %12lld %9.3f %9.3f %9.3f %9.4f %7.2f %12lld %12lld\n",
+    fprintf(f, "%8lld %12lld %7lld %7lld %9.3f %9.3f %9.3f %9.4f %7.2f %12lld "
+               "%12lld\n",
             (long long)json_integer_value(json_object_get(e, "version")),
             (long long)json_integer_value(json_object_get(e, "bytes")),
+            (long long)json_integer_value(json_object_get(e, "counted")),
+            (long long)json_integer_value(json_object_get(e, "held")),
             num(e, "p50_s"), num(e, "p99_s"), num(e, "max_s"),
             num(e, "bound_s"), num(e, "ratio"),
             (long long)json_integer_value(json_object_get(e, "seed_bytes")),

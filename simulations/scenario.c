@@ -180,6 +180,13 @@ int sim_scenario_load(const char *path, sim_scenario *sc, char *err,
   json_t *ce = rd_obj(&r, root, "", "central", sc->central);
   sc->central_mbps = rd_num(&r, ce, "central.", "mbps", sc->central, 0,
                             1e-3, 1e9);
+  /* Central mode has no swarm to leave or join: a node there is one
+   * download per version, and a joiner's first download (the whole
+   * checkpoint, racing the next versions' deltas) is not modelled. */
+  if (!r.failed && sc->central &&
+      (sc->leave_per_min > 0 || sc->join_per_min > 0))
+    rd_fail(&r, "churn", "simulated in p2p mode only, not with \"mode\": "
+                         "\"central\"");
   char net[16];
   rd_str(&r, root, "", "network", 0, net, sizeof(net), "flows");
   if (!r.failed && strcmp(net, "flows") != 0 && strcmp(net, "queues") != 0)

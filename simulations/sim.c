@@ -20,6 +20,9 @@
  * - APPLY checks that every chunk of the object is held and that the
  *   object's base is what the node holds, then calls stitch_swarm_applied;
  *   tensors are not materialized (docs/simulator.md says why).
+ * - Churn (churn.c plans it): a leaving node closes its connections as an
+ *   ordinary CLOSE does and its core stops; a DIAL to it then fails as a
+ *   connect to a dead stitchd does. A joiner starts a fresh core.
  *
  * Usage: stitch-sim SCENARIO.json [--json] [--plot DIR] */
 #include "driver.h"
@@ -160,7 +163,13 @@ static void conn_close(sim *s, node *n, uint32_t ci, int tell_core) {
     stitch_swarm_peer_close(n->sw, c->peer[side], now_ms(s));
   if (!c->closed) {
     c->closed = 1;
-    ctl_send(s, n->idx, c->node[1 - side], MSG_CLOSE, ci);
+    /* A CLOSE follows the data already sent, as TCP's FIN does: the
+     * queues network orders it after them (queue_ctl_send); the flows
+     * network sends it once they are taken (flows.c). */
+    if (s->q == NULL && c->d[side].nput > 0)
+      c->fin[side] = 1;
+    else
+      ctl_send(s, n->idx, c->node[1 - side], MSG_CLOSE, ci);
   }
 }
 
@@ -358,6 +367,15 @@ static void flush(sim *s, node *n) {
 
 void on_ctl(sim *s, node *n, msg *m) {
   uint64_t t = now_ms(s);
+  if (n->state != NODE_LIVE) {
+    /* Nobody listens: the connect fails. stitchd's driver tells its core
+     * nothing then (src/net/driver.c on_connect), and the core times its
+     * CONNECT out; here the dialer's side is just marked closed. Anything
+     * else for a node that left is dropped, as by a closed socket. */
+    if (m->kind == MSG_DIAL)
+      s->conn[m->conn]->closed = 1;
+    return;
+  }
   if (m->kind == MSG_PUBLISH) { /* the trainer's store has it now */
     const sim_version *v = &s->tr.v[m->conn];
     for (size_t k = 0; k < v->n_all; k++)
@@ -416,6 +434,8 @@ void on_data(sim *s, node *n, uint32_t ci, msg *m) {
 }
 
 void node_step(sim *s, node *n) {
+  if (n->state != NODE_LIVE || n->sw == NULL)
+    return;
   s->events++;
   if (stitch_swarm_wake(n->sw) <= now_ms(s) &&
       stitch_swarm_tick(n->sw, now_ms(s)) != 0)
@@ -430,22 +450,33 @@ void node_step(sim *s, node *n) {
 
 /* ---- The controller: publishes, watches, stops ------------------------ */
 
+/* A node's core's counters; a node that left keeps its last ones, a
+ * joiner still waiting has none. */
+static void node_stats(const node *n, stitch_swarm_stats *st) {
+  if (n->sw != NULL)
+    stitch_swarm_get_stats(n->sw, st);
+  else
+    *st = n->final;
+}
+
 static void take_snap(sim *s, snap *sn) {
   memset(sn, 0, sizeof(*sn));
   if (s->sc.central)
     return;
   stitch_swarm_stats st;
-  stitch_swarm_get_stats(s->node[0].sw, &st);
+  node_stats(&s->node[0], &st);
   sn->seed_up = st.bytes_up;
   for (int i = 0; i < s->n_node; i++) {
-    stitch_swarm_get_stats(s->node[i].sw, &st);
+    node_stats(&s->node[i], &st);
     sn->cross += st.bytes_other_region;
   }
 }
 
+/* Every live node holds the last version; a node that left never blocks
+ * completion, a joiner counts from when it joined. */
 static int all_done(const sim *s) {
   for (int i = 1; i < s->n_node; i++)
-    if (s->node[i].done[s->tr.count] < 0)
+    if (s->node[i].state == NODE_LIVE && s->node[i].done[s->tr.count] < 0)
       return 0;
   return 1;
 }
@@ -471,10 +502,13 @@ double controller_step(sim *s) {
     due = WARMUP_S + (next - 1) * s->sc.interval_s;
   }
   s->next_version = next;
-  if ((next > s->tr.count && all_done(s)) || t >= s->sc.time_limit_s) {
+  /* With churn the run lasts at least the churn window (docs/simulator.md,
+   * Churn): the same joins and leaves happen however fast the swarm is. */
+  int over = next > s->tr.count && t >= s->ch.end_s && all_done(s);
+  if (over || t >= s->sc.time_limit_s) {
     take_snap(s, &s->end);
     s->end_s = t;
-    s->finished = next > s->tr.count && all_done(s);
+    s->finished = over;
     return -1;
   }
   double wake = fmin(t + POLL_S, s->sc.time_limit_s);
@@ -494,20 +528,16 @@ static void keypair(uint64_t *rng, stitch_pubkey *pk, stitch_seckey *sk) {
   crypto_sign_seed_keypair(pk->b, sk->b, seed);
 }
 
-static int region_of(const sim *s, const char *name) {
-  for (size_t r = 0; r < s->sc.n_regions; r++)
-    if (strcmp(s->sc.regions[r].name, name) == 0)
-      return (int)r;
-  return 0;
-}
-
 /* A node starts knowing the seed and a few random nodes: two of its
- * region, one of another. Peer exchange does the rest. */
-static void bootstrap(sim *s, node *n, uint64_t *rng) {
+ * region, one of another. Peer exchange does the rest. The candidates are
+ * CAND[0..n_cand), or nodes 1..n_cand when CAND is NULL (the start). */
+static void bootstrap(sim *s, node *n, uint64_t *rng, const int *cand,
+                      int n_cand) {
   stitch_swarm_add_peer_addr(n->sw, "n0", s->sc.seed_region);
-  for (int k = 0; k < 3 && s->n_node > 2; k++) {
+  for (int k = 0; k < 3 && n_cand > 1; k++) {
     for (int tries = 0; tries < 16; tries++) {
-      int o = 1 + (int)(sim_xorshift(rng) % (uint64_t)(s->n_node - 1));
+      uint64_t x = sim_xorshift(rng) % (uint64_t)n_cand;
+      int o = cand != NULL ? cand[x] : 1 + (int)x;
       if (o == n->idx || ((s->node[o].region == n->region) != (k < 2)))
         continue;
       char addr[16];
@@ -519,64 +549,119 @@ static void bootstrap(sim *s, node *n, uint64_t *rng) {
   }
 }
 
-static void nodes_make(sim *s, void **hosts) {
-  s->n_node = (int)s->sc.nodes + 1;
-  s->node = xcalloc((size_t)s->n_node, sizeof(*s->node));
+/* N's core, with an empty store; KEYS gives a node's keys. */
+static void node_core(sim *s, node *n, uint64_t *keys) {
   size_t words = (s->tr.chunks.n + 63) / 64;
+  n->have = xcalloc(words, sizeof(*n->have));
+  n->needed = xcalloc(words, sizeof(*n->needed));
+  stitch_swarm_config cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  memcpy(cfg.swarm.b, s->tr.swarm_pk, 32);
+  if (n->idx == 0) { /* the seed's node key is the swarm key */
+    memcpy(cfg.node_pk.b, s->tr.swarm_pk, 32);
+    memcpy(cfg.node_sk.b, s->tr.swarm_sk, 64);
+  } else {
+    keypair(keys, &cfg.node_pk, &cfg.node_sk);
+  }
+  snprintf(cfg.listen, sizeof(cfg.listen), "n%d", n->idx);
+  snprintf(cfg.region, sizeof(cfg.region), "%s",
+           s->sc.regions[n->region].name);
+  cfg.seed = n->idx == 0;
+  cfg.max_peers = s->sc.max_peers;
+  cfg.cross_region = s->sc.cross_region;
+  cfg.pipeline = s->sc.pipeline;
+  /* io_write compares every chunk with the table's bytes, which hash to
+   * its name: the core's check without BLAKE2b's cost. */
+  cfg.write_verifies = 1;
+  stitch_swarm_io io = {n,         io_random,  io_has,      io_read,
+                        io_release, io_write, io_manifest, NULL};
+  if (s->verbose)
+    io.log = io_log;
+  stitch_diag d = {{0}};
+  if (stitch_swarm_new(&cfg, &io, &n->sw, &d) != 0)
+    die(d.msg);
+}
+
+/* Every slot churn.c planned: the seed, the initial nodes (live, with a
+ * core), the joiners (waiting, keys drawn at their join). */
+static void nodes_make(sim *s, void **hosts) {
+  s->n_node = (int)s->ch.slots;
+  s->node = xcalloc((size_t)s->n_node, sizeof(*s->node));
   uint64_t rng = s->sc.rng_seed * 0x2545f4914f6cdd1dull + 3;
-  int r = 0;
-  unsigned left = 0;
   for (int i = 0; i < s->n_node; i++) {
     node *n = &s->node[i];
     n->sim = s;
     n->idx = i;
     n->host = hosts != NULL ? hosts[i] : NULL;
-    if (i == 0) {
-      n->region = region_of(s, s->sc.seed_region);
-    } else {
-      while (left == 0)
-        left = s->sc.regions[i == 1 ? r : ++r].nodes;
-      n->region = r;
-      left--;
-    }
+    n->region = s->ch.region[i];
     n->rng = sim_xorshift(&rng) | 1;
     n->done = xcalloc(s->tr.count + 1, sizeof(*n->done));
     for (unsigned v = 0; v <= s->tr.count; v++)
       n->done[v] = -1;
     n->wake_at = INFINITY;
+    n->join_s = s->ch.join_s[i];
+    n->left_s = INFINITY;
+    if (i > (int)s->sc.nodes) { /* a joiner */
+      n->state = NODE_WAITING;
+      n->key_seed = sim_xorshift(&rng);
+      continue;
+    }
+    n->state = NODE_LIVE;
     if (s->sc.central)
       continue;
-    n->have = xcalloc(words, sizeof(*n->have));
-    n->needed = xcalloc(words, sizeof(*n->needed));
-    stitch_swarm_config cfg;
-    memset(&cfg, 0, sizeof(cfg));
-    memcpy(cfg.swarm.b, s->tr.swarm_pk, 32);
-    if (i == 0) { /* the seed's node key is the swarm key */
-      memcpy(cfg.node_pk.b, s->tr.swarm_pk, 32);
-      memcpy(cfg.node_sk.b, s->tr.swarm_sk, 64);
-    } else {
-      keypair(&rng, &cfg.node_pk, &cfg.node_sk);
-    }
-    snprintf(cfg.listen, sizeof(cfg.listen), "n%d", i);
-    snprintf(cfg.region, sizeof(cfg.region), "%s",
-             s->sc.regions[n->region].name);
-    cfg.seed = i == 0;
-    cfg.max_peers = s->sc.max_peers;
-    cfg.cross_region = s->sc.cross_region;
-    cfg.pipeline = s->sc.pipeline;
-    /* io_write compares every chunk with the table's bytes, which hash to
-     * its name: the core's check without BLAKE2b's cost. */
-    cfg.write_verifies = 1;
-    stitch_swarm_io io = {n,         io_random,  io_has,      io_read,
-                          io_release, io_write, io_manifest, NULL};
-    if (s->verbose)
-      io.log = io_log;
-    stitch_diag d = {{0}};
-    if (stitch_swarm_new(&cfg, &io, &n->sw, &d) != 0)
-      die(d.msg);
+    node_core(s, n, &rng);
     if (i > 0)
-      bootstrap(s, n, &rng);
+      bootstrap(s, n, &rng, NULL, (int)s->sc.nodes);
   }
+}
+
+void node_join(sim *s, node *n) {
+  if (n->state != NODE_WAITING)
+    return;
+  uint64_t keys = n->key_seed;
+  node_core(s, n, &keys);
+  n->state = NODE_LIVE;
+  n->join_s = now_s(s);
+  s->nodes_joined++;
+  /* The bootstrap initial nodes get, among the nodes alive now. Alive by
+   * the plan's times, not by who has run yet: actors due at the same
+   * moment may run in any order. */
+  double t = s->ch.join_s[n->idx];
+  int *cand = xcalloc((size_t)s->n_node, sizeof(*cand)), k = 0;
+  for (int i = 1; i < s->n_node; i++)
+    if (i != n->idx && s->ch.join_s[i] <= t && s->ch.leave_s[i] > t)
+      cand[k++] = i;
+  bootstrap(s, n, &keys, cand, k);
+  free(cand);
+}
+
+void node_leave(sim *s, node *n) {
+  if (n->state != NODE_LIVE || n->idx == 0)
+    return;
+  for (size_t i = 0; i < n->n_conns; i++) {
+    uint32_t ci = n->conns[i];
+    conn *c = s->conn[ci];
+    int side = side_of(c, n->idx);
+    if (c->open[side]) {
+      conn_close(s, n, ci, 0); /* its core stops: nothing to tell it */
+      if (c->fin[side]) { /* a node that leaves does not wait for that */
+        c->fin[side] = 0;
+        ctl_send(s, n->idx, c->node[1 - side], MSG_CLOSE, ci);
+      }
+    } else if (!c->closed) { /* its DIAL is out: the other side may be up */
+      c->closed = 1;
+      ctl_send(s, n->idx, c->node[1 - side], MSG_CLOSE, ci);
+    }
+  }
+  stitch_swarm_get_stats(n->sw, &n->final);
+  stitch_swarm_free(n->sw);
+  n->sw = NULL;
+  free(n->have);
+  free(n->needed);
+  n->have = n->needed = NULL;
+  n->state = NODE_LEFT;
+  n->left_s = now_s(s);
+  s->nodes_left++;
 }
 
 static void sim_free(sim *s) {
@@ -596,6 +681,7 @@ static void sim_free(sim *s) {
   free(s->at);
   free(s->stable);
   queue_free(s);
+  sim_churn_free(&s->ch);
   sim_trajectory_free(&s->tr);
   sim_scenario_free(&s->sc);
 }
@@ -604,31 +690,35 @@ static void sim_free(sim *s) {
 
 static int report(sim *s, double wall_s, double rss_base, int as_json,
                   const char *plot_dir) {
-  unsigned nv = s->tr.count, nn = s->sc.nodes;
-  double *done = xcalloc((size_t)(nn + 1) * (nv + 1), sizeof(*done));
-  uint64_t *egress = xcalloc(nn + 1, sizeof(*egress));
+  unsigned nv = s->tr.count, nn = s->sc.nodes, slots = s->ch.slots;
+  double *done = xcalloc((size_t)slots * (nv + 1), sizeof(*done));
+  double *join_s = xcalloc(slots, sizeof(*join_s));
+  double *left_s = xcalloc(slots, sizeof(*left_s));
+  uint64_t *egress = xcalloc(slots, sizeof(*egress));
   uint64_t *seed_b = xcalloc(nv + 1, sizeof(*seed_b));
   uint64_t *cross_b = xcalloc(nv + 1, sizeof(*cross_b));
   double *bound = xcalloc(nv + 1, sizeof(*bound));
   double *node_bound = xcalloc(nv + 1, sizeof(*node_bound));
   sim_result r = {0};
   r.mode = s->sc.central ? "central" : "p2p";
-  for (unsigned i = 0; i <= nn; i++) {
+  for (unsigned i = 0; i < slots; i++) {
     node *n = &s->node[i];
     memcpy(&done[(size_t)i * (nv + 1)], n->done, (nv + 1) * sizeof(*done));
+    join_s[i] = n->state == NODE_WAITING ? INFINITY : n->join_s;
+    left_s[i] = n->left_s;
     egress[i] = n->wire_up;
     r.bad_writes += n->bad_writes;
     r.apply_errors += n->apply_errors;
-    if (i > 0) {
+    /* Over nodes alive at the end: one that left mid-fetch stored chunks
+     * of an object it never applied. */
+    if (i > 0 && n->state == NODE_LIVE) {
       r.chunks_needed += n->needed_n;
       r.chunks_stored += n->stored;
     }
-    if (n->sw != NULL) {
-      stitch_swarm_stats st;
-      stitch_swarm_get_stats(n->sw, &st);
-      r.verify_failures += st.verify_failures;
-      r.bans += st.bans;
-    }
+    stitch_swarm_stats st;
+    node_stats(n, &st);
+    r.verify_failures += st.verify_failures;
+    r.bans += st.bans;
   }
   for (unsigned v = 1; v <= nv; v++) {
     const snap *a = &s->at[v], *b = v < nv && s->published[v + 1] >= 0
@@ -647,6 +737,12 @@ static int report(sim *s, double wall_s, double rss_base, int as_json,
       s->published[v] = INFINITY;
   }
   r.nodes = nn;
+  r.slots = slots;
+  r.join_s = join_s;
+  r.left_s = left_s;
+  r.churn = s->ch.end_s > s->ch.start_s;
+  r.nodes_left = s->nodes_left;
+  r.nodes_joined = s->nodes_joined;
   r.versions = nv;
   r.v = s->tr.v;
   r.published = s->published;
@@ -677,6 +773,8 @@ static int report(sim *s, double wall_s, double rss_base, int as_json,
     json_decref(o);
   }
   free(done);
+  free(join_s);
+  free(left_s);
   free(egress);
   free(seed_b);
   free(cross_b);
@@ -724,6 +822,14 @@ int main(int argc, char **argv) {
   for (unsigned v = 0; v <= s.tr.count + 1; v++)
     s.published[v] = -1;
   stable_make(&s);
+  /* Churn runs from the first publish to one interval after the last (or
+   * the time limit): every version is published into a churning swarm,
+   * and churn then stops so that the run can end (docs/simulator.md). */
+  double churn_end = fmin(WARMUP_S + s.tr.count * s.sc.interval_s,
+                          s.sc.time_limit_s);
+  if (sim_churn_plan(&s.sc, WARMUP_S, churn_end, &s.ch, err, sizeof(err)) !=
+      0)
+    die(err);
   /* Memory per node counts from here: the platform, the cores, the run. */
   double rss_base = sim_rss_mib("VmRSS:");
   /* CM02 without correction factors: a message costs the route's latency
@@ -737,7 +843,7 @@ int main(int argc, char **argv) {
                      NULL};
   int sg_argc = 5;
   simgrid_init(&sg_argc, sg_argv);
-  void **hosts = xcalloc(s.sc.nodes + 2, sizeof(*hosts));
+  void **hosts = xcalloc(s.ch.slots + 1, sizeof(*hosts));
   if (s.sc.queues) { /* one host for the one actor: the links are ours */
     if (sim_platform_one(hosts, err, sizeof(err)) != 0)
       die(err);
@@ -745,7 +851,7 @@ int main(int argc, char **argv) {
     nodes_make(&s, NULL);
     queue_start(&s, hosts[0]);
   } else {
-    if (sim_platform_build(&s.sc, hosts, err, sizeof(err)) != 0)
+    if (sim_platform_build(&s.sc, &s.ch, hosts, err, sizeof(err)) != 0)
       die(err);
     nodes_make(&s, hosts);
     flows_start(&s, hosts);

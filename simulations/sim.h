@@ -66,6 +66,34 @@ double sim_node_bound(const sim_scenario *sc, uint64_t f);
  * bandwidth-bound (docs/simulator.md). */
 double sim_latency(const sim_scenario *sc);
 
+/* ---- churn.c: nodes leaving and joining ------------------------------- */
+
+/* Every node that ever runs, planned before the run: slot 0 is the seed,
+ * 1..nodes the initial nodes (region order), then the joiners in order of
+ * joining. Leaves and joins are two Poisson processes over [start_s,
+ * end_s) drawn from the scenario's rng_seed; a leave takes a live non-seed
+ * node uniformly, a joiner's region is drawn in proportion to the regions'
+ * sizes. Which nodes are alive when depends on nothing but the scenario,
+ * so two builds of the core face the same churn. */
+typedef struct sim_churn {
+  double start_s, end_s; /* the window; empty without churn */
+  unsigned slots;        /* 1 + nodes + joins */
+  unsigned joins, leaves;
+  double *join_s;  /* [slot]: 0 for the seed and the initial nodes */
+  double *leave_s; /* [slot]: INFINITY for a node that stays */
+  int *region;     /* [slot]: an index into the scenario's regions */
+} sim_churn;
+
+/* At most this many leaves plus joins: a scenario asking for more is
+ * almost surely a typo, and each joiner is a node's memory. */
+#define SIM_CHURN_MAX 1000000u
+
+/* Plans SC's churn over [START_S, END_S). On failure returns -1 with one
+ * line in ERR. */
+int sim_churn_plan(const sim_scenario *sc, double start_s, double end_s,
+                   sim_churn *ch, char *err, size_t errlen);
+void sim_churn_free(sim_churn *ch);
+
 /* ---- trajectory.c: the versions, really chunked ----------------------- */
 
 /* Every distinct chunk of every version, once; nodes keep bitsets over it. */
@@ -112,10 +140,15 @@ uint64_t sim_xorshift(uint64_t *s);
 
 typedef struct sim_result {
   const char *mode;
-  unsigned nodes, versions;
+  unsigned nodes, versions; /* nodes: at start */
+  unsigned slots;           /* every node that ran, [0] the seed (churn.c) */
   const sim_version *v; /* [1..versions] */
   const double *published;          /* [version], seconds */
   const double *done;               /* [node * (versions + 1) + version] */
+  const double *join_s, *left_s;    /* [node]: joined (inf: never), left
+                                       (inf: stayed) */
+  int churn;                        /* the scenario has churn */
+  unsigned nodes_left, nodes_joined;
   const uint64_t *egress;           /* [node], bytes on the wire */
   const uint64_t *seed_bytes, *cross_bytes; /* [version] */
   const double *bound, *node_bound; /* [version] */
@@ -140,10 +173,11 @@ int sim_plot(const char *dir, void *json);
 
 /* ---- platform.cpp ----------------------------------------------------- */
 
-/* Builds the platform: HOSTS[0] the seed, HOSTS[1..nodes] the nodes in
- * region order, HOSTS[nodes + 1] the central store (central mode). */
-int sim_platform_build(const sim_scenario *sc, void **hosts, char *err,
-                       size_t errlen);
+/* Builds the platform: HOSTS[slot] for every slot of CH (the seed, the
+ * nodes in region order, the joiners in CH's regions), HOSTS[CH->slots]
+ * the central store (central mode). */
+int sim_platform_build(const sim_scenario *sc, const sim_churn *ch,
+                       void **hosts, char *err, size_t errlen);
 /* A platform of one host (HOSTS[0]), for the queues network, whose links
  * the driver keeps itself. */
 int sim_platform_one(void **hosts, char *err, size_t errlen);

@@ -2,12 +2,103 @@
 # The simulator under ctest (docs/simulator.md): the small scenario
 # completes, every chunk is verified and stored once, no completion beats
 # the bound; broken scenario files fail with one line and a nonzero exit.
-# Usage: test_sim.sh STITCH-SIM SIMULATIONS-DIR
+# With "churn": churn.json, where nodes leave and join, still ends with
+# every live node holding the last version (sim_churn), on the networks
+# named (both by default; the sanitized build runs queues alone).
+# Usage: test_sim.sh STITCH-SIM SIMULATIONS-DIR [churn [NETWORK...]]
 set -eu
 sim="$1"
 dir="$2"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
+
+check_churn() { # OUT.JSON NETWORK
+python3 - "$1" "$2" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+def fail(why):
+    sys.exit("sim_churn (%s): %s" % (sys.argv[2], why))
+if r["completed"] is not True:
+    fail("not every live node held the last version")
+if r["nodes_left"] <= 0 or r["nodes_joined"] <= 0:
+    fail("%d left, %d joined: churn.json should have both"
+         % (r["nodes_left"], r["nodes_joined"]))
+if r["nodes_live"] != r["nodes"] + r["nodes_joined"] - r["nodes_left"]:
+    fail("%d live, not %d + %d - %d" % (r["nodes_live"], r["nodes"],
+         r["nodes_joined"], r["nodes_left"]))
+if r["live_holding_last"] != r["nodes_live"]:
+    fail("%d of %d live nodes hold the last version"
+         % (r["live_holding_last"], r["nodes_live"]))
+if r["verify_failures"] != 0 or r["bad_writes"] != 0 or r["apply_errors"] != 0:
+    fail("verify_failures %d, bad_writes %d, apply_errors %d"
+         % (r["verify_failures"], r["bad_writes"], r["apply_errors"]))
+if r["chunks_needed"] == 0 or r["chunks_stored"] < r["chunks_needed"]:
+    fail("chunks stored %d, needed %d" % (r["chunks_stored"], r["chunks_needed"]))
+for v in r["versions"]:
+    if v["counted"] <= 0 or v["held"] < v["counted"] or v["max_s"] is None:
+        fail("version %d: counted %d, held %d, max %s"
+             % (v["version"], v["counted"], v["held"], v["max_s"]))
+    if v["max_s"] < v["bound_s"]:
+        fail("version %d: max %.6f s beats the bound %.6f s"
+             % (v["version"], v["max_s"], v["bound_s"]))
+    if v["min_s"] < v["node_bound_s"]:
+        fail("version %d: a node finished in %.6f s, under %.6f s"
+             % (v["version"], v["min_s"], v["node_bound_s"]))
+    if v["seed_bytes"] < v["bytes"]:
+        fail("version %d: the seed sent %d B of %d" % (v["version"], v["seed_bytes"], v["bytes"]))
+# A joiner fetches at least the anchor: no catch-up beats its node bound.
+if r["catch_up_n"] <= 0 or r["catch_up_never"] != 0 or r["catch_up_max_s"] is None:
+    fail("%d joiners caught up, %d never did, max %s"
+         % (r["catch_up_n"], r["catch_up_never"], r["catch_up_max_s"]))
+if r["catch_up_p50_s"] < r["versions"][0]["node_bound_s"]:
+    fail("joiners caught up in %.6f s, under the anchor's %.6f s"
+         % (r["catch_up_p50_s"], r["versions"][0]["node_bound_s"]))
+print("sim_churn (%s): ok, %d left, %d joined, catch-up p50 %.3f s, max %.3f s"
+      % (sys.argv[2], r["nodes_left"], r["nodes_joined"], r["catch_up_p50_s"],
+         r["catch_up_max_s"]))
+PY
+}
+
+if [ "${3:-}" = churn ]; then
+  shift 3
+  for net in ${*:-flows queues}; do
+    sed "s/\"mode\": \"p2p\"/\"network\": \"$net\", \"mode\": \"p2p\"/" "$dir/scenarios/churn.json" > "$tmp/$net.json"
+    "$sim" "$tmp/$net.json" --json > "$tmp/$net.out"
+    check_churn "$tmp/$net.out" "$net"
+    # The same scenario gives the same run: churn is drawn from rng_seed.
+    "$sim" "$tmp/$net.json" --json > "$tmp/$net.2.out"
+    python3 - "$tmp/$net.out" "$tmp/$net.2.out" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+for r in (a, b):
+    for k in ("wall_s", "rss_peak_mib", "mem_per_node_kib"):
+        r.pop(k)
+if a != b:
+    sys.exit("sim_churn: two runs of one scenario differ")
+PY
+    echo "sim_churn ($net): deterministic"
+    # Joins alone: the nodes a joiner knows of are soon all full, and a
+    # full node must point it elsewhere (its PEERS, sent before it closes
+    # the link). A joiner left out, or one that kept redialing full nodes
+    # for seconds, fails here.
+    sed 's/"leave_per_min": [0-9]*/"leave_per_min": 0/' "$tmp/$net.json" > "$tmp/$net.join.json"
+    "$sim" "$tmp/$net.join.json" --json > "$tmp/$net.join.out"
+    python3 - "$tmp/$net.join.out" "$net" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+if (r["completed"] is not True or r["nodes_left"] != 0 or
+        r["nodes_joined"] <= 0 or r["catch_up_never"] != 0 or
+        r["catch_up_max_s"] is None or r["catch_up_max_s"] > 5):
+    sys.exit("sim_churn (%s, joins only): completed %s, %d joined, %d never "
+             "caught up, slowest %s s (at most 5)"
+             % (sys.argv[2], r["completed"], r["nodes_joined"],
+                r["catch_up_never"], r["catch_up_max_s"]))
+print("sim_churn (%s, joins only): ok, %d joined, catch-up max %.3f s"
+      % (sys.argv[2], r["nodes_joined"], r["catch_up_max_s"]))
+PY
+  done
+  exit 0
+fi
 
 check() { # OUT.JSON NETWORK
 python3 - "$1" "$2" <<'PY'
@@ -68,6 +159,8 @@ bad type "{\"seed\": {\"region\": \"us\", \"up_mbps\": \"fast\"}, $good}" "seed.
 bad region "{\"seed\": {\"region\": \"eu\", \"up_mbps\": 100}, $good}" "seed.region"
 bad syntax "{\"seed\": " "bad.json\|syntax\|end of file"
 bad network "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"network\": \"fast\", $good}" "network"
+churn=$(printf '%s' "$good" | sed 's/"leave_per_min": 0/"leave_per_min": 5/; s/"mode": "p2p"/"mode": "central", "central": {"mbps": 100}/')
+bad central_churn "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $churn}" "churn"
 printf '%s\n' "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"extra\": 1, $good}" > "$tmp/ok.json"
 "$sim" "$tmp/ok.json" > /dev/null || { echo "sim_small: an unknown key was refused"; exit 1; }
 echo "sim_small: bad scenario files refused"

@@ -61,6 +61,15 @@ static int in_plan(const stitch_swarm *s, uint64_t version, uint32_t object) {
   return 0;
 }
 
+/* M is a message of type T about chunk C, nothing else set. */
+static void ref_msg(wire_msg *m, wire_type t, const chunk_id *c) {
+  memset(m, 0, sizeof(*m));
+  m->type = t;
+  m->version = c->version;
+  m->object = c->object;
+  m->chunk = c->chunk;
+}
+
 /* Times about a version's chunks are kept as ms after the version arrived,
  * plus one, so 0 means "not yet". */
 static uint32_t stamp(const stitch_swarm *s, const vstate *v) {
@@ -181,11 +190,7 @@ void fetch_peer_gone(stitch_swarm *s, peer *p) {
 static void send_simple(stitch_swarm *s, peer *p, wire_type t,
                         const chunk_id *c) {
   wire_msg m;
-  memset(&m, 0, sizeof(m));
-  m.type = t;
-  m.version = c->version;
-  m.object = c->object;
-  m.chunk = c->chunk;
+  ref_msg(&m, t, c);
   core_send(s, p, &m);
 }
 
@@ -301,11 +306,7 @@ static void tell_crossing(stitch_swarm *s, vstate *v, const chunk_id *c,
   v->crossing[c->object][c->chunk] = stamp(s, v);
   count_crosser(s, cross_rank(v, c->object, c->chunk, who));
   wire_msg m;
-  memset(&m, 0, sizeof(m));
-  m.type = WIRE_CROSSING;
-  m.version = c->version;
-  m.object = c->object;
-  m.chunk = c->chunk;
+  ref_msg(&m, WIRE_CROSSING, c);
   m.node = *who;
   for (size_t i = 0; i < s->n_peers; i++) {
     peer *q = &s->peers[i];

@@ -130,6 +130,15 @@ static size_t count_peers(const stitch_swarm *s, int ready_only) {
   return n;
 }
 
+/* Links we are pointing elsewhere (PEER_FULL, or on the way to it). */
+static size_t count_full(const stitch_swarm *s) {
+  size_t n = 0;
+  for (size_t i = 0; i < s->n_peers; i++)
+    n += s->peers[i].full && s->peers[i].state != PEER_FREE &&
+         s->peers[i].state != PEER_CLOSING;
+  return n;
+}
+
 static int banned_key(const stitch_swarm *s, const stitch_pubkey *k) {
   for (size_t i = 0; i < s->n_bans; i++)
     if (memcmp(s->bans[i].b, k->b, 32) == 0)
@@ -480,7 +489,13 @@ int stitch_swarm_peer_open(stitch_swarm *s, uint64_t now_ms, int outbound,
   snprintf(m.listen, sizeof(m.listen), "%s", s->cfg.listen);
   snprintf(m.region, sizeof(m.region), "%s", s->cfg.region);
   core_send(s, p, &m);
-  if (too_many) {
+  if (too_many && count_full(s) >= CORE_FULL_MAX) {
+    /* Already pointing enough dialers elsewhere: when every node dials
+     * the seed at once (10,000 at a simulation's start), handshakes with
+     * all of them would cost more than the links. It backs off and comes
+     * back. */
+    core_drop(s, p, 0, "full");
+  } else if (too_many) {
     /* Full: finish the handshake, tell it where else to go (on_auth),
      * close once that is sent (stitch_swarm_peer_sent). A PEERS before
      * the handshake would be out of order, and one queued before a CLOSE

@@ -59,11 +59,21 @@ static void take_candidate(enc *e, int coding, size_t n, int *best_coding,
   *best_len = n;
 }
 
+/* A block's sparse coding done ahead (by pick_nibble), left in e->cand. */
+typedef struct precoded {
+  int have;
+  uint64_t block; /* its index in the tensor */
+  int rc;         /* sparse_encode's result */
+  size_t len;
+  uint64_t changed;
+} precoded;
+
 /* Codes one block; *out points at its payload (e->best, or the new bytes
- * themselves for RAW). */
+ * themselves for RAW). PRE, if not NULL, is this block's sparse coding. */
 static int code_block(enc *e, const sym_fmt *f, const uint8_t *old,
-                      const uint8_t *nw, block_span sp, int *coding,
-                      size_t *len, uint64_t *changed, const uint8_t **out) {
+                      const uint8_t *nw, block_span sp, const precoded *pre,
+                      int *coding, size_t *len, uint64_t *changed,
+                      const uint8_t **out) {
   unsigned sb = f->bits <= 8 ? 1 : f->bits / 8;
   size_t off = bytes_of(sp.start, f->bits), nb = bytes_of(sp.n, f->bits);
   const uint8_t *ob = old ? old + off : NULL, *nbp = nw + off;
@@ -78,8 +88,15 @@ static int code_block(enc *e, const sym_fmt *f, const uint8_t *old,
   *coding = STITCH_CODING_RAW;
   *len = nb;
   if (ob != NULL) {
-    size_t n;
-    int rc = sparse_encode(f, old, nw, sp, e->cand, nb, &n, changed);
+    size_t n = 0;
+    int rc;
+    if (pre != NULL) {
+      rc = pre->rc;
+      n = pre->len;
+      *changed = pre->changed;
+    } else {
+      rc = sparse_encode(f, old, nw, sp, e->cand, nb, &n, changed);
+    }
     if (rc == 0 && n < *len)
       take_candidate(e, STITCH_CODING_SPARSE, n, coding, len);
     else if (rc != 0 && rc != STITCH_ELIMIT)
@@ -101,12 +118,25 @@ static int code_block(enc *e, const sym_fmt *f, const uint8_t *old,
 }
 
 /* For U8 tensors, packed 4-bit values (NVFP4) code far better as nibbles;
- * decide by coding a sample (the first changed 64 KiB) both ways. */
+ * decide by coding a sample (the first changed 64 KiB) both ways: *NIBBLE
+ * is 1 when nibbles code smaller. Returns 0 or an error.
+ *
+ * Two shortcuts, the choice unchanged. The sample is usually a tensor's
+ * first 64 KiB, so it starts a block (512 KiB of bytes), and when its ref
+ * is the block's, its nibble coding is the start of the block's: so the
+ * whole block is coded as nibbles here, measuring the sample on the way
+ * (sparse_encode_probe), and kept in *PRE for code_block when nibbles win,
+ * as they do for NVFP4. And the byte coding, usually the larger, is only
+ * run until it certainly passes the nibble coding's size. */
 #define NIBBLE_SAMPLE (1u << 16)
-static int pick_nibble(enc *e, const stitch_tensor *bt, const stitch_tensor *t) {
+static int pick_nibble(enc *e, const stitch_tensor *bt, const stitch_tensor *t,
+                       precoded *pre, int *nibble) {
+  *nibble = 0;
+  *pre = (precoded){0};
   if (t->dtype != STITCH_DT_U8 || bt == NULL)
     return 0;
-  /* The sample is coded into e->cand, which holds a block's work. */
+  /* The sample is coded into e->cand, which holds a block's work; the
+   * byte coding into e->scratch (work_cap bytes). */
   uint64_t sample = NIBBLE_SAMPLE < e->work_cap ? NIBBLE_SAMPLE : e->work_cap;
   for (uint64_t s = 0; s < t->nbytes; s += sample) {
     uint64_t n = t->nbytes - s < sample ? t->nbytes - s : sample;
@@ -115,15 +145,42 @@ static int pick_nibble(enc *e, const stitch_tensor *bt, const stitch_tensor *t) 
     sym_fmt fb, fn;
     sym_fmt_for(STITCH_DT_U8, 0, &fb);
     sym_fmt_for(STITCH_DT_U8, 1, &fn);
-    size_t lb = SIZE_MAX, ln = SIZE_MAX;
+    uint64_t B = 1ull << e->block_log2, syms = 2 * t->nbytes;
+    block_span ssp = {2 * s, 2 * n};
+    block_span bsp = {2 * s, syms - 2 * s < B ? syms - 2 * s : B};
+    size_t ln = 0;
     uint64_t ch;
-    if (sparse_encode(&fb, bt->data, t->data, (block_span){s, n}, e->cand, n,
-                      &lb, &ch) != 0)
-      lb = SIZE_MAX;
-    if (sparse_encode(&fn, bt->data, t->data, (block_span){2 * s, 2 * n},
-                      e->cand, n, &ln, &ch) != 0)
-      ln = SIZE_MAX;
-    return ln < lb;
+    int ok;
+    if (ssp.start % B == 0 && ssp.n == bsp.n) { /* the sample is the block */
+      pre->rc = sparse_encode(&fn, bt->data, t->data, bsp, e->cand, n,
+                              &pre->len, &pre->changed);
+      ok = pre->rc == 0;
+      ln = pre->len;
+      pre->have = 1;
+    } else if (ssp.start % B == 0 && ssp.n < bsp.n &&
+               ssp.n % SPARSE_PROBE_STEP == 0 &&
+               sparse_same_ref(&fn, bt->data, ssp, bsp)) {
+      sparse_probe probe = {.at = ssp.n, .cap = n};
+      pre->rc = sparse_encode_probe(&fn, bt->data, t->data, bsp, e->cand,
+                                    bsp.n / 2, &pre->len, &pre->changed,
+                                    &probe);
+      if (pre->rc != 0 && pre->rc != STITCH_ELIMIT)
+        return pre->rc;
+      ok = probe.len != 0;
+      ln = probe.len;
+      pre->have = 1;
+    } else {
+      ok = sparse_encode(&fn, bt->data, t->data, ssp, e->cand, n, &ln, &ch) == 0;
+    }
+    pre->block = ssp.start / B;
+    if (!ok) /* no byte coding is larger than a failed one */
+      return 0;
+    int bytes_larger = 0;
+    if (sparse_encode_exceeds(&fb, bt->data, t->data, (block_span){s, n},
+                              e->scratch, n, ln, &bytes_larger) != 0)
+      bytes_larger = 1; /* the byte coding failed */
+    *nibble = bytes_larger;
+    return 0;
   }
   return 0;
 }
@@ -133,7 +190,11 @@ static int encode_tensor(enc *e, const stitch_st *base, const stitch_tensor *t,
   const stitch_tensor *bt = stitch_st_find(base, t->name);
   if (bt != NULL && !same_layout(bt, t))
     bt = NULL; /* a reshaped or retyped tensor is sent whole */
-  int nibble = pick_nibble(e, bt, t);
+  int nibble;
+  precoded pre;
+  CHECK_RC(pick_nibble(e, bt, t, &pre, &nibble));
+  if (!nibble)
+    pre.have = 0;
   sym_fmt f;
   CHECK_RC(sym_fmt_for(t->dtype, nibble, &f));
   uint64_t symbols = nibble ? 2 * t->nbytes : t->numel;
@@ -166,8 +227,11 @@ static int encode_tensor(enc *e, const stitch_st *base, const stitch_tensor *t,
     size_t len;
     uint64_t ch;
     const uint8_t *payload;
-    CHECK_RC(code_block(e, &f, bt ? bt->data : NULL, t->data, sp, &coding,
+    const precoded *pb = pre.have && s / B == pre.block ? &pre : NULL;
+    CHECK_RC(code_block(e, &f, bt ? bt->data : NULL, t->data, sp, pb, &coding,
                         &len, &ch, &payload));
+    if (coding != STITCH_CODING_SAME)
+      pre.have = 0; /* e->cand is reused from here on */
     CHECK_RC(dbuf_u8(ix, (uint8_t)coding));
     if (coding != STITCH_CODING_SAME) {
       CHECK_RC(dbuf_varint(ix, len));

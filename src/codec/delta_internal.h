@@ -45,6 +45,32 @@ typedef struct block_span {
 int sparse_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
                   block_span sp, uint8_t *out, size_t cap, size_t *out_len,
                   uint64_t *changed);
+/* sparse_encode that also measures a prefix of the block: probe->len gets
+ * the length that sparse_encode of the block's first probe->at symbols
+ * with a cap of probe->cap would give (0 when it would fail), without
+ * coding them apart. That is only right when the prefix has the block's
+ * class reference (sparse_same_ref): the caller checks. probe->at must be
+ * a multiple of SPARSE_PROBE_STEP below sp.n. */
+#define SPARSE_PROBE_STEP 1024 /* symbols: the coder's chunk */
+typedef struct sparse_probe {
+  uint64_t at;
+  size_t cap;
+  size_t len; /* out */
+} sparse_probe;
+int sparse_encode_probe(const sym_fmt *f, const uint8_t *old,
+                        const uint8_t *new_, block_span sp, uint8_t *out,
+                        size_t cap, size_t *out_len, uint64_t *changed,
+                        sparse_probe *probe);
+/* Whether symbols PREFIX and SP of DATA have the same class reference
+ * (proto/delta.md "ref"); PREFIX is a part of SP. */
+int sparse_same_ref(const sym_fmt *f, const uint8_t *data, block_span prefix,
+                    block_span sp);
+/* Sets *exceeds to whether sparse_encode with CAP would fail or code more
+ * than LIMIT bytes; cheaper than coding when it would (it stops once the
+ * output has passed LIMIT). OUT holds CAP bytes of scratch. */
+int sparse_encode_exceeds(const sym_fmt *f, const uint8_t *old,
+                          const uint8_t *new_, block_span sp, uint8_t *out,
+                          size_t cap, size_t limit, int *exceeds);
 /* Number of symbols that differ. */
 uint64_t sparse_count(const sym_fmt *f, const uint8_t *old,
                       const uint8_t *new_, block_span sp);

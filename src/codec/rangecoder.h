@@ -8,11 +8,12 @@
  * depend on it, so a faster formulation must compute the same values.
  *
  * Speed: a coded bit is usually unpredictable, so one decision is written
- * without a branch on the bit (the compiler turns the selects into
- * conditional moves); only the renormalisation branches, about once per
- * eight bits of output. The coder state is a small struct the callers keep
- * as a local and pass to these always-inlined functions, so it stays in
- * registers across a block.
+ * without a branch on the bit (conditional moves, RC_CMOV); only the
+ * renormalisation branches, about once per eight bits of output. Bits that
+ * are nearly always 0 (group flags) have forms that do branch, being
+ * cheaper when predicted (rc_encode_known, rc_decode_rare). The coder
+ * state is a small struct the callers keep as a local and pass to these
+ * always-inlined functions, so it stays in registers across a block.
  *
  * The encoder writes into a caller buffer and raises `overflow` instead of
  * writing past it. The decoder reads zeros past the end of its input, so a
@@ -29,13 +30,24 @@
 
 typedef struct rc_ctx {
   uint32_t p; /* P(1) in Q24; always in [1, 2^24 - 1] (see rc_adapt) */
-  uint16_t m; /* n + 2 for the spec's count n, held at 2^(limit+1) - 1 */
+  uint16_t m; /* n + 2 for the spec's count n, held at 2^limit (rc_rate) */
 } rc_ctx;
 
 static inline void rc_ctx_init(rc_ctx *c, uint32_t p) {
   c->p = p;
   c->m = 2;
 }
+
+/* On x86-64 a decision's three selects (range, low or code, p) are
+ * conditional moves written out, after one test: GCC, given the choice,
+ * turns them into a branch on the coded bit, which mispredicts about as
+ * often as the bit is uncertain, and the mask arithmetic (the portable
+ * form, same values; -DSTITCH_NO_ASM) costs about ten instructions more. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(STITCH_NO_ASM)
+#define RC_CMOV 1
+#else
+#define RC_CMOV 0
+#endif
 
 /* Hides a value from the optimiser so that selects on it stay arithmetic:
  * left alone, GCC turns them back into a branch on the coded bit, which
@@ -50,20 +62,30 @@ RC_INLINE uint32_t rc_opaque(uint32_t x) {
  * act. */
 RC_INLINE uint32_t rc_p15(const rc_ctx *c) {
   uint32_t p = c->p >> 9;
-  return p + (p == 0);
+  return p ? p : 1; /* a conditional move on a hoisted constant */
 }
 
 /* The spec: r = floor(log2(n + 2)); if r > limit then r = limit, else
- * n += 1. With m = n + 2 held at 2^(limit+1) - 1 instead of counting on to
- * 2^(limit+1), floor(log2 m) is never above limit and gives the same r at
- * every step. Then p moves 2^-r of the way towards the coded bit, rounding
- * the step down: p += (2^24 - p) >> r for a 1, p -= p >> r for a 0; both
- * keep p inside [1, 2^24 - 1] since r >= 1. ONE is all ones for a coded 1,
- * zero for a 0. */
-RC_INLINE void rc_adapt(rc_ctx *c, uint32_t one, unsigned limit) {
+ * n += 1. With m = n + 2, r = floor(log2 m) as long as m < 2^(limit+1),
+ * and limit after; and floor(log2 m) is already limit from m = 2^limit
+ * on. So m is held at 2^limit, where the count stops mattering, and r is
+ * floor(log2 m) at every step. Then p moves 2^-r of the way towards the
+ * coded bit, rounding the step down: p += (2^24 - p) >> r for a 1,
+ * p -= p >> r for a 0; both keep p inside [1, 2^24 - 1] since r >= 1.
+ *
+ * A context reaches 2^limit after at most 2^limit - 2 uses (126 to 510)
+ * and stays there for the rest of its block, so the branch that counts
+ * predicts well and saves a select and a store per decision. */
+RC_INLINE unsigned rc_rate(rc_ctx *c, unsigned limit) {
   unsigned m = c->m;
-  unsigned rate = (unsigned)__builtin_clz(m) ^ 31u;
-  c->m = (uint16_t)(m + (m < (2u << limit) - 1u));
+  if (__builtin_expect(m < (1u << limit), 0))
+    c->m = (uint16_t)(m + 1);
+  return (unsigned)__builtin_clz(m) ^ 31u;
+}
+
+/* ONE is all ones for a coded 1, zero for a 0. */
+RC_INLINE void rc_adapt(rc_ctx *c, uint32_t one, unsigned limit) {
+  unsigned rate = rc_rate(c, limit);
   uint32_t p = c->p;
   uint32_t step = (((RC_PROB_ONE - p) & one) | (p & ~one)) >> rate;
   c->p = p + ((step ^ ~one) - ~one); /* +step, or -step */
@@ -79,6 +101,7 @@ typedef struct rc_out {
   uint64_t cache_size;
   uint8_t cache;
   int overflow;
+  uint8_t dropped; /* OR of the bytes not stored for want of room */
   int first; /* the first byte out is always 0: not stored */
 } rc_out;
 
@@ -99,6 +122,7 @@ static inline void rc_enc_init(rc_enc *e, rc_out *o, uint8_t *out,
   o->pos = 0;
   o->cap = cap;
   o->overflow = 0;
+  o->dropped = 0;
   o->first = 1;
 }
 
@@ -107,10 +131,12 @@ RC_INLINE void rc_put(rc_out *o, uint8_t b) {
     o->first = 0;
     return;
   }
-  if (o->pos < o->cap)
+  if (o->pos < o->cap) {
     o->out[o->pos++] = b;
-  else
+  } else {
     o->overflow = 1;
+    o->dropped |= b;
+  }
 }
 
 /* Shifts the top byte of LOW out (through the one-byte cache that absorbs
@@ -143,10 +169,54 @@ RC_INLINE void rc_enc_norm(rc_enc *e) {
 
 RC_INLINE void rc_encode(rc_enc *e, rc_ctx *c, uint32_t bit, unsigned limit) {
   uint32_t bound = (e->range >> 15) * rc_p15(c);
+#if RC_CMOV
+  unsigned rate = rc_rate(c, limit);
+  uint32_t p = c->p;
+  uint32_t p1 = p + ((RC_PROB_ONE - p) >> rate), p0 = p - (p >> rate);
+  uint32_t range = e->range - bound;
+  uint64_t add = bound, zero = 0;
+  __asm__("test %[b], %[b]\n\t"
+          "cmovne %[bound], %[range]\n\t"
+          "cmovne %[zero], %[add]\n\t"
+          "cmovne %[p1], %[p0]"
+          : [range] "+r"(range), [add] "+r"(add), [p0] "+r"(p0)
+          : [b] "r"(bit), [bound] "r"(bound), [zero] "r"(zero), [p1] "r"(p1)
+          : "cc");
+  e->low += add;
+  e->range = range;
+  c->p = p0;
+#else
   uint32_t one = rc_opaque(0u - bit);
   e->low += bound & ~one;
   e->range = (bound & one) | ((e->range - bound) & ~one);
   rc_adapt(c, one, limit);
+#endif
+  rc_enc_norm(e);
+}
+
+/* A decision whose bit the caller already branched on (BIT is a constant
+ * where this is inlined): the same arithmetic as rc_encode without the
+ * selects. The group flags of a block's unchanged groups, most of its
+ * decisions, are coded this way, a run at a time. */
+RC_INLINE void rc_encode_known(rc_enc *e, rc_ctx *c, const uint32_t bit,
+                               unsigned limit) {
+  uint64_t bound = (uint64_t)(e->range >> 15) * rc_p15(c); /* < 2^32 */
+  uint32_t p = c->p;
+  unsigned m = c->m;
+  /* A held context's rate is the limit, a constant shift; one still
+   * counting takes rc_rate's path. */
+  if (__builtin_expect(m < (1u << limit), 0)) {
+    unsigned rate = rc_rate(c, limit);
+    c->p = bit ? p + ((RC_PROB_ONE - p) >> rate) : p - (p >> rate);
+  } else {
+    c->p = bit ? p + ((RC_PROB_ONE - p) >> limit) : p - (p >> limit);
+  }
+  if (bit) {
+    e->range = (uint32_t)bound;
+  } else {
+    e->low += bound;
+    e->range -= (uint32_t)bound;
+  }
   rc_enc_norm(e);
 }
 
@@ -213,12 +283,50 @@ RC_INLINE void rc_dec_norm(rc_dec *d) {
 /* Returns the decoded bit as a mask: all ones for a 1. */
 RC_INLINE uint32_t rc_decode_mask(rc_dec *d, rc_ctx *c, unsigned limit) {
   uint32_t bound = (d->range >> 15) * rc_p15(c);
+#if RC_CMOV
+  unsigned rate = rc_rate(c, limit);
+  uint32_t p = c->p, code = d->code;
+  uint32_t p1 = p + ((RC_PROB_ONE - p) >> rate), p0 = p - (p >> rate);
+  uint32_t range = d->range - bound, code0 = code - bound, one;
+  __asm__("cmp %[bound], %[code]\n\t"
+          "cmovb %[bound], %[range]\n\t"
+          "cmovb %[code], %[code0]\n\t"
+          "cmovb %[p1], %[p0]\n\t"
+          "sbb %[one], %[one]"
+          : [range] "+r"(range), [code0] "+r"(code0), [p0] "+r"(p0),
+            [one] "=r"(one)
+          : [bound] "r"(bound), [code] "r"(code), [p1] "r"(p1)
+          : "cc");
+  d->code = code0;
+  d->range = range;
+  c->p = p0;
+#else
   uint32_t one = rc_opaque(0u - (uint32_t)(d->code < bound));
   d->code -= bound & ~one;
   d->range = (bound & one) | ((d->range - bound) & ~one);
   rc_adapt(c, one, limit);
+#endif
   rc_dec_norm(d);
   return one;
+}
+
+/* A decision that is nearly always 0 (a group flag): a branch on the bit
+ * predicts well there and costs less than the selects, and the caller
+ * branches on the bit anyway. Same arithmetic as rc_decode_mask. */
+RC_INLINE uint32_t rc_decode_rare(rc_dec *d, rc_ctx *c, unsigned limit) {
+  uint32_t bound = (d->range >> 15) * rc_p15(c);
+  unsigned rate = rc_rate(c, limit);
+  uint32_t p = c->p, bit = d->code < bound;
+  if (__builtin_expect(bit, 0)) {
+    d->range = bound;
+    c->p = p + ((RC_PROB_ONE - p) >> rate);
+  } else {
+    d->code -= bound;
+    d->range -= bound;
+    c->p = p - (p >> rate);
+  }
+  rc_dec_norm(d);
+  return bit;
 }
 
 RC_INLINE uint32_t rc_decode(rc_dec *d, rc_ctx *c, unsigned limit) {

@@ -20,14 +20,16 @@
  *    with adaptive unary bits and raw low bits.
  *
  * Speed (the bytes are fixed by format 1; only the work to produce them
- * changed): a block is coded a chunk of 64 groups at a time. The chunk's
- * classes and group buckets come from one vector scan (sparse_scan.h), and
- * for the encoder one vector compare marks its changed groups; the flag
- * loop then only reads a bucket and codes a bit per group. A changed group
- * walks its position tree heap-ordered, with float weights so that a
- * node's contexts are a division and a look at the exponent bits, in an
- * out-of-line function per format so the flag loop keeps the coder state
- * in registers. Decisions are branch-free (rangecoder.h). */
+ * changed): a block is coded a chunk of 64 groups at a time. One vector
+ * scan gives the chunk's group buckets (sparse_scan.h; for E2M1 nibbles
+ * a table lookup and a byte sum), and for the encoder one vector compare
+ * marks its changed groups. The unchanged groups' flags, most decisions
+ * of a block, are coded a run at a time without the selects a coin-flip
+ * bit needs. A changed group, in an out-of-line function per format so
+ * that the flag loop keeps the coder state in registers, computes its own
+ * classes and all 15 of its tree nodes' contexts in one vector pass, then
+ * walks the nodes that hold a change as the set bits of a preorder mask
+ * (no stack). Coin-flip decisions are branch-free (rangecoder.h). */
 #include "codec/delta_internal.h"
 #include "codec/rangecoder.h"
 #include "codec/sparse_scan.h"
@@ -62,12 +64,16 @@ typedef struct model {
   rc_ctx sign[4][2];
   rc_ctx one[4];
   rc_ctx unary[NUNARY];
-  uint8_t cls[MI_MAX + 1]; /* class of each magnitude index */
+  unsigned ref;
+  uint8_t nib_w[16]; /* weight 2^c of each E2M1 nibble value */
+  uint8_t cls[MI_MAX + 1]; /* class of each magnitude index up to mi_max */
 } model;
 
 #define Q24(x) ((uint32_t)((x) * (double)RC_PROB_ONE))
 
-static void model_init(model *m, unsigned ref) {
+/* mi_max is the format's largest magnitude index: the scalar paths look
+ * classes up in m->cls up to it. */
+static void model_init(model *m, unsigned ref, unsigned mi_max) {
   for (int i = 0; i < NGCTX; i++)
     rc_ctx_init(&m->group[i], Q24(0.03));
   for (int l = 0; l < NLVL; l++)
@@ -82,9 +88,13 @@ static void model_init(model *m, unsigned ref) {
   }
   for (int i = 0; i < NUNARY; i++)
     rc_ctx_init(&m->unary[i], Q24(0.3));
-  for (unsigned e = 0; e <= MI_MAX; e++) {
-    m->cls[e] = (uint8_t)(e >= ref ? 0 : ref - e >= NCLS ? NCLS - 1 : ref - e);
+  m->ref = ref;
+  for (unsigned v = 0; v < 16; v++) { /* E2M1 (ref <= 3): exponent bits 1-2 */
+    unsigned e = (v >> 1) & 3;
+    m->nib_w[v] = (uint8_t)(ref <= 3 ? 1u << (e >= ref ? 0 : ref - e) : 0);
   }
+  for (unsigned e = 0; e <= mi_max; e++)
+    m->cls[e] = (uint8_t)(e >= ref ? 0 : ref - e >= NCLS ? NCLS - 1 : ref - e);
 }
 
 int sym_fmt_for(stitch_dtype dt, int nibble, sym_fmt *f) {
@@ -143,6 +153,12 @@ static int fmt_id(const sym_fmt *f) {
   FMT_LIST(X)
 #undef X
   return -1;
+}
+
+/* The largest magnitude index of a format. */
+static inline __attribute__((always_inline)) unsigned mi_max_of(const sym_fmt *f,
+                                                                unsigned bits) {
+  return f->is_float ? (1u << f->exp_bits) - 1 : bits;
 }
 
 /* Calls IMPL(&constant_format, bits, ...) for f's format, or yields DFLT. */
@@ -239,40 +255,37 @@ static inline __attribute__((always_inline)) unsigned tree_q(uint32_t a32,
 #define SCAN_CPU_AVX2() 0
 #endif
 
-/* Symbols per chunk scan: CHUNK groups' classes (1 KiB) stay in L1 between
- * the scan and the coding loop that reads them back. */
+/* Groups per chunk: the chunk's buckets and change mask come from one
+ * pass over its bytes, and the flag loop then reads them back. */
 #define CHUNK 64
+_Static_assert(SPARSE_PROBE_STEP == CHUNK * GROUP, "a probe ends a chunk");
 
-/* Classes of the symbols of NG full groups from symbol AT of P into
- * CLS[16 NG], and each group's context bucket into BKT[NG]. */
+/* Each group's context bucket, for NG full groups from symbol AT of P. */
 static inline __attribute__((always_inline)) void
-scan_groups(const model *m, const sym_fmt *f, const unsigned bits,
-            unsigned ref, const uint8_t *p, uint64_t at, unsigned ng,
-            uint8_t *cls, uint8_t *bkt, int avx2) {
+group_buckets(const model *m, const sym_fmt *f, const unsigned bits,
+              const uint8_t *p, uint64_t at, unsigned ng, uint8_t *bkt,
+              int avx2) {
   (void)avx2;
 #ifdef SCAN_SSE2
-  if (f->is_float && bits <= 32) {
+  if (SCAN_FITS(f->is_float, bits)) {
+    const uint8_t *q = p + span_bytes(at, bits);
+    const unsigned emask = (1u << f->exp_bits) - 1;
 #ifdef SCAN_AVX2
     if (avx2) {
-      scan_float_groups_avx2(p + span_bytes(at, bits), bits, f->mant_bits,
-                             (1u << f->exp_bits) - 1, ref, ng, cls, bkt);
+      scan_buckets_avx2(q, bits, f->mant_bits, emask, !f->is_float,
+                        f->is_signed, m->ref, m->nib_w, ng, bkt);
       return;
     }
 #endif
-    scan_float_groups(p + span_bytes(at, bits), bits, f->mant_bits,
-                      (1u << f->exp_bits) - 1, ref, ng, cls, bkt);
+    scan_buckets(q, bits, f->mant_bits, emask, !f->is_float, f->is_signed,
+                 m->ref, ng, bkt);
     return;
   }
-#else
-  (void)ref;
 #endif
   for (unsigned g = 0; g < ng; g++) {
     uint32_t w = 0;
-    for (unsigned j = 0; j < GROUP; j++) {
-      uint8_t c = m->cls[mi_of(f, bits, ld(p, at + GROUP * g + j, bits))];
-      cls[GROUP * g + j] = c;
-      w += 1u << c;
-    }
+    for (unsigned j = 0; j < GROUP; j++)
+      w += 1u << m->cls[mi_of(f, bits, ld(p, at + GROUP * g + j, bits))];
     bkt[g] = (uint8_t)bucket(w);
   }
 }
@@ -298,9 +311,14 @@ bytes_equal(const uint8_t *a, const uint8_t *b, uint64_t n) {
 /* Bit g set when full group g of the NG from symbol AT differs. */
 static inline __attribute__((always_inline)) uint64_t
 groups_differ(const unsigned bits, const uint8_t *old, const uint8_t *nw,
-              uint64_t at, unsigned ng) {
+              uint64_t at, unsigned ng, int avx2) {
   const unsigned gbytes = GROUP * bits / 8;
   const uint8_t *a = old + span_bytes(at, bits), *b = nw + span_bytes(at, bits);
+  (void)avx2;
+#ifdef SCAN_AVX2
+  if (avx2)
+    return scan_groups_differ_avx2(a, b, gbytes, ng);
+#endif
 #ifdef SCAN_SSE2
   return scan_groups_differ(a, b, gbytes, ng);
 #else
@@ -326,43 +344,40 @@ symbols_differ(const unsigned bits, const uint8_t *old, const uint8_t *nw,
   return msk;
 }
 
-/* Weights of the position tree of a full group, heap-ordered: node 1 is
- * the group, node k has children 2k and 2k+1, leaves 16..31 are the
- * symbols. Full groups halve evenly, so node k at depth D covers
- * [(k - 2^D) 16 / 2^D, ...) exactly as proto/delta.md's halving does, its
- * left half is 2k and its tree level is 3 - D. The weights are floats
- * (exact: integers below 2^24) so that a node's contexts cost a division
- * and a look at the bits rather than a bit scan and a compare ladder. */
-static inline __attribute__((always_inline)) void
-tree_weights(const uint8_t *cls, float *W) {
-#ifdef SCAN_SSE2
-  scan_tree_weights(cls, W);
-#else
-  for (unsigned j = 0; j < GROUP; j++)
-    W[GROUP + j] = (float)(1u << cls[j]);
-  for (unsigned k = GROUP - 1; k > 0; k--)
-    W[k] = W[2 * k] + W[2 * k + 1];
-#endif
-}
-
 static inline __attribute__((always_inline)) unsigned heap_level(unsigned k) {
   return (unsigned)__builtin_clz(k) - 28u; /* 1 -> 3, 2-3 -> 2, ... 8-15 -> 0 */
 }
 
-/* tree_q for float weights: floor(8 a / n), a < n. The quotient is below
- * 8, so float division errs by at most 2^-22, while a non-integer 8a/n
- * lies at least 1/n >= 2^-19 from an integer: the floor is exact. */
-static inline __attribute__((always_inline)) unsigned tree_qf(float a,
-                                                              float n) {
-  return (unsigned)(int)((a * (float)NQ) / n);
-}
-
-/* bucket() of an integer-valued float: its exponent and the bit below the
- * leading one are the top bits of the pattern. */
-static inline __attribute__((always_inline)) unsigned bucket_f(float w) {
-  uint32_t b;
-  memcpy(&b, &w, 4);
-  return (b >> 22) - 254u;
+/* The position tree of a full group is the heap: node 1 is the group,
+ * node k has halves 2k and 2k+1, leaves 16..31 are the symbols. Full
+ * groups halve evenly, so node k at depth D covers [(k - 2^D) 16 / 2^D,
+ * ...) exactly as proto/delta.md's halving does, its left half is 2k and
+ * its tree level is 3 - D. This computes the group's classes into CLS and
+ * each inner node's two contexts, LQ[k] = level * NQ + floor(NQ W(2k) /
+ * W(k)) into the left family and RB[k] = bucket(W(2k + 1)) into the right
+ * one (W a span's weight sum), before the walk needs them. */
+static inline __attribute__((always_inline)) void
+group_tree(const model *m, const sym_fmt *f, const unsigned bits,
+           const uint8_t *p, uint64_t at, uint8_t *cls, uint8_t *lq,
+           uint8_t *rb) {
+#ifdef SCAN_SSE2
+  if (SCAN_FITS(f->is_float, bits)) {
+    scan_group_tree(p + span_bytes(at, bits), bits, f->mant_bits,
+                    (1u << f->exp_bits) - 1, !f->is_float, f->is_signed,
+                    m->ref, cls, lq, rb);
+    return;
+  }
+#endif
+  uint32_t W[2 * GROUP];
+  for (unsigned j = 0; j < GROUP; j++) {
+    cls[j] = m->cls[mi_of(f, bits, ld(p, at + j, bits))];
+    W[GROUP + j] = 1u << cls[j];
+  }
+  for (unsigned k = GROUP - 1; k > 0; k--) {
+    W[k] = W[2 * k] + W[2 * k + 1];
+    lq[k] = (uint8_t)(heap_level(k) * NQ + tree_q(W[2 * k], W[k]));
+    rb[k] = (uint8_t)bucket(W[2 * k + 1]);
+  }
 }
 
 /* A partial group (the last of a tensor, g < 16 symbols) halves unevenly;
@@ -384,14 +399,28 @@ block_ref(const sym_fmt *f, const unsigned bits, const uint8_t *p,
      * memcpy loads, so unaligned data is fine) vectorize. */
     const uint8_t *q = p + (bits == 4 ? sp.start / 2 : sp.start * (bits / 8));
     uint64_t mx = 0;
-    if (bits == 4) { /* two E2M1 values a byte: magnitudes in bits 0-2, 4-6 */
-      uint8_t lo = 0, hi = 0;
-      for (uint64_t j = 0; j < sp.n / 2; j++) {
-        uint8_t a = q[j] & 7, b = (q[j] >> 4) & 7;
-        lo = a > lo ? a : lo;
-        hi = b > hi ? b : hi;
+    if (bits == 4) {
+      /* Two E2M1 values a byte, exponents in bits 1-2 and 5-6: the largest
+       * is 3 when some nibble has both bits set, else 2 when one has the
+       * upper, else 1 when one has the lower. 3, the most there is, is
+       * common (a scaled block's largest value is 4 or 6): stop there. */
+      const uint64_t b1 = 0x2222222222222222ull, b2 = 0x4444444444444444ull;
+      uint64_t o1 = 0, o2 = 0, nb = sp.n / 2, j = 0;
+      for (; j + 256 <= nb; j += 256) {
+        for (unsigned i = 0; i < 256; i += 8) {
+          uint64_t w;
+          memcpy(&w, q + j + i, 8);
+          o1 |= w;
+          o2 |= w & (w >> 1);
+        }
+        if (o2 & b1)
+          return 3;
       }
-      mx = lo > hi ? lo : hi;
+      for (; j < nb; j++) {
+        o1 |= q[j];
+        o2 |= (uint64_t)(q[j] & (q[j] >> 1));
+      }
+      return (o2 & b1) ? 3 : (o1 & b2) ? 2 : (o1 & b1) ? 1 : 0;
     } else if (bits == 8) {
       uint8_t m8 = 0;
       for (uint64_t j = 0; j < sp.n; j++) {
@@ -428,6 +457,14 @@ block_ref(const sym_fmt *f, const unsigned bits, const uint8_t *p,
   /* Integers: the largest bit length is that of the OR of the magnitudes
    * (NOT v for a negative v), an OR reduction the compiler vectorizes. */
   uint64_t acc = 0;
+  if (bits == 8) { /* in bytes, so that a vector holds 16 of them */
+    const uint8_t *q = p + sp.start;
+    uint8_t a8 = 0;
+    for (uint64_t j = 0; j < sp.n; j++)
+      a8 |= f->is_signed ? (uint8_t)(q[j] ^ (uint8_t)((int8_t)q[j] >> 7)) : q[j];
+    acc = a8;
+    return acc ? 64u - (unsigned)__builtin_clzll(acc) : 0u;
+  }
   for (uint64_t j = 0; j < sp.n; j++) {
     uint64_t v = ld(p, sp.start + j, bits);
     if (f->is_signed)
@@ -480,21 +517,61 @@ decode_step(rc_dec *r, model *m, const sym_fmt *f, const unsigned bits,
   return unkey(f, bits, (key_of(f, bits, ov) + kd) & M);
 }
 
+/* The walk over a full group's position tree in the order of
+ * proto/delta.md (a node, then its left subtree, then its right) is the
+ * preorder of the heap: PRE_NODE[i] is the node visited i-th among all 31.
+ * An inner node at preorder position i has its left half at i + 1 and
+ * its right half at PRE_RIGHT[i] = i + 2^(level+1), past the left
+ * subtree's 2^(level+1) - 1 nodes. So a 32-bit mask over preorder
+ * positions stands in for the stack: the encoder builds it from the
+ * change mask (the nodes that hold a change are exactly those visited)
+ * and walks its set bits in order; the decoder sets the halves it learns
+ * of and takes the lowest pending bit next. */
+static const uint8_t PRE_NODE[31] = {1,  2,  4,  8,  16, 17, 9,  18, 19, 5,  10,
+                                     20, 21, 11, 22, 23, 3,  6,  12, 24, 25, 13,
+                                     26, 27, 7,  14, 28, 29, 15, 30, 31};
+static const uint8_t PRE_RIGHT[31] = {16, 9, 6,  5,  0,  0,  8,  0,  0,  13, 12,
+                                      0,  0, 15, 0,  0,  24, 21, 20, 0,  0,  23,
+                                      0,  0, 28, 27, 0,  0,  30, 0,  0};
+
+/* Preorder bits of an 8-symbol half's 15 nodes from its 8 change bits:
+ * the half's node, then for each 4-symbol quarter its node, its first
+ * pair's node and 2 leaves, its second pair's node and 2 leaves. */
+#define PRE7_(n)                                                              \
+  (((n) != 0) | (((n) & 3) != 0) << 1 | ((n) & 1) << 2 |                      \
+   (((n) >> 1) & 1) << 3 | (((n) & 12) != 0) << 4 | (((n) >> 2) & 1) << 5 |   \
+   (((n) >> 3) & 1) << 6)
+#define PRE15_(b) (uint16_t)(((b) != 0) | PRE7_((b) & 15) << 1 | PRE7_((b) >> 4) << 8)
+#define PRE4_(b) PRE15_(b), PRE15_((b) + 1), PRE15_((b) + 2), PRE15_((b) + 3)
+#define PRE16_(b) PRE4_(b), PRE4_((b) + 4), PRE4_((b) + 8), PRE4_((b) + 12)
+#define PRE64_(b) PRE16_(b), PRE16_((b) + 16), PRE16_((b) + 32), PRE16_((b) + 48)
+static const uint16_t PRE_HALF[256] = {PRE64_(0), PRE64_(64), PRE64_(128),
+                                       PRE64_(192)};
+#undef PRE7_
+#undef PRE15_
+#undef PRE4_
+#undef PRE16_
+#undef PRE64_
+
+/* The nodes of a full group's tree that hold a change, MSK != 0, as
+ * preorder bits: the root, the first half's 15 nodes, the second's. */
+static inline __attribute__((always_inline)) uint32_t tree_visits(unsigned msk) {
+  return 1u | (uint32_t)PRE_HALF[msk & 255] << 1 |
+         (uint32_t)PRE_HALF[msk >> 8] << 16;
+}
+
 /* A full group known to hold a change: its positions by halving, each
- * change's step right after it. CLS holds the group's classes. Returns
- * the number of changes. */
+ * change's step right after it. Returns the number of changes. */
 static inline __attribute__((always_inline)) uint64_t
 encode_group16(rc_enc *e, model *m, const sym_fmt *f, const unsigned bits,
-               const uint8_t *old, const uint8_t *nw, uint64_t at,
-               const uint8_t *cls) {
-  unsigned msk = symbols_differ(bits, old, nw, at);
-  float W[2 * GROUP];
-  tree_weights(cls, W);
-  uint8_t stk[GROUP];
-  unsigned top = 0, n = 0;
-  stk[top++] = 1;
-  while (top > 0) {
-    unsigned k = stk[--top];
+               const uint8_t *old, const uint8_t *nw, uint64_t at) {
+  uint8_t cls[GROUP], lq[GROUP], rb[GROUP];
+  group_tree(m, f, bits, old, at, cls, lq, rb);
+  uint32_t vis = tree_visits(symbols_differ(bits, old, nw, at));
+  rc_ctx *left = &m->left[0][0];
+  uint64_t n = 0;
+  for (uint32_t todo = vis; todo != 0; todo &= todo - 1) {
+    unsigned i = (unsigned)__builtin_ctz(todo), k = PRE_NODE[i];
     if (k >= GROUP) {
       unsigned j = k - GROUP;
       encode_step(e, m, f, bits, ld(old, at + j, bits), ld(nw, at + j, bits),
@@ -502,30 +579,27 @@ encode_group16(rc_enc *e, model *m, const sym_fmt *f, const unsigned bits,
       n++;
       continue;
     }
-    unsigned lvl = heap_level(k), half = 1u << lvl;
-    unsigned lo = (k << (lvl + 1)) - GROUP, hm = (1u << half) - 1;
-    uint32_t l = ((msk >> lo) & hm) != 0, rr = ((msk >> (lo + half)) & hm) != 0;
-    rc_encode(e, &m->left[lvl][tree_qf(W[2 * k], W[k])], l, LIM_TREE);
+    uint32_t l = (vis >> (i + 1)) & 1, rr = (vis >> PRE_RIGHT[i]) & 1;
+    rc_encode(e, &left[lq[k]], l, LIM_TREE);
     if (l)
-      rc_encode(e, &m->right[bucket_f(W[2 * k + 1])], rr, LIM_TREE);
-    stk[top] = (uint8_t)(2 * k + 1);
-    top += rr;
-    stk[top] = (uint8_t)(2 * k);
-    top += l;
+      rc_encode(e, &m->right[rb[k]], rr, LIM_TREE);
   }
   return n;
 }
 
+/* The decoder's walk; classes come from the base before the group is
+ * patched (a group's patches touch only its own bytes). */
 static inline __attribute__((always_inline)) uint64_t
 decode_group16(rc_dec *r, model *m, const sym_fmt *f, const unsigned bits,
-               uint8_t *data, uint64_t at, const uint8_t *cls) {
-  float W[2 * GROUP];
-  tree_weights(cls, W);
-  uint8_t stk[GROUP];
-  unsigned top = 0, n = 0;
-  stk[top++] = 1;
-  while (top > 0) {
-    unsigned k = stk[--top];
+               uint8_t *data, uint64_t at) {
+  uint8_t cls[GROUP], lq[GROUP], rb[GROUP];
+  group_tree(m, f, bits, data, at, cls, lq, rb);
+  rc_ctx *left = &m->left[0][0];
+  uint64_t n = 0;
+  uint32_t todo = 1;
+  while (todo != 0) {
+    unsigned i = (unsigned)__builtin_ctz(todo), k = PRE_NODE[i];
+    todo &= todo - 1;
     if (k >= GROUP) {
       uint64_t pos = at + k - GROUP;
       uint64_t ov = ld(data, pos, bits);
@@ -533,20 +607,12 @@ decode_group16(rc_dec *r, model *m, const sym_fmt *f, const unsigned bits,
       n++;
       continue;
     }
-    unsigned lvl = heap_level(k);
     /* "and the right half too" is coded only after a 1 on the left. (A
      * masked, branch-free decision here was no faster: it spends a whole
      * decision's work on every left 0 to save the branch.) */
-    uint32_t l = rc_decode_mask(r, &m->left[lvl][tree_qf(W[2 * k], W[k])],
-                                LIM_TREE);
-    uint32_t rr =
-        (l & 1)
-            ? rc_decode_mask(r, &m->right[bucket_f(W[2 * k + 1])], LIM_TREE)
-            : ~0u;
-    stk[top] = (uint8_t)(2 * k + 1);
-    top += rr & 1;
-    stk[top] = (uint8_t)(2 * k);
-    top += l & 1;
+    uint32_t l = rc_decode_mask(r, &left[lq[k]], LIM_TREE) & 1;
+    uint32_t rr = l ? rc_decode_mask(r, &m->right[rb[k]], LIM_TREE) & 1 : 1;
+    todo |= l << (i + 1) | rr << PRE_RIGHT[i];
   }
   return n;
 }
@@ -646,40 +712,60 @@ decode_partial(rc_dec *r, model *m, const sym_fmt *f, const unsigned bits,
  * own function, and the loop hands it a copy of the state, so that the
  * loop's own state never has its address taken. */
 typedef uint64_t (*enc_group_fn)(rc_enc *e, model *m, const uint8_t *old,
-                                 const uint8_t *nw, uint64_t at,
-                                 const uint8_t *cls);
+                                 const uint8_t *nw, uint64_t at);
 typedef uint64_t (*dec_group_fn)(rc_dec *r, model *m, uint8_t *data,
-                                 uint64_t at, const uint8_t *cls);
+                                 uint64_t at);
 #define X(ID, B, FL, SG, MB, EB)                                              \
   static __attribute__((noinline)) uint64_t enc_group_##ID(                  \
       rc_enc *e, model *m, const uint8_t *old, const uint8_t *nw,             \
-      uint64_t at, const uint8_t *cls) {                                      \
+      uint64_t at) {                                                          \
     static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
     rc_enc t = *e;                                                            \
-    uint64_t n = encode_group16(&t, m, &k_, B, old, nw, at, cls);             \
+    uint64_t n = encode_group16(&t, m, &k_, B, old, nw, at);                  \
     *e = t;                                                                   \
     return n;                                                                 \
   }                                                                           \
   static __attribute__((noinline)) uint64_t dec_group_##ID(                  \
-      rc_dec *r, model *m, uint8_t *data, uint64_t at, const uint8_t *cls) {  \
+      rc_dec *r, model *m, uint8_t *data, uint64_t at) {                      \
     static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
     rc_dec t = *r;                                                            \
-    uint64_t n = decode_group16(&t, m, &k_, B, data, at, cls);                \
+    uint64_t n = decode_group16(&t, m, &k_, B, data, at);                     \
     *r = t;                                                                   \
     return n;                                                                 \
   }
 FMT_LIST(X)
 #undef X
 
+/* The length that coding the block's first probe->at symbols alone, with
+ * a cap of probe->cap, would give: finish a copy of the coder state, into
+ * OUT past the bytes so far (the block's own coding overwrites them
+ * later). The two codings are the same up to here (the caller checks that
+ * the prefix has the block's ref), except that the prefix fails once it
+ * emits more than its cap. */
+static void probe_finish(const rc_enc *e, const rc_out *eo, size_t hl,
+                         sparse_probe *probe) {
+  rc_enc t = *e;
+  rc_out to = *eo;
+  t.o = &to;
+  probe->len = 0;
+  if (probe->cap < hl + to.pos)
+    return;
+  to.cap = probe->cap - hl;
+  size_t n = rc_enc_finish(&t);
+  if (!to.overflow)
+    probe->len = n + hl;
+}
+
 static inline __attribute__((always_inline)) int
 encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
             const uint8_t *nw, block_span sp, uint8_t *out, size_t cap,
-            size_t *out_len, uint64_t *changed, enc_group_fn group_fn) {
+            size_t *out_len, uint64_t *changed, int *dropped,
+            sparse_probe *probe, enc_group_fn group_fn) {
   if (cap < 2)
     return STITCH_ELIMIT;
   unsigned ref = block_ref(f, bits, old, sp);
   model m;
-  model_init(&m, ref);
+  model_init(&m, ref, mi_max_of(f, bits));
   /* ref as a 1- or 2-byte varint (it is below 2^11). */
   size_t hl = ref < 128 ? 1 : 2;
   out[0] = (uint8_t)(ref < 128 ? ref : (ref & 0x7f) | 0x80);
@@ -689,34 +775,45 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
   rc_out eo;
   rc_enc_init(&e, &eo, out + hl, cap - hl);
   uint64_t nchanged = 0, nfull = sp.n / GROUP;
-  uint8_t cls[CHUNK * GROUP], bkt[CHUNK];
+  uint8_t bkt[CHUNK];
   int avx2 = SCAN_CPU_AVX2();
   for (uint64_t g0 = 0; g0 < nfull; g0 += CHUNK) {
     unsigned ng = nfull - g0 < CHUNK ? (unsigned)(nfull - g0) : CHUNK;
     uint64_t at = sp.start + g0 * GROUP;
-    scan_groups(&m, f, bits, ref, old, at, ng, cls, bkt, avx2);
-    /* Most groups are unchanged: a byte compare settles them. Groups start
-     * at even symbols, so nibble groups are whole bytes. */
-    uint64_t chg = groups_differ(bits, old, nw, at, ng);
-    for (unsigned g = 0; g < ng; g++) {
-      uint32_t bit = (uint32_t)(chg >> g) & 1;
-      rc_encode(&e, &m.group[bkt[g]], bit, LIM_GROUP);
-      if (bit) {
-        rc_enc t = e;
-        nchanged += group_fn(&t, &m, old, nw, at + GROUP * g, cls + GROUP * g);
-        e = t;
-      }
+    group_buckets(&m, f, bits, old, at, ng, bkt, avx2);
+    /* Most groups are unchanged: a byte compare settles them, and their
+     * flags are coded a run at a time up to the next changed group.
+     * Groups start at even symbols, so nibble groups are whole bytes. */
+    uint64_t chg = groups_differ(bits, old, nw, at, ng, avx2);
+    unsigned g = 0;
+    for (; chg != 0; chg &= chg - 1) {
+      unsigned j = (unsigned)__builtin_ctzll(chg);
+      for (; g < j; g++)
+        rc_encode_known(&e, &m.group[bkt[g]], 0, LIM_GROUP);
+      rc_encode_known(&e, &m.group[bkt[j]], 1, LIM_GROUP);
+      rc_enc t = e;
+      nchanged += group_fn(&t, &m, old, nw, at + GROUP * j);
+      e = t;
+      g = j + 1;
     }
-    if (eo.overflow) /* past the cap: the caller codes the block densely */
-      return STITCH_ELIMIT;
+    for (; g < ng; g++)
+      rc_encode_known(&e, &m.group[bkt[g]], 0, LIM_GROUP);
+    if (eo.overflow) { /* past the cap: the caller codes the block densely */
+      *dropped = eo.dropped != 0;
+      return STITCH_ELIMIT; /* and a probe's prefix fails too (its cap is less) */
+    }
+    if (probe != NULL && (g0 + ng) * GROUP == probe->at)
+      probe_finish(&e, &eo, hl, probe);
   }
   if (sp.n % GROUP)
     nchanged += encode_partial(&e, &m, f, bits, old, nw,
                                sp.start + nfull * GROUP,
                                (unsigned)(sp.n % GROUP));
   size_t n = rc_enc_finish(&e);
-  if (eo.overflow)
+  if (eo.overflow) {
+    *dropped = eo.dropped != 0;
     return STITCH_ELIMIT;
+  }
   *out_len = n + hl;
   *changed = nchanged;
   return 0;
@@ -739,22 +836,22 @@ decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
   RETURN_IF(ref > mi_max, d, STITCH_EFORMAT,
             "sparse block: class reference %u out of range", ref);
   model m;
-  model_init(&m, ref);
+  model_init(&m, ref, mi_max);
   rc_dec r;
   rc_dec_init(&r, in + hl, len - hl);
   uint64_t nchanged = 0, nfull = sp.n / GROUP;
-  uint8_t cls[CHUNK * GROUP], bkt[CHUNK];
+  uint8_t bkt[CHUNK];
   int avx2 = SCAN_CPU_AVX2();
   for (uint64_t g0 = 0; g0 < nfull; g0 += CHUNK) {
     unsigned ng = nfull - g0 < CHUNK ? (unsigned)(nfull - g0) : CHUNK;
     uint64_t at = sp.start + g0 * GROUP;
-    /* Classes come from the base: scan the chunk before patching it (a
+    /* Buckets come from the base: scan the chunk before patching it (a
      * group's patches touch only its own bytes). */
-    scan_groups(&m, f, bits, ref, data, at, ng, cls, bkt, avx2);
+    group_buckets(&m, f, bits, data, at, ng, bkt, avx2);
     for (unsigned g = 0; g < ng; g++)
-      if (rc_decode(&r, &m.group[bkt[g]], LIM_GROUP)) {
+      if (rc_decode_rare(&r, &m.group[bkt[g]], LIM_GROUP)) {
         rc_dec t = r;
-        nchanged += group_fn(&t, &m, data, at + GROUP * g, cls + GROUP * g);
+        nchanged += group_fn(&t, &m, data, at + GROUP * g);
         r = t;
       }
   }
@@ -769,17 +866,78 @@ decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
   return 0;
 }
 
-int sparse_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
-                  block_span sp, uint8_t *out, size_t cap, size_t *out_len,
-                  uint64_t *changed) {
+static int encode_any(const sym_fmt *f, const uint8_t *old,
+                      const uint8_t *new_, block_span sp, uint8_t *out,
+                      size_t cap, size_t *out_len, uint64_t *changed,
+                      int *dropped, sparse_probe *probe) {
+  *dropped = 0;
 #define DISPATCH_CASE_(ID, B, FL, SG, MB, EB)                                \
   case ID: {                                                                  \
     static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
     return encode_impl(&k_, B, old, new_, sp, out, cap, out_len, changed,     \
-                       enc_group_##ID);                                  \
+                       dropped, probe, enc_group_##ID);                       \
   }
   DISPATCH(f, STITCH_EINVAL, encode_impl)
 #undef DISPATCH_CASE_
+}
+
+int sparse_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
+                  block_span sp, uint8_t *out, size_t cap, size_t *out_len,
+                  uint64_t *changed) {
+  int dropped;
+  return encode_any(f, old, new_, sp, out, cap, out_len, changed, &dropped,
+                    NULL);
+}
+
+int sparse_encode_probe(const sym_fmt *f, const uint8_t *old,
+                        const uint8_t *new_, block_span sp, uint8_t *out,
+                        size_t cap, size_t *out_len, uint64_t *changed,
+                        sparse_probe *probe) {
+  int dropped;
+  probe->len = 0;
+  if (probe->at == 0 || probe->at % SPARSE_PROBE_STEP || probe->at >= sp.n)
+    return STITCH_EINVAL;
+  return encode_any(f, old, new_, sp, out, cap, out_len, changed, &dropped,
+                    probe);
+}
+
+static unsigned sparse_ref(const sym_fmt *f, const uint8_t *data,
+                           block_span sp) {
+#define DISPATCH_CASE_(ID, B, FL, SG, MB, EB)                                \
+  case ID: {                                                                  \
+    static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
+    return block_ref(&k_, B, data, sp);                                       \
+  }
+  DISPATCH(f, 0, block_ref)
+#undef DISPATCH_CASE_
+}
+
+int sparse_same_ref(const sym_fmt *f, const uint8_t *data, block_span prefix,
+                    block_span sp) {
+  unsigned r = sparse_ref(f, data, prefix);
+  /* The block's ref is at least the prefix's and at most the largest. */
+  return r == mi_max_of(f, f->bits) || r == sparse_ref(f, data, sp);
+}
+
+/* Coded with a cap of LIMIT instead, the coder stops soon after its output
+ * passes LIMIT. Then a dropped byte that is not zero settles it: the
+ * output, whose trailing zeros alone are trimmed, reaches past LIMIT (or
+ * past CAP, which fails). Only when every dropped byte was zero, which
+ * the trimming might yet take back, is the block coded again in full. */
+int sparse_encode_exceeds(const sym_fmt *f, const uint8_t *old,
+                          const uint8_t *new_, block_span sp, uint8_t *out,
+                          size_t cap, size_t limit, int *exceeds) {
+  size_t n;
+  uint64_t ch;
+  int dropped;
+  int rc = encode_any(f, old, new_, sp, out, limit < cap ? limit : cap, &n,
+                      &ch, &dropped, NULL);
+  if (rc == STITCH_ELIMIT && !dropped)
+    rc = encode_any(f, old, new_, sp, out, cap, &n, &ch, &dropped, NULL);
+  if (rc != 0 && rc != STITCH_ELIMIT)
+    return rc;
+  *exceeds = rc == STITCH_ELIMIT || n > limit;
+  return 0;
 }
 
 int sparse_decode(const sym_fmt *f, uint8_t *data, block_span sp,

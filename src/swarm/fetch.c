@@ -14,7 +14,8 @@
  * (or, with config.write_verifies, checked by chunk_write) before
  * it is stored or announced; one that does not verify gets its sender
  * banned. When the first step's object is whole, the agent is asked to
- * apply it.
+ * apply it. A node serves the CORE_SERVE_SLOTS requesters furthest behind
+ * first (serve_turn), so that a region's nodes finish together.
  *
  * The seed super-seeds: it announces no bitfield, but offers each peer a
  * few chunks at a time (HAVE), those sent least so far first, so distinct
@@ -536,8 +537,38 @@ int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
 
 /* ---- Serving ---------------------------------------------------------- */
 
+/* How far behind P is on what it asks of us: the fraction it holds of its
+ * first queued request's object, as its bitfield and HAVEs tell us. */
+static double behind(peer *p) {
+  const chunk_id *c = &p->serve[0];
+  const bits *h = peer_bits(p, c->version, c->object, 0, 0);
+  return h == NULL || h->n == 0 ? 0 : (double)h->count / (double)h->n;
+}
+
+/* May P's queued requests be served now? Only the CORE_SERVE_SLOTS
+ * requesters furthest behind are served at once; the others' requests
+ * wait in their queues. A driver shares an uplink evenly among the links
+ * that have data on it, so without this a node with 8 neighbours got less
+ * than one with 14 and finished last. The seed super-seeds instead. */
+static int serve_turn(stitch_swarm *s, peer *p) {
+  if (s->cfg.seed)
+    return 1;
+  double mine = behind(p);
+  unsigned ahead = 0;
+  for (size_t i = 0; i < s->n_peers; i++) {
+    peer *q = &s->peers[i];
+    if (q == p || q->state != PEER_READY || q->n_serve == 0)
+      continue;
+    double theirs = behind(q);
+    if (theirs < mine || (theirs == mine && q->id < p->id))
+      if (++ahead >= CORE_SERVE_SLOTS)
+        return 0;
+  }
+  return 1;
+}
+
 void fetch_serve_next(stitch_swarm *s, peer *p) {
-  while (p->n_serve > 0) {
+  while (p->n_serve > 0 && serve_turn(s, p)) {
     chunk_id c = p->serve[0];
     memmove(&p->serve[0], &p->serve[1], (p->n_serve - 1) * sizeof(c));
     p->n_serve--;

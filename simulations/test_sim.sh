@@ -147,6 +147,11 @@ for v in r["versions"]:
              % (v["version"], v["min_s"], v["node_bound_s"]))
     if v["seed_bytes"] < v["bytes"]:
         fail("version %d: the seed sent %d B of %d" % (v["version"], v["seed_bytes"], v["bytes"]))
+    # A delta's one chunk goes across as soon as the seed has given it out
+    # (fetch.c push_across), not a far node's turn and round trip later.
+    if v["version"] > 1 and v["latency_ratio"] > 2.5:
+        fail("version %d: latency ratio %.2f, over 2.5: the delta waited to "
+             "cross" % (v["version"], v["latency_ratio"]))
 print("sim_small (%s): ok, ratios %s" % (sys.argv[2], ", ".join("%.2f" % v["ratio"] for v in r["versions"])))
 PY
 }

@@ -654,9 +654,12 @@ static int add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
           (v->offers[o] = calloc(n + 1, 2)) == NULL ||
           (v->far_at[o] = calloc(n + 1, 4)) == NULL ||
           (v->crossing[o] = calloc(n + 1, 4)) == NULL;
-    for (uint64_t c = 0; c < n && !bad; c++)
+    for (uint64_t c = 0; c < n && !bad; c++) {
       if (s->io.chunk_has(s->io.user, &m->objects[o].chunks[c].hash))
         bits_set(&v->held[o], c);
+      if (m->objects[o].chunks[c].size > s->chunk_max)
+        s->chunk_max = m->objects[o].chunks[c].size;
+    }
   }
   if (bad)
     return stitch_diag_set(d, STITCH_ENOMEM, "out of memory");
@@ -829,6 +832,8 @@ static void on_request(stitch_swarm *s, peer *p, const wire_msg *m) {
     core_send(s, p, &r);
     return;
   }
+  if (fetch_queued(p, &c) >= 0)
+    return; /* asked twice, or asked for what we pass it anyway */
   if (p->n_serve == CORE_MAX_SERVE) {
     core_drop(s, p, 0, "too many requests queued");
     return;
@@ -838,14 +843,13 @@ static void on_request(stitch_swarm *s, peer *p, const wire_msg *m) {
 
 static void on_cancel(stitch_swarm *s, peer *p, const wire_msg *m) {
   (void)s;
-  for (unsigned i = 0; i < p->n_serve; i++)
-    if (p->serve[i].version == m->version && p->serve[i].object == m->object &&
-        p->serve[i].chunk == m->chunk) {
-      memmove(&p->serve[i], &p->serve[i + 1],
-              (p->n_serve - i - 1) * sizeof(p->serve[0]));
-      p->n_serve--;
-      return;
-    }
+  chunk_id c = {m->version, m->object, m->chunk};
+  int i = fetch_queued(p, &c);
+  if (i < 0)
+    return;
+  memmove(&p->serve[i], &p->serve[i + 1],
+          (p->n_serve - (unsigned)i - 1) * sizeof(p->serve[0]));
+  p->n_serve--;
 }
 
 static void on_have(stitch_swarm *s, peer *p, const wire_msg *m, int field) {
@@ -972,7 +976,9 @@ int stitch_swarm_peer_recv(stitch_swarm *s, uint32_t id, const uint8_t *buf,
     size_t blen;
     stitch_diag d = {{0}};
     /* Feed a header on its own, so a CHUNK frame larger than anything we
-     * asked this peer for is refused before its body is buffered. */
+     * asked this peer for, or than any chunk a far peer may pass us
+     * unasked (fetch.c push_across), is refused before its body is
+     * buffered. */
     size_t head = p->rd.ready ? 0 : p->rd.head_len;
     if ((p->rd.ready || p->rd.type == 0) && take > 5 - head)
       take = 5 - head;
@@ -983,7 +989,7 @@ int stitch_swarm_peer_recv(stitch_swarm *s, uint32_t id, const uint8_t *buf,
     buf += used;
     len -= used;
     if (p->rd.type == WIRE_CHUNK &&
-        (uint64_t)p->rd.need + p->rd.buf.len > p->chunk_allow) {
+        (uint64_t)p->rd.need + p->rd.buf.len > fetch_chunk_allow(s, p)) {
       core_drop(s, p, 1, "a CHUNK frame larger than any chunk asked of it");
       break;
     }

@@ -172,6 +172,7 @@ struct stitch_swarm {
   uint64_t now_ms, next_maintain_ms;
   size_t region_known; /* known addresses in our region (maintain) */
   uint64_t cross_wake_ms; /* a crossing's wait ends (fetch.c cross_ok) */
+  uint64_t chunk_max;     /* largest chunk of the versions we know */
   double xr_sum;          /* ranks of the crossers heard of (region_size) */
   unsigned xr_n;
   stitch_swarm_stats st;
@@ -208,6 +209,8 @@ void fetch_on_crossing(stitch_swarm *s, peer *p, const wire_msg *m);
 void fetch_peer_gone(stitch_swarm *s, peer *p);
 void fetch_tick(stitch_swarm *s);
 void fetch_serve_next(stitch_swarm *s, peer *p);
+int fetch_queued(const peer *p, const chunk_id *c);
+uint64_t fetch_chunk_allow(const stitch_swarm *s, const peer *p);
 void fetch_on_have_bit(stitch_swarm *s, peer *p, uint64_t version,
                        uint32_t object, uint64_t chunk);
 void fetch_announce_interest(stitch_swarm *s, peer *p);

@@ -155,6 +155,30 @@ void fetch_announce_interest(stitch_swarm *s, peer *p) {
 
 /* ---- Peers' holdings -------------------------------------------------- */
 
+static void drop_request(stitch_swarm *s, peer *p, unsigned i);
+static void send_simple(stitch_swarm *s, peer *p, wire_type t,
+                        const chunk_id *c);
+static int find_request(const peer *p, const chunk_id *c);
+
+/* A neighbour of our region has chunk C of (V, O) now: a request for it
+ * still out to another region is cancelled, and the chunk asked of the
+ * neighbour instead. Such a request went out before the chunk was nearby
+ * (its turn came before a copy passed across reached us, push_across),
+ * and a far peer's queue is slow to answer. */
+static void cancel_far(stitch_swarm *s, uint64_t version, uint32_t object,
+                       uint64_t chunk) {
+  chunk_id c = {version, object, chunk};
+  for (size_t i = 0; i < s->n_peers; i++) {
+    peer *q = &s->peers[i];
+    int k;
+    if (q->state == PEER_READY && far_peer(s, q) &&
+        (k = find_request(q, &c)) >= 0) {
+      drop_request(s, q, (unsigned)k);
+      send_simple(s, q, WIRE_CANCEL, &c);
+    }
+  }
+}
+
 void fetch_on_have_bit(stitch_swarm *s, peer *p, uint64_t version,
                        uint32_t object, uint64_t chunk) {
   vstate *v = core_find_version(s, version);
@@ -164,6 +188,8 @@ void fetch_on_have_bit(stitch_swarm *s, peer *p, uint64_t version,
     v->avail[object][chunk]++;
   if (far_peer(s, p) && v->far_at[object][chunk] == 0)
     v->far_at[object][chunk] = stamp(s, v);
+  if (!p->is_seed && !far_peer(s, p))
+    cancel_far(s, version, object, chunk);
 }
 
 void fetch_peer_gone(stitch_swarm *s, peer *p) {
@@ -195,12 +221,31 @@ static void send_simple(stitch_swarm *s, peer *p, wire_type t,
   core_send(s, p, &m);
 }
 
-static int requested_from(const peer *p, const chunk_id *c) {
+static int same_chunk(const chunk_id *a, const chunk_id *b) {
+  return a->version == b->version && a->object == b->object &&
+         a->chunk == b->chunk;
+}
+
+/* Where C is among our requests to P, or -1. */
+static int find_request(const peer *p, const chunk_id *c) {
   for (unsigned i = 0; i < p->n_req; i++)
-    if (p->req[i].c.version == c->version && p->req[i].c.object == c->object &&
-        p->req[i].c.chunk == c->chunk)
-      return 1;
-  return 0;
+    if (same_chunk(&p->req[i].c, c))
+      return (int)i;
+  return -1;
+}
+
+/* Where C is among P's requests to us, or -1. */
+int fetch_queued(const peer *p, const chunk_id *c) {
+  for (unsigned i = 0; i < p->n_serve; i++)
+    if (same_chunk(&p->serve[i], c))
+      return (int)i;
+  return -1;
+}
+
+/* Does P hold chunk C, as far as it told us? */
+static int peer_holds(peer *p, const chunk_id *c) {
+  const bits *h = peer_bits(p, c->version, c->object, 0, 0);
+  return h != NULL && bits_get(h, c->chunk);
 }
 
 /* Does a ready neighbour in our own region hold chunk C of (V, O)? */
@@ -208,11 +253,9 @@ static int held_nearby(stitch_swarm *s, uint64_t version, uint32_t o,
                        uint64_t c) {
   for (size_t i = 0; i < s->n_peers; i++) {
     peer *q = &s->peers[i];
-    if (q->state != PEER_READY || q->is_seed ||
-        strcmp(q->region, s->cfg.region) != 0)
-      continue;
-    const bits *h = peer_bits(q, version, o, 0, 0);
-    if (h != NULL && bits_get(h, c))
+    chunk_id id = {version, o, c};
+    if (q->state == PEER_READY && !q->is_seed &&
+        strcmp(q->region, s->cfg.region) == 0 && peer_holds(q, &id))
       return 1;
   }
   return 0;
@@ -359,7 +402,7 @@ static int pick(stitch_swarm *s, peer *p, vstate *v, uint32_t o,
     if (far && !cross_ok(s, v, o, c))
       continue;
     chunk_id id = {v->ref.m->version, o, c};
-    if (fl > 0 && requested_from(p, &id))
+    if (fl > 0 && find_request(p, &id) >= 0)
       continue;
     if (random_phase && fl == 0) {
       best = c;
@@ -446,14 +489,6 @@ static void drop_request(stitch_swarm *s, peer *p, unsigned i) {
   p->req[i] = p->req[--p->n_req];
 }
 
-static int find_request(const peer *p, const chunk_id *c) {
-  for (unsigned i = 0; i < p->n_req; i++)
-    if (p->req[i].c.version == c->version && p->req[i].c.object == c->object &&
-        p->req[i].c.chunk == c->chunk)
-      return (int)i;
-  return -1;
-}
-
 void fetch_on_reject(stitch_swarm *s, peer *p, const chunk_id *c) {
   int i = find_request(p, c);
   if (i >= 0)
@@ -467,6 +502,51 @@ void fetch_on_reject(stitch_swarm *s, peer *p, const chunk_id *c) {
     if (v != NULL && v->avail[c->object][c->chunk] > 0)
       v->avail[c->object][c->chunk]--;
   }
+}
+
+/* Does a ready peer of REGION hold chunk C, or have it queued with us? */
+static int region_has(stitch_swarm *s, const char *region, const chunk_id *c) {
+  for (size_t i = 0; i < s->n_peers; i++) {
+    peer *q = &s->peers[i];
+    if (q->state == PEER_READY && strcmp(q->region, region) == 0 &&
+        (peer_holds(q, c) || fetch_queued(q, c) >= 0))
+      return 1;
+  }
+  return 0;
+}
+
+/* A chunk the seed gave us goes on at once, unasked, to one neighbour in
+ * each other region, the one with the fewest requests queued with us,
+ * unless a neighbour of that region holds it already. The seed gives each
+ * chunk out once, so this is the chunk's way into a region that our links
+ * reach, sooner than a far node's turn (cross_ok) and its request's round
+ * trip. It goes ahead of that neighbour's own requests; its HAVE is not
+ * sent (fetch_on_chunk). docs/swarm.md, "Crossing regions". */
+static void push_across(stitch_swarm *s, const chunk_id *c) {
+  for (size_t i = 0; i < s->n_peers; i++) {
+    peer *q = &s->peers[i];
+    if (q->state != PEER_READY || !far_peer(s, q) ||
+        q->n_serve == CORE_MAX_SERVE || region_has(s, q->region, c))
+      continue;
+    peer *best = q;
+    for (size_t k = i + 1; k < s->n_peers; k++) {
+      peer *r = &s->peers[k];
+      if (r->state == PEER_READY && !r->is_seed && r->n_serve < best->n_serve &&
+          strcmp(r->region, q->region) == 0)
+        best = r;
+    }
+    memmove(&best->serve[1], &best->serve[0],
+            best->n_serve++ * sizeof(best->serve[0]));
+    best->serve[0] = *c;
+  }
+}
+
+/* The largest CHUNK body P may send us: what we asked it for, or any
+ * chunk of a version we know, which a far peer may pass us unasked
+ * (push_across). */
+uint64_t fetch_chunk_allow(const stitch_swarm *s, const peer *p) {
+  uint64_t pushed = far_peer(s, p) ? s->chunk_max + 64 : 0;
+  return p->chunk_allow > pushed ? p->chunk_allow : pushed;
 }
 
 int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
@@ -515,10 +595,13 @@ int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
     s->st.bytes_other_region += m->data_len;
   if (in_plan(s, m->version, m->object))
     s->st.fetch_done++;
-  /* Cancel the endgame's other copies, tell everyone we have it. */
+  if (p->is_seed && !s->cfg.seed)
+    push_across(s, &c);
+  /* Cancel the endgame's other copies, tell everyone we have it (but
+   * those we pass it to). */
   for (size_t k = 0; k < s->n_peers; k++) {
     peer *q = &s->peers[k];
-    if (q->state != PEER_READY)
+    if (q->state != PEER_READY || fetch_queued(q, &c) >= 0)
       continue;
     int j = find_request(q, &c);
     if (j >= 0) {
@@ -551,7 +634,7 @@ static double behind(peer *p) {
  * that have data on it, so without this a node with 8 neighbours got less
  * than one with 14 and finished last. The seed super-seeds instead. */
 static int serve_turn(stitch_swarm *s, peer *p) {
-  if (s->cfg.seed)
+  if (s->cfg.seed || far_peer(s, p))
     return 1;
   double mine = behind(p);
   unsigned ahead = 0;

@@ -838,6 +838,8 @@ static void on_request(stitch_swarm *s, peer *p, const wire_msg *m) {
     core_drop(s, p, 0, "too many requests queued");
     return;
   }
+  if (p->n_serve == 0)
+    p->serve_wait_ms = s->now_ms;
   p->serve[p->n_serve++] = c;
 }
 

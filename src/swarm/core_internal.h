@@ -17,6 +17,7 @@
 #define CORE_MAX_ACTIONS 256
 #define CORE_INBOUND_SLACK 4    /* inbound links beyond max_peers */
 #define CORE_SERVE_SLOTS 4     /* requesters served at once */
+#define CORE_SERVE_WAIT_MS 200 /* ...but none waits longer than this */
 #define CORE_FULL_MAX 8         /* dialers pointed elsewhere at once */
 #define CORE_PING_MS 10000      /* send a PING after this much silence */
 #define CORE_DEAD_MS 30000      /* drop a peer silent this long */
@@ -110,6 +111,7 @@ typedef struct peer {
   /* Its requests to us, served in order. */
   chunk_id serve[CORE_MAX_SERVE];
   unsigned n_serve;
+  uint64_t serve_wait_ms; /* since when it has waited for its next chunk */
   /* (version, object) pairs we sent it a BITFIELD for. */
   bits *told;
   size_t n_told;

@@ -535,6 +535,9 @@ static void push_across(stitch_swarm *s, const chunk_id *c) {
           strcmp(r->region, q->region) == 0)
         best = r;
     }
+    if (best->n_serve > 0)
+      continue; /* a link across carries little at once (its window over
+                   the long round trip): leave it to its requests */
     memmove(&best->serve[1], &best->serve[0],
             best->n_serve++ * sizeof(best->serve[0]));
     best->serve[0] = *c;
@@ -630,11 +633,13 @@ static double behind(peer *p) {
 
 /* May P's queued requests be served now? Only the CORE_SERVE_SLOTS
  * requesters furthest behind are served at once; the others' requests
- * wait in their queues. A driver shares an uplink evenly among the links
+ * wait in their queues, at most CORE_SERVE_WAIT_MS for each chunk. Far
+ * peers' requests are served at once: a crossing feeds a region. A driver shares an uplink evenly among the links
  * that have data on it, so without this a node with 8 neighbours got less
  * than one with 14 and finished last. The seed super-seeds instead. */
 static int serve_turn(stitch_swarm *s, peer *p) {
-  if (s->cfg.seed || far_peer(s, p))
+  if (s->cfg.seed || far_peer(s, p) ||
+      s->now_ms - p->serve_wait_ms >= CORE_SERVE_WAIT_MS)
     return 1;
   double mine = behind(p);
   unsigned ahead = 0;
@@ -679,6 +684,7 @@ void fetch_serve_next(stitch_swarm *s, peer *p) {
       return;
     }
     s->st.bytes_up += len;
+    p->serve_wait_ms = s->now_ms;
     if (strcmp(p->region, s->cfg.region) == 0)
       s->st.bytes_to_same_region += len;
     else

@@ -213,6 +213,7 @@ static void version_free(vstate *v) {
     free(v->offers[o]);
     free(v->far_at[o]);
     free(v->crossing[o]);
+    free(v->seeded[o]);
   }
   free(v->raw);
   stitch_manifest_free((stitch_manifest *)v->ref.m);
@@ -653,7 +654,8 @@ static int add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
           (v->sent[o] = calloc(n + 1, 4)) == NULL ||
           (v->offers[o] = calloc(n + 1, 2)) == NULL ||
           (v->far_at[o] = calloc(n + 1, 4)) == NULL ||
-          (v->crossing[o] = calloc(n + 1, 4)) == NULL;
+          (v->crossing[o] = calloc(n + 1, 4)) == NULL ||
+          (v->seeded[o] = calloc(n + 1, 4)) == NULL;
     for (uint64_t c = 0; c < n && !bad; c++) {
       if (s->io.chunk_has(s->io.user, &m->objects[o].chunks[c].hash))
         bits_set(&v->held[o], c);
@@ -872,6 +874,7 @@ static void on_have(stitch_swarm *s, peer *p, const wire_msg *m, int field) {
         bits_set(b, i);
         fetch_on_have_bit(s, p, m->version, m->object, i);
       }
+    fetch_on_interest(s, p, m->version, m->object);
   } else if (!bits_get(b, m->chunk)) {
     bits_set(b, m->chunk);
     fetch_on_have_bit(s, p, m->version, m->object, m->chunk);

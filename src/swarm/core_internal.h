@@ -145,6 +145,9 @@ typedef struct vstate {
    * (or sent) a CROSSING for it. */
   uint32_t *far_at[STITCH_MAX_OBJECTS];
   uint32_t *crossing[STITCH_MAX_OBJECTS];
+  /* The chunks the seed gave us, in order: what we pass across. */
+  uint32_t *seeded[STITCH_MAX_OBJECTS];
+  uint32_t n_seeded[STITCH_MAX_OBJECTS];
   uint64_t added_ms; /* when we learnt of it */
 } vstate;
 
@@ -212,6 +215,8 @@ void fetch_peer_gone(stitch_swarm *s, peer *p);
 void fetch_tick(stitch_swarm *s);
 void fetch_serve_next(stitch_swarm *s, peer *p);
 int fetch_queued(const peer *p, const chunk_id *c);
+void fetch_on_interest(stitch_swarm *s, peer *p, uint64_t version,
+                       uint32_t object);
 uint64_t fetch_chunk_allow(const stitch_swarm *s, const peer *p);
 void fetch_on_have_bit(stitch_swarm *s, peer *p, uint64_t version,
                        uint32_t object, uint64_t chunk);

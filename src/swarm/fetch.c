@@ -515,33 +515,81 @@ static int region_has(stitch_swarm *s, const char *region, const chunk_id *c) {
   return 0;
 }
 
-/* A chunk the seed gave us goes on at once, unasked, to one neighbour in
- * each other region, the one with the fewest requests queued with us,
- * unless a neighbour of that region holds it already. The seed gives each
- * chunk out once, so this is the chunk's way into a region that our links
- * reach, sooner than a far node's turn (cross_ok) and its request's round
- * trip. It goes ahead of that neighbour's own requests; its HAVE is not
- * sent (fetch_on_chunk). docs/swarm.md, "Crossing regions". */
-static void push_across(stitch_swarm *s, const chunk_id *c) {
-  for (size_t i = 0; i < s->n_peers; i++) {
-    peer *q = &s->peers[i];
-    if (q->state != PEER_READY || !far_peer(s, q) ||
-        q->n_serve == CORE_MAX_SERVE || region_has(s, q->region, c))
-      continue;
-    peer *best = q;
-    for (size_t k = i + 1; k < s->n_peers; k++) {
-      peer *r = &s->peers[k];
-      if (r->state == PEER_READY && !r->is_seed && r->n_serve < best->n_serve &&
-          strcmp(r->region, q->region) == 0)
-        best = r;
-    }
-    if (best->n_serve > 0)
-      continue; /* a link across carries little at once (its window over
-                   the long round trip): leave it to its requests */
-    memmove(&best->serve[1], &best->serve[0],
-            best->n_serve++ * sizeof(best->serve[0]));
-    best->serve[0] = *c;
+/* Does a node that has said nothing yet want object O of V? Of the
+ * newest version, every node wants the only object, and every node up to
+ * date the delta from the parent; an anchor beside a delta, a delta from
+ * an older version, or an older version's objects only nodes catching up
+ * do. */
+static int wanted_by_all(const stitch_swarm *s, const vstate *v, uint32_t o) {
+  const stitch_manifest *m = v->ref.m;
+  if (v != &s->v[s->n_v - 1])
+    return 0;
+  return m->n_objects == 1 ||
+         (m->parent_version != 0 &&
+          m->objects[o].base_version == m->parent_version);
+}
+
+/* May chunk C go to the far peer Q unasked? Only to one that wants the
+ * object: it said so (a BITFIELD), or it has not said yet and every node
+ * up to date does (a far peer's BITFIELD comes a long round trip after
+ * the manifest, when the chunk could be there already). Only to one that
+ * has nothing queued with us: a link
+ * across carries little at once (its window over the long round trip),
+ * and a backlog of passed chunks held its own requests back for 2 s in
+ * the simulator. Not if a neighbour of Q's region holds it, or has it
+ * coming from us. */
+static int may_pass(stitch_swarm *s, peer *q, vstate *v, const chunk_id *c) {
+  return q->state == PEER_READY && far_peer(s, q) && q->n_serve == 0 &&
+         (peer_bits(q, c->version, c->object, 0, 0) != NULL ||
+          wanted_by_all(s, v, c->object)) &&
+         !region_has(s, q->region, c);
+}
+
+/* Queues C ahead of Q's requests, unasked, and counts it as Q's from now:
+ * Q's region is not passed it twice, and Q gets no HAVE for it. */
+static void pass_to(stitch_swarm *s, peer *q, vstate *v, const chunk_id *c) {
+  memmove(&q->serve[1], &q->serve[0], q->n_serve++ * sizeof(q->serve[0]));
+  q->serve[0] = *c;
+  bits *h = peer_bits(q, c->version, c->object, 1,
+                      v->ref.m->objects[c->object].n_chunks);
+  if (h != NULL && !bits_get(h, c->chunk)) {
+    bits_set(h, c->chunk);
+    fetch_on_have_bit(s, q, c->version, c->object, c->chunk);
   }
+}
+
+/* A chunk the seed gave us goes on at once, unasked, to a neighbour in
+ * each other region that wants it (may_pass). The seed gives each chunk
+ * out once, so this is the chunk's way into each region our links reach,
+ * sooner than a far node's turn (cross_ok) and its request's round trip.
+ * Those we could not pass at once go when a far neighbour says it wants
+ * the object, or has taken the last one (pass_more). docs/swarm.md,
+ * "Crossing regions". */
+static void push_across(stitch_swarm *s, vstate *v, const chunk_id *c) {
+  v->seeded[c->object][v->n_seeded[c->object]++] = (uint32_t)c->chunk;
+  for (size_t i = 0; i < s->n_peers; i++)
+    if (may_pass(s, &s->peers[i], v, c))
+      pass_to(s, &s->peers[i], v, c);
+}
+
+/* Passes Q the first chunk of (V, O) the seed gave us that it may take. */
+static void pass_more(stitch_swarm *s, peer *q, vstate *v, uint32_t o) {
+  if (q->state != PEER_READY || !far_peer(s, q) || q->n_serve != 0)
+    return;
+  for (uint32_t k = 0; k < v->n_seeded[o]; k++) {
+    chunk_id c = {v->ref.m->version, o, v->seeded[o][k]};
+    if (may_pass(s, q, v, &c)) {
+      pass_to(s, q, v, &c);
+      return;
+    }
+  }
+}
+
+void fetch_on_interest(stitch_swarm *s, peer *p, uint64_t version,
+                       uint32_t object) {
+  vstate *v = core_find_version(s, version);
+  if (v != NULL && !s->cfg.seed)
+    pass_more(s, p, v, object);
 }
 
 /* The largest CHUNK body P may send us: what we asked it for, or any
@@ -599,7 +647,7 @@ int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
   if (in_plan(s, m->version, m->object))
     s->st.fetch_done++;
   if (p->is_seed && !s->cfg.seed)
-    push_across(s, &c);
+    push_across(s, v, &c);
   /* Cancel the endgame's other copies, tell everyone we have it (but
    * those we pass it to). */
   for (size_t k = 0; k < s->n_peers; k++) {
@@ -692,6 +740,8 @@ void fetch_serve_next(stitch_swarm *s, peer *p) {
     if (s->cfg.seed) {
       v->sent[c.object][c.chunk]++;
       seed_offer(s, p);
+    } else {
+      pass_more(s, p, v, c.object);
     }
     return; /* one chunk at a time: the driver drains it first */
   }

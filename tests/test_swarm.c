@@ -713,6 +713,68 @@ static void scenario_regions(void) {
   sn_free(&net);
 }
 
+static int node_at3(sn_net *net, void *arg) {
+  (void)net;
+  return ((const sn_node *)arg)->w_version == 3;
+}
+
+/* A joiner of the seed's region takes versions 1 to 3 from the seed. Its
+ * other neighbour, in another region, is up to date: weights at version 3
+ * and its chunks stored. The joiner passes chunks from the seed across
+ * only to a far neighbour that wants them (fetch.c may_pass), so the old
+ * anchor and delta it takes never reach that node. Passing whatever came
+ * from the seed sent it version 1's chunks, which it has no manifest for:
+ * it dropped and banned the joiner. */
+static void scenario_pass_wanted(void) {
+  sn_net net;
+  sn_params q = default_params;
+  q.seed = test_seed;
+  sn_init(&net, &q, &swarm_pk);
+  sn_node *seed = sn_add(&net, "eu", 1, 1);
+  seed->cfg.node_pk = swarm_pk;
+  seed->cfg.node_sk = swarm_sk;
+  sn_node *up = sn_add(&net, "us", 0, 1);
+  sn_node *joiner = sn_add(&net, "eu", 0, 1);
+  sn_start(&net, seed, NULL, 0);
+  for (uint64_t v = 1; v <= 3; v++)
+    publish(&net, seed, v);
+  stitch_manifest *m;
+  stitch_diag d = {{0}};
+  ASSERT_OK(stitch_manifest_open(ver[3].man, ver[3].man_len, &swarm_pk, &m,
+                                 &up->cfg.held_id, &d),
+            d);
+  stitch_manifest_free(m);
+  up->cfg.held_version = up->w_version = 3;
+  for (uint64_t o = 0; o < ver[3].m->n_objects; o++) {
+    const stitch_object *ob = &ver[3].m->objects[o];
+    for (uint64_t c = 0; c < ob->n_chunks; c++) {
+      const sn_chunk *ch = sn_store_get(&trainer_chunks, &ob->chunks[c].hash);
+      ASSERT(ch != NULL);
+      sn_store_put(&up->store, &ch->h, ch->p, ch->len);
+    }
+  }
+  int to_seed[1] = {seed->idx}, to_both[2] = {seed->idx, up->idx};
+  sn_start(&net, up, to_seed, 1);
+  sn_run(&net, net.now + 300, NULL, NULL);
+  sn_start(&net, joiner, to_both, 2);
+  int ok = sn_run(&net, net.now + DEADLINE_MS, node_at3, joiner);
+  stitch_swarm_stats st;
+  sn_stats(up, &st);
+  printf("passing across: the joiner at v%" PRIu64 " by t=%" PRIu64
+         " ms (%s); the node up to date in the other region got %" PRIu64
+         " CHUNK frames, sent %" PRIu64 " B, has %u peers, banned %" PRIu64
+         "\n",
+         joiner->w_version, net.now, joiner->path,
+         up->rx_frames[WIRE_CHUNK], st.bytes_up, st.peers, st.bans);
+  CHECK_NET(&net, ok);
+  CHECK_NET(&net, up->rx_frames[WIRE_CHUNK] == 0); /* it asked for none */
+  /* An old version's chunk it has no manifest for is a frame over any
+   * chunk it could take: it would drop and ban the joiner. */
+  CHECK_NET(&net, st.bans == 0 && st.peers == 2);
+  check_exact(&net, joiner, 3);
+  sn_free(&net);
+}
+
 static void scenario_fanout_once(void) {
   stitch_digest fp;
   scenario_fanout(0, &fp);
@@ -815,6 +877,7 @@ int main(void) {
   failed += scenario("late", scenario_late);
   failed += scenario("leave", scenario_leave);
   failed += scenario("regions", scenario_regions);
+  failed += scenario("pass_wanted", scenario_pass_wanted);
   failed += scenario("determinism", scenario_determinism);
   failed += scenario("sweep", scenario_sweep);
   for (uint64_t v = 1; v <= NV; v++) {

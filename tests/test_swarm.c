@@ -674,12 +674,7 @@ static void scenario_leave(void) {
  * fetched its own copy across: 12 times the bytes. */
 static void scenario_regions(void) {
   sn_net net;
-  sn_params q = default_params;
-  q.seed = test_seed;
-  sn_init(&net, &q, &swarm_pk);
-  sn_node *seed = sn_add(&net, "eu", 1, 1);
-  seed->cfg.node_pk = swarm_pk;
-  seed->cfg.node_sk = swarm_sk;
+  sn_node *seed = build(&net, &default_params, 0);
   for (int i = 1; i <= 14; i++)
     sn_add(&net, i <= 2 ? "eu" : "us", 0, 1);
   sn_start(&net, seed, NULL, 0);
@@ -727,12 +722,7 @@ static int node_at3(sn_net *net, void *arg) {
  * it dropped and banned the joiner. */
 static void scenario_pass_wanted(void) {
   sn_net net;
-  sn_params q = default_params;
-  q.seed = test_seed;
-  sn_init(&net, &q, &swarm_pk);
-  sn_node *seed = sn_add(&net, "eu", 1, 1);
-  seed->cfg.node_pk = swarm_pk;
-  seed->cfg.node_sk = swarm_sk;
+  sn_node *seed = build(&net, &default_params, 0);
   sn_node *up = sn_add(&net, "us", 0, 1);
   sn_node *joiner = sn_add(&net, "eu", 0, 1);
   sn_start(&net, seed, NULL, 0);

@@ -16,8 +16,8 @@
 #define CORE_MAX_BANS 1024
 #define CORE_MAX_ACTIONS 256
 #define CORE_INBOUND_SLACK 4    /* inbound links beyond max_peers */
-#define CORE_SERVE_SLOTS 4     /* requesters served at once */
-#define CORE_SERVE_WAIT_MS 200 /* ...but none waits longer than this */
+#define CORE_SERVE_SLOTS 4      /* same-region requesters served at once */
+#define CORE_SERVE_WAIT_MS 200  /* ...but none waits longer for a chunk */
 #define CORE_FULL_MAX 8         /* dialers pointed elsewhere at once */
 #define CORE_PING_MS 10000      /* send a PING after this much silence */
 #define CORE_DEAD_MS 30000      /* drop a peer silent this long */

@@ -533,11 +533,10 @@ static int wanted_by_all(const stitch_swarm *s, const vstate *v, uint32_t o) {
  * object: it said so (a BITFIELD), or it has not said yet and every node
  * up to date does (a far peer's BITFIELD comes a long round trip after
  * the manifest, when the chunk could be there already). Only to one that
- * has nothing queued with us: a link
- * across carries little at once (its window over the long round trip),
- * and a backlog of passed chunks held its own requests back for 2 s in
- * the simulator. Not if a neighbour of Q's region holds it, or has it
- * coming from us. */
+ * has nothing queued with us: a link across carries little at once (its
+ * window over the long round trip), and a backlog of passed chunks held
+ * its own requests back for 2 s in the simulator. Not if a neighbour of
+ * Q's region holds it, or has it coming from us. */
 static int may_pass(stitch_swarm *s, peer *q, vstate *v, const chunk_id *c) {
   return q->state == PEER_READY && far_peer(s, q) && q->n_serve == 0 &&
          (peer_bits(q, c->version, c->object, 0, 0) != NULL ||
@@ -566,7 +565,10 @@ static void pass_to(stitch_swarm *s, peer *q, vstate *v, const chunk_id *c) {
  * the object, or has taken the last one (pass_more). docs/swarm.md,
  * "Crossing regions". */
 static void push_across(stitch_swarm *s, vstate *v, const chunk_id *c) {
-  v->seeded[c->object][v->n_seeded[c->object]++] = (uint32_t)c->chunk;
+  uint32_t o = c->object;
+  /* A failed apply fetches an object again: the list is full by then. */
+  if (v->n_seeded[o] < v->ref.m->objects[o].n_chunks)
+    v->seeded[o][v->n_seeded[o]++] = (uint32_t)c->chunk;
   for (size_t i = 0; i < s->n_peers; i++)
     if (may_pass(s, &s->peers[i], v, c))
       pass_to(s, &s->peers[i], v, c);
@@ -681,10 +683,11 @@ static double behind(peer *p) {
 
 /* May P's queued requests be served now? Only the CORE_SERVE_SLOTS
  * requesters furthest behind are served at once; the others' requests
- * wait in their queues, at most CORE_SERVE_WAIT_MS for each chunk. Far
- * peers' requests are served at once: a crossing feeds a region. A driver shares an uplink evenly among the links
- * that have data on it, so without this a node with 8 neighbours got less
- * than one with 14 and finished last. The seed super-seeds instead. */
+ * wait in their queues, at most CORE_SERVE_WAIT_MS for each chunk. A
+ * driver shares an uplink evenly among the links that have data on it,
+ * so without this a node with 8 neighbours got less than one with 14 and
+ * finished last. Far peers' requests are served at once: a crossing
+ * feeds a region. The seed super-seeds instead. */
 static int serve_turn(stitch_swarm *s, peer *p) {
   if (s->cfg.seed || far_peer(s, p) ||
       s->now_ms - p->serve_wait_ms >= CORE_SERVE_WAIT_MS)

@@ -7,6 +7,8 @@
 # named (both by default; the sanitized build runs queues alone).
 # With "fair": fair.json, one region whose nodes have 8 to 14 neighbours,
 # where every node must finish within 15 % of the median (sim_fair).
+# What every run must show (nothing failed to verify, no version beat its
+# bound) is simulations/check_sim.py.
 # Usage: test_sim.sh STITCH-SIM SIMULATIONS-DIR [churn [NETWORK...] | fair]
 set -eu
 sim="$1"
@@ -15,11 +17,11 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
 check_churn() { # OUT.JSON NETWORK
-python3 - "$1" "$2" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-def fail(why):
-    sys.exit("sim_churn (%s): %s" % (sys.argv[2], why))
+python3 - "$1" "$2" "$dir" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[3])
+from check_sim import load, check_common
+r, fail = load(sys.argv[1], "sim_churn", sys.argv[2])
 if r["completed"] is not True:
     fail("not every live node held the last version")
 if r["nodes_left"] <= 0 or r["nodes_joined"] <= 0:
@@ -31,23 +33,13 @@ if r["nodes_live"] != r["nodes"] + r["nodes_joined"] - r["nodes_left"]:
 if r["live_holding_last"] != r["nodes_live"]:
     fail("%d of %d live nodes hold the last version"
          % (r["live_holding_last"], r["nodes_live"]))
-if r["verify_failures"] != 0 or r["bad_writes"] != 0 or r["apply_errors"] != 0:
-    fail("verify_failures %d, bad_writes %d, apply_errors %d"
-         % (r["verify_failures"], r["bad_writes"], r["apply_errors"]))
 if r["chunks_needed"] == 0 or r["chunks_stored"] < r["chunks_needed"]:
     fail("chunks stored %d, needed %d" % (r["chunks_stored"], r["chunks_needed"]))
 for v in r["versions"]:
     if v["counted"] <= 0 or v["held"] < v["counted"] or v["max_s"] is None:
         fail("version %d: counted %d, held %d, max %s"
              % (v["version"], v["counted"], v["held"], v["max_s"]))
-    if v["max_s"] < v["bound_s"]:
-        fail("version %d: max %.6f s beats the bound %.6f s"
-             % (v["version"], v["max_s"], v["bound_s"]))
-    if v["min_s"] < v["node_bound_s"]:
-        fail("version %d: a node finished in %.6f s, under %.6f s"
-             % (v["version"], v["min_s"], v["node_bound_s"]))
-    if v["seed_bytes"] < v["bytes"]:
-        fail("version %d: the seed sent %d B of %d" % (v["version"], v["seed_bytes"], v["bytes"]))
+check_common(r, fail)
 # A joiner fetches at least the anchor: no catch-up beats its node bound.
 if r["catch_up_n"] <= 0 or r["catch_up_never"] != 0 or r["catch_up_max_s"] is None:
     fail("%d joiners caught up, %d never did, max %s"
@@ -104,19 +96,21 @@ fi
 
 if [ "${3:-}" = fair ]; then
   "$sim" "$dir/scenarios/fair.json" --json > "$tmp/fair.out"
-  python3 - "$tmp/fair.out" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
+  python3 - "$tmp/fair.out" "$dir" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[2])
+from check_sim import load, check_common
+r, fail = load(sys.argv[1], "sim_fair", "queues")
 v = r["versions"][0]
 if r["completed"] is not True or v["max_s"] is None:
-    sys.exit("sim_fair: not every node held the version")
+    fail("not every node held the version")
+check_common(r, fail)
 # An uplink is shared evenly by the links that have data on it, so unless
 # a node serves the neighbours furthest behind first, one with fewer
 # neighbours gets less and finishes last (docs/swarm.md, Serving).
 if v["max_s"] > 1.15 * v["p50_s"]:
-    sys.exit("sim_fair: the last node took %.3f s, %.2f times the median "
-             "%.3f s (at most 1.15)" % (v["max_s"], v["max_s"] / v["p50_s"],
-                                        v["p50_s"]))
+    fail("the last node took %.3f s, %.2f times the median %.3f s (at most "
+         "1.15)" % (v["max_s"], v["max_s"] / v["p50_s"], v["p50_s"]))
 print("sim_fair: ok, min %.3f s, median %.3f s, max %.3f s, ratio %.2f"
       % (v["min_s"], v["p50_s"], v["max_s"], v["ratio"]))
 PY
@@ -124,29 +118,21 @@ PY
 fi
 
 check() { # OUT.JSON NETWORK
-python3 - "$1" "$2" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-def fail(why):
-    sys.exit("sim_small (%s): %s" % (sys.argv[2], why))
+python3 - "$1" "$2" "$dir" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[3])
+from check_sim import load, check_common
+r, fail = load(sys.argv[1], "sim_small", sys.argv[2])
 if r["completed"] is not True:
     fail("not every node held every version")
-if r["verify_failures"] != 0 or r["bad_writes"] != 0 or r["apply_errors"] != 0:
-    fail("verify_failures %d, bad_writes %d, apply_errors %d"
-         % (r["verify_failures"], r["bad_writes"], r["apply_errors"]))
 if r["chunks_stored"] != r["chunks_needed"] or r["chunks_needed"] == 0:
     fail("chunks stored %d != needed %d" % (r["chunks_stored"], r["chunks_needed"]))
 if r["nodes"] != 20 or len(r["versions"]) != 3:
     fail("expected 20 nodes and 3 versions")
+check_common(r, fail)
 for v in r["versions"]:
-    if v["max_s"] < v["bound_s"] or v["ratio"] < 1:
-        fail("version %d: max %.6f s beats the bound %.6f s"
-             % (v["version"], v["max_s"], v["bound_s"]))
-    if v["min_s"] < v["node_bound_s"]:
-        fail("version %d: a node finished in %.6f s, under %.6f s"
-             % (v["version"], v["min_s"], v["node_bound_s"]))
-    if v["seed_bytes"] < v["bytes"]:
-        fail("version %d: the seed sent %d B of %d" % (v["version"], v["seed_bytes"], v["bytes"]))
+    if v["ratio"] < 1:
+        fail("version %d: ratio %.6f under 1" % (v["version"], v["ratio"]))
     # A delta's one chunk goes across as soon as the seed has given it out
     # (fetch.c push_across), not a far node's turn and round trip later.
     if v["version"] > 1 and v["latency_ratio"] > 2.5:

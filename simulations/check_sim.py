@@ -1,0 +1,29 @@
+"""What every ctest run of stitch-sim checks in its --json report
+(simulations/test_sim.sh): nothing failed to verify or apply, and no
+version beat its bound or had the seed send less than its bytes."""
+import json
+import sys
+
+
+def load(path, test, network):
+    """The report at PATH, and a fail(why) that exits naming the test."""
+    def fail(why):
+        sys.exit("%s (%s): %s" % (test, network, why))
+    with open(path) as f:
+        return json.load(f), fail
+
+
+def check_common(r, fail):
+    if r["verify_failures"] != 0 or r["bad_writes"] != 0 or r["apply_errors"] != 0:
+        fail("verify_failures %d, bad_writes %d, apply_errors %d"
+             % (r["verify_failures"], r["bad_writes"], r["apply_errors"]))
+    for v in r["versions"]:
+        if v["max_s"] < v["bound_s"]:
+            fail("version %d: max %.6f s beats the bound %.6f s"
+                 % (v["version"], v["max_s"], v["bound_s"]))
+        if v["min_s"] < v["node_bound_s"]:
+            fail("version %d: a node finished in %.6f s, under %.6f s"
+                 % (v["version"], v["min_s"], v["node_bound_s"]))
+        if v["seed_bytes"] < v["bytes"]:
+            fail("version %d: the seed sent %d B of %d"
+                 % (v["version"], v["seed_bytes"], v["bytes"]))

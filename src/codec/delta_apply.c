@@ -322,6 +322,8 @@ int delta_block_decode(const sym_fmt *f, block_span sp, int coding,
               (unsigned long long)changed);
     return 0;
   }
+  if (coding == STITCH_CODING_GAPS)
+    return gaps_decode(f, tensor_data, sp, in, len, changed, d);
   RETURN_IF(coding >= STITCH_CODING_COUNT_, d, STITCH_EFORMAT,
             "delta: tensor '%s' block %llu has unknown coding %d", name,
             (unsigned long long)b, coding);

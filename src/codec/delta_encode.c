@@ -16,7 +16,7 @@
 #include <zstd.h>
 
 const char *stitch_coding_name(int coding) {
-  static const char *names[] = {"same", "sparse", "xor", "planes", "raw"};
+  static const char *names[] = {"same", "sparse", "xor", "planes", "raw", "gaps"};
   return coding >= 0 && coding < STITCH_CODING_COUNT_ ? names[coding] : "?";
 }
 
@@ -87,24 +87,34 @@ static int code_block(enc *e, const sym_fmt *f, const uint8_t *old,
   /* Raw is the ceiling every other coding must beat. */
   *coding = STITCH_CODING_RAW;
   *len = nb;
+  /* The sparse coding of this block: GAPS, fast, for large blocks unless
+   * the caller wants the smallest (docs/codec.md). */
+  int sc = e->o->sparse_mode == STITCH_SPARSE_FAST && sp.n >= GAPS_MIN_SYMBOLS
+               ? STITCH_CODING_GAPS
+               : STITCH_CODING_SPARSE;
   if (ob != NULL) {
     size_t n = 0;
     int rc;
-    if (pre != NULL) {
+    rc = sc == STITCH_CODING_GAPS
+             ? gaps_encode(f, old, nw, sp, e->cand, nb, &n, changed)
+             : GAPS_DECLINED;
+    if (rc == GAPS_DECLINED && pre != NULL) {
+      sc = STITCH_CODING_SPARSE;
       rc = pre->rc;
       n = pre->len;
       *changed = pre->changed;
-    } else {
+    } else if (rc == GAPS_DECLINED) {
+      sc = STITCH_CODING_SPARSE;
       rc = sparse_encode(f, old, nw, sp, e->cand, nb, &n, changed);
     }
     if (rc == 0 && n < *len)
-      take_candidate(e, STITCH_CODING_SPARSE, n, coding, len);
+      take_candidate(e, sc, n, coding, len);
     else if (rc != 0 && rc != STITCH_ELIMIT)
       return rc;
-    if (*coding != STITCH_CODING_SPARSE)
+    if (*coding != sc)
       *changed = sparse_count(f, old, nw, sp);
   }
-  if (!(*coding == STITCH_CODING_SPARSE && *len <= nb / 8))
+  if (!(*coding == sc && *len <= nb / 8))
     for (int c = ob ? STITCH_CODING_XOR : STITCH_CODING_PLANES;
          c <= STITCH_CODING_PLANES; c++) {
       size_t n;
@@ -151,7 +161,16 @@ static int pick_nibble(enc *e, const stitch_tensor *bt, const stitch_tensor *t,
     size_t ln = 0;
     uint64_t ch;
     int ok;
-    if (ssp.start % B == 0 && ssp.n == bsp.n) { /* the sample is the block */
+    int fast = e->o->sparse_mode == STITCH_SPARSE_FAST && bsp.n >= GAPS_MIN_SYMBOLS;
+    int grc = fast ? gaps_encode(&fn, bt->data, t->data, ssp, e->cand, n, &ln, &ch)
+                   : GAPS_DECLINED;
+    if (grc != GAPS_DECLINED) { /* the block will likely be GAPS: code the sample so */
+      if (grc != 0 && grc != STITCH_ELIMIT)
+        return grc;
+      ok = grc == 0;
+    } else if (fast) { /* the sample alone: the block may yet be GAPS */
+      ok = sparse_encode(&fn, bt->data, t->data, ssp, e->cand, n, &ln, &ch) == 0;
+    } else if (ssp.start % B == 0 && ssp.n == bsp.n) { /* the sample is the block */
       pre->rc = sparse_encode(&fn, bt->data, t->data, bsp, e->cand, n,
                               &pre->len, &pre->changed);
       ok = pre->rc == 0;
@@ -330,6 +349,9 @@ int stitch_delta_encode(const stitch_st *base, const stitch_st *result,
                 e.block_log2 > DELTA_MAX_BLOCK_LOG2,
             d, STITCH_EINVAL, "block size 2^%u is out of range [2^%d, 2^%d]",
             e.block_log2, DELTA_MIN_BLOCK_LOG2, DELTA_MAX_BLOCK_LOG2);
+  RETURN_IF(opts->sparse_mode != STITCH_SPARSE_FAST &&
+                opts->sparse_mode != STITCH_SPARSE_SMALL,
+            d, STITCH_EINVAL, "unknown sparse mode %d", opts->sparse_mode);
   e.level = opts->zstd_level ? opts->zstd_level : 3;
   e.index.max = DELTA_MAX_INDEX;
   e.payload.max = SIZE_MAX / 2;

@@ -93,6 +93,24 @@ int sparse_decode(const sym_fmt *f, uint8_t *data, block_span sp,
                   const uint8_t *in, size_t len, uint64_t *changed,
                   stitch_diag *d);
 
+/* The GAPS coding (gaps.c): same contract as sparse_encode, except that
+ * it returns GAPS_DECLINED, coding nothing, for a block with fewer than
+ * GAPS_MIN_CHANGES changes: SPARSE codes those smaller, and as fast. The
+ * decoder patches exactly CHANGED changes, the index's count. */
+#define GAPS_DECLINED 1
+#define GAPS_MIN_CHANGES 1024
+/* Tests set this to 1 to run GAPS's scalar loops, the reference, on a CPU
+ * whose vector loops would otherwise run: both must code the same bytes. */
+extern int gaps_force_scalar;
+int gaps_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
+                block_span sp, uint8_t *out, size_t cap, size_t *out_len,
+                uint64_t *changed);
+int gaps_decode(const sym_fmt *f, uint8_t *data, block_span sp,
+                const uint8_t *in, size_t len, uint64_t changed,
+                stitch_diag *d);
+/* Blocks of fewer symbols are coded SPARSE even in the fast mode. */
+#define GAPS_MIN_SYMBOLS (1u << 16)
+
 /* Dense codings over the byte range of a block. */
 size_t dense_bound(size_t nbytes);
 int dense_encode(int coding, unsigned sym_bytes, const uint8_t *old,

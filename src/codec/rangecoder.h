@@ -156,8 +156,8 @@ static inline uint64_t rc_shift_low(rc_out *o, uint64_t low) {
   return (low & 0x00FFFFFFu) << 8;
 }
 
-/* One decision leaves range >= 2^9 (q is in [1, 32767]), so at most two
- * bytes move per bit. */
+/* One decision, or one span, leaves range >= 2^9 (q is in [1, 32767]; a
+ * span keeps at least range >> 15), so at most two bytes move per step. */
 RC_INLINE void rc_enc_norm(rc_enc *e) {
   if (__builtin_expect(e->range < RC_TOP, 0)) {
     do {
@@ -217,6 +217,27 @@ RC_INLINE void rc_encode_known(rc_enc *e, rc_ctx *c, const uint32_t bit,
     e->low += bound;
     e->range -= (uint32_t)bound;
   }
+  rc_enc_norm(e);
+}
+
+/* Decisions of a fixed probability, P(1) = q / 2^15 with q in [1, 32767]:
+ * the arithmetic of rc_encode without a context to adapt (GAPS). */
+RC_INLINE void rc_encode_fixed(rc_enc *e, uint32_t q, uint32_t bit) {
+  uint32_t bound = (e->range >> 15) * q;
+  uint32_t one = rc_opaque(0u - bit); /* selects, not a branch on the bit */
+  e->low += bound & ~one;
+  e->range = (bound & one) | ((e->range - bound) & ~one);
+  rc_enc_norm(e);
+}
+
+/* The interval [lo, hi) of 2^sh equally likely values, lo < hi <= 2^sh,
+ * sh <= 15, in one step: r = range >> sh, low += r * lo,
+ * range = r * (hi - lo). */
+RC_INLINE void rc_encode_span(rc_enc *e, uint32_t lo, uint32_t hi,
+                              unsigned sh) {
+  uint32_t r = e->range >> sh;
+  e->low += (uint64_t)r * lo;
+  e->range = r * (hi - lo);
   rc_enc_norm(e);
 }
 
@@ -331,6 +352,30 @@ RC_INLINE uint32_t rc_decode_rare(rc_dec *d, rc_ctx *c, unsigned limit) {
 
 RC_INLINE uint32_t rc_decode(rc_dec *d, rc_ctx *c, unsigned limit) {
   return rc_decode_mask(d, c, limit) & 1;
+}
+
+RC_INLINE uint32_t rc_decode_fixed(rc_dec *d, uint32_t q) {
+  uint32_t bound = (d->range >> 15) * q;
+  uint32_t one = rc_opaque(0u - (uint32_t)(d->code < bound));
+  d->code -= bound & ~one;
+  d->range = (bound & one) | ((d->range - bound) & ~one);
+  rc_dec_norm(d);
+  return one & 1;
+}
+
+/* The value v whose interval the encoder narrowed to, out of 2^sh (only
+ * damaged input gives 2^sh or more); then rc_decode_span with the
+ * interval [lo, hi) that holds v. */
+RC_INLINE uint32_t rc_decode_span_value(const rc_dec *d, unsigned sh) {
+  return d->code / (d->range >> sh);
+}
+
+RC_INLINE void rc_decode_span(rc_dec *d, uint32_t lo, uint32_t hi,
+                              unsigned sh) {
+  uint32_t r = d->range >> sh;
+  d->code -= r * lo;
+  d->range = r * (hi - lo);
+  rc_dec_norm(d);
 }
 
 static inline uint64_t rc_decode_raw(rc_dec *d, unsigned nbits) {

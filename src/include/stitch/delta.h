@@ -27,6 +27,7 @@ typedef enum stitch_coding {
   STITCH_CODING_XOR = 2,    /* zstd(byte planes of new ^ base) */
   STITCH_CODING_PLANES = 3, /* zstd(byte planes of new) */
   STITCH_CODING_RAW = 4,    /* new bytes as they are */
+  STITCH_CODING_GAPS = 5,   /* weighted gaps between changes, fixed model */
   STITCH_CODING_COUNT_
 } stitch_coding;
 
@@ -43,7 +44,14 @@ typedef struct stitch_delta_opts {
    * all; NULL: none. */
   void (*progress)(void *arg, uint64_t done, uint64_t total);
   void *progress_arg;
+  /* How changes are coded: STITCH_SPARSE_FAST (the default) codes blocks
+   * of 2^16 symbols or more as GAPS and smaller ones as SPARSE;
+   * STITCH_SPARSE_SMALL codes every sparse block as SPARSE (docs/codec.md,
+   * "Two sparse codings"). */
+  int sparse_mode;
 } stitch_delta_opts;
+
+enum { STITCH_SPARSE_FAST = 0, STITCH_SPARSE_SMALL = 1 };
 
 /* What one tensor of a delta holds; filled by the encoder and by
  * stitch_delta_tensor_info. Strings point into the owner. */

@@ -1,0 +1,783 @@
+/* gaps.c: the GAPS block coding (proto/delta.md section "GAPS").
+ *
+ * SPARSE (sparse.c) codes smallest, but it pays about ten adaptive binary
+ * decisions per change plus one per group of 16 symbols, each waiting on
+ * the last. GAPS codes each change as its distance from the previous one,
+ * measured in weight rather than in symbols, with a handful of
+ * fixed-probability steps:
+ *
+ *  - Every symbol weighs W[c], c its class (octaves below the block's
+ *    largest magnitude, as in SPARSE), from a table of 16 weights that the
+ *    encoder sets per block to the hazard of each class, -ln(1 - p_c) for
+ *    a class whose symbols change with probability p_c. If symbols change
+ *    independently, the chance that none of a stretch changes is
+ *    exp(-(its weight) / K): measured in weight, the next change is an
+ *    exponential distance away whatever the classes on the way.
+ *  - That distance is cut into rounds of M = 2^15. Each round passed costs
+ *    one decision ("not in this round", fixed probability); then the
+ *    change's own interval, [its start, its start + its weight) inside the
+ *    round, is coded as a span of M equally likely values: a symbol of
+ *    weight w costs log2(M / w) bits there, so a small weight, which
+ *    changes often, is cheap to name. With the encoder's scale, about two
+ *    round decisions a change.
+ *  - The step: its sign and "one step?" as fixed-probability decisions by
+ *    class (the probabilities sent with the block), larger steps in
+ *    Elias gamma.
+ *
+ * Between changes only weights are summed, and they are summed 16 to 64
+ * at a time with vector table lookups (BF16, F16, 8-bit floats and E2M1
+ * nibbles, on CPUs with AVX2; a scalar loop, the reference, elsewhere).
+ * There is no per-group decision: work is a vector pass over the symbols
+ * plus some five coder steps per change. The model is static within a
+ * block (two passes in the encoder), so the size is that of the per-class
+ * rates, about H(mask | class): close to what SPARSE's adaptive contexts
+ * reach. */
+#include "codec/delta_internal.h"
+#include "codec/rangecoder.h"
+#include "codec/symbol.h"
+#include "common/diag.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#define GAPS_M_LOG2 12
+#define GAPS_M (1u << GAPS_M_LOG2)
+#define GAPS_WMAX 4095u /* 16 weights sum below 2^16 */
+#define GAPS_NPARAM 29 /* u16 fields after ref: 16 weights, round, 8 sign, 4 one */
+#define GAPS_SAMPLE_EVERY 512 /* the encoder counts classes on 16 symbols of each 512 */
+
+typedef struct gaps_model {
+  uint32_t q_round;    /* P(the change lies in this round), Q15 */
+  uint32_t sign[4][2]; /* P(step < 0) by class / 4 and the old sign bit */
+  uint32_t one[4];     /* P(|step| = 1) by class / 4 */
+  uint16_t w[NCLS];
+  unsigned ref;
+  uint8_t nib_lo[16], nib_hi[16]; /* weight of each E2M1 nibble value */
+  uint8_t cls[MI_MAX + 1];
+  uint16_t wmi[MI_MAX + 1]; /* weight of each magnitude index */
+} gaps_model;
+
+static void gaps_tables(gaps_model *m, unsigned mi_max) {
+  for (unsigned e = 0; e <= mi_max; e++) {
+    unsigned c = e >= m->ref ? 0 : m->ref - e >= NCLS ? NCLS - 1 : m->ref - e;
+    m->cls[e] = (uint8_t)c;
+    m->wmi[e] = m->w[c];
+  }
+  for (unsigned v = 0; v < 16; v++) { /* E2M1: exponent in bits 1-2 */
+    unsigned e = (v >> 1) & 3;
+    uint16_t w = e <= mi_max ? m->wmi[e] : 0;
+    m->nib_lo[v] = (uint8_t)w;
+    m->nib_hi[v] = (uint8_t)(w >> 8);
+  }
+}
+
+static inline __attribute__((always_inline)) unsigned
+weight_of(const gaps_model *m, const sym_fmt *f, const unsigned bits,
+          uint64_t v) {
+  return m->wmi[mi_of(f, bits, v)];
+}
+
+/* ---- Weight sums, 16 symbols at a time -------------------------------- */
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(STITCH_NO_AVX2) && \
+    !defined(STITCH_NO_SIMD)
+#include <immintrin.h>
+#define GAPS_AVX2 1
+#define GAPS_AVX2_FN __attribute__((target("avx2"))) static inline
+
+/* The vector layouts: 16- and 8-bit floats and E2M1 nibbles. Integers and
+ * wider floats take the scalar loops. */
+enum { LAYOUT_NONE, LAYOUT_16, LAYOUT_8, LAYOUT_4 };
+
+static inline int layout_of(const sym_fmt *f, unsigned bits) {
+  if (!f->is_float)
+    return LAYOUT_NONE;
+  return bits == 16 ? LAYOUT_16 : bits == 8 ? LAYOUT_8 : bits == 4 ? LAYOUT_4
+                                                                     : LAYOUT_NONE;
+}
+
+typedef struct gaps_lut {
+  __m256i lo, hi, ref, emask, low15; /* lo, hi: bytes of W[class] */
+  __m128i nlo, nhi;                  /* bytes of the weight of each nibble */
+  __m128i shift;
+  unsigned refv, ebits;
+  int layout;
+} gaps_lut;
+
+GAPS_AVX2_FN void lut_init(gaps_lut *l, const gaps_model *m, const sym_fmt *f,
+                           unsigned bits) {
+  uint8_t lo[16], hi[16];
+  for (int c = 0; c < NCLS; c++) {
+    lo[c] = (uint8_t)m->w[c];
+    hi[c] = (uint8_t)(m->w[c] >> 8);
+  }
+  l->layout = layout_of(f, bits);
+  l->lo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)lo));
+  l->hi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)hi));
+  l->nlo = _mm_loadu_si128((const __m128i *)m->nib_lo);
+  l->nhi = _mm_loadu_si128((const __m128i *)m->nib_hi);
+  l->ref = _mm256_set1_epi16((short)m->ref);
+  l->emask = _mm256_set1_epi16((short)((1u << f->exp_bits) - 1));
+  l->low15 = _mm256_set1_epi16(15);
+  l->shift = _mm_cvtsi32_si128((int)f->mant_bits);
+  l->refv = m->ref;
+  l->ebits = f->exp_bits;
+}
+
+/* Bytes that 16 symbols take. */
+static inline unsigned lut_step(const gaps_lut *l) {
+  return l->layout == LAYOUT_16 ? 32 : l->layout == LAYOUT_8 ? 16 : 8;
+}
+
+/* The weights of the 16 symbols at Q, in order, as u16 lanes. */
+GAPS_AVX2_FN __m256i lut_w16(const gaps_lut *l, const uint8_t *q) {
+  if (l->layout == LAYOUT_4) { /* element 2i in the low nibble of byte i */
+    const __m128i nib = _mm_set1_epi8(15);
+    __m128i x = _mm_loadl_epi64((const __m128i *)q);
+    __m128i n = _mm_unpacklo_epi8(_mm_and_si128(x, nib),
+                                  _mm_and_si128(_mm_srli_epi16(x, 4), nib));
+    __m128i wl = _mm_shuffle_epi8(l->nlo, n), wh = _mm_shuffle_epi8(l->nhi, n);
+    return _mm256_set_m128i(_mm_unpackhi_epi8(wl, wh), _mm_unpacklo_epi8(wl, wh));
+  }
+  __m256i v = l->layout == LAYOUT_16
+                  ? _mm256_loadu_si256((const __m256i *)q)
+                  : _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)q));
+  __m256i e = _mm256_and_si256(_mm256_srl_epi16(v, l->shift), l->emask);
+  __m256i c = _mm256_min_epu16(_mm256_subs_epu16(l->ref, e), l->low15);
+  /* c < 16 in the low byte of each lane; the high byte's lookup (index 0)
+   * is masked off, and the high table's low byte shifted out. */
+  __m256i lo = _mm256_shuffle_epi8(l->lo, c), hi = _mm256_shuffle_epi8(l->hi, c);
+  return _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi16(0xFF)),
+                         _mm256_slli_epi16(hi, 8));
+}
+
+/* Running sums of 16 u16 lanes (weights are at most 4095: no overflow). */
+GAPS_AVX2_FN __m256i prefix16(__m256i x) {
+  x = _mm256_add_epi16(x, _mm256_slli_si256(x, 2));
+  x = _mm256_add_epi16(x, _mm256_slli_si256(x, 4));
+  x = _mm256_add_epi16(x, _mm256_slli_si256(x, 8));
+  __m256i t = _mm256_shufflehi_epi16(x, 0xFF); /* lane 7 of each half */
+  t = _mm256_unpackhi_epi64(t, t);
+  t = _mm256_permute2x128_si256(t, t, 0x08); /* low half's, into the high */
+  return _mm256_add_epi16(x, t);
+}
+
+/* Symbols in the 32 bytes of a unit, the step of the scans below: 16, 32
+ * or 64. A unit is 1, 2 or 4 vectors of 16 symbols (lut_w16). */
+static inline unsigned lut_unit(const gaps_lut *l) {
+  return l->layout == LAYOUT_16 ? 16 : l->layout == LAYOUT_8 ? 32 : 64;
+}
+
+/* The weights of the unit at Q, as four 64-bit partial sums. */
+GAPS_AVX2_FN __m256i lut_unit_sum(const gaps_lut *l, const uint8_t *q) {
+  const __m256i z = _mm256_setzero_si256();
+  if (l->layout == LAYOUT_16) {
+    __m256i s = _mm256_madd_epi16(lut_w16(l, q), _mm256_set1_epi16(1));
+    return _mm256_add_epi64(_mm256_srli_epi64(s, 32),
+                            _mm256_and_si256(s, _mm256_set1_epi64x(0xFFFFFFFF)));
+  }
+  __m256i v = _mm256_loadu_si256((const __m256i *)q), i0, i1;
+  __m256i lo = _mm256_broadcastsi128_si256(l->nlo);
+  __m256i hi = _mm256_broadcastsi128_si256(l->nhi);
+  if (l->layout == LAYOUT_8) { /* classes of 32 bytes, then the byte tables */
+    __m256i e = _mm256_and_si256(_mm256_srl_epi16(v, l->shift),
+                                 _mm256_set1_epi8((char)((1u << l->ebits) - 1)));
+    i0 = _mm256_min_epu8(_mm256_subs_epu8(_mm256_set1_epi8((char)l->refv), e),
+                         _mm256_set1_epi8(15));
+    return _mm256_add_epi64(_mm256_sad_epu8(_mm256_shuffle_epi8(l->lo, i0), z),
+                            _mm256_slli_epi64(_mm256_sad_epu8(_mm256_shuffle_epi8(l->hi, i0), z), 8));
+  }
+  const __m256i nib = _mm256_set1_epi8(15);
+  i0 = _mm256_and_si256(v, nib);
+  i1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+  __m256i s = _mm256_add_epi64(_mm256_sad_epu8(_mm256_shuffle_epi8(lo, i0), z),
+                               _mm256_sad_epu8(_mm256_shuffle_epi8(lo, i1), z));
+  __m256i t = _mm256_add_epi64(_mm256_sad_epu8(_mm256_shuffle_epi8(hi, i0), z),
+                               _mm256_sad_epu8(_mm256_shuffle_epi8(hi, i1), z));
+  return _mm256_add_epi64(s, _mm256_slli_epi64(t, 8));
+}
+
+GAPS_AVX2_FN uint64_t lut_hsum64(__m256i s) {
+  __m128i x = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  return (uint64_t)_mm_cvtsi128_si64(_mm_add_epi64(x, _mm_unpackhi_epi64(x, x)));
+}
+
+GAPS_AVX2_FN int lut_unit_same(const uint8_t *a, const uint8_t *b) {
+  __m256i x = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)a),
+                               _mm256_loadu_si256((const __m256i *)b));
+  return _mm256_testz_si256(x, x);
+}
+
+/* Bit i set when symbol i of the 16 at A and B differ. */
+GAPS_AVX2_FN uint32_t lut_diff16(const gaps_lut *l, const uint8_t *a,
+                                 const uint8_t *b) {
+  if (l->layout == LAYOUT_16) {
+    __m256i c = _mm256_cmpeq_epi16(_mm256_loadu_si256((const __m256i *)a),
+                                   _mm256_loadu_si256((const __m256i *)b));
+    /* packs keeps each half's 8 lanes twice; take one copy of each */
+    __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi16(c, c), 0x08);
+    return ~(uint32_t)_mm256_movemask_epi8(p) & 0xFFFF;
+  }
+  if (l->layout == LAYOUT_8)
+    return ~(uint32_t)_mm_movemask_epi8(
+               _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)a),
+                              _mm_loadu_si128((const __m128i *)b))) &
+           0xFFFF;
+  const __m128i nib = _mm_set1_epi8(15);
+  __m128i x = _mm_xor_si128(_mm_loadl_epi64((const __m128i *)a),
+                            _mm_loadl_epi64((const __m128i *)b));
+  __m128i n = _mm_unpacklo_epi8(_mm_and_si128(x, nib),
+                                _mm_and_si128(_mm_srli_epi16(x, 4), nib));
+  return ~(uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(n, _mm_setzero_si128())) &
+         0xFFFF;
+}
+
+/* The changed symbols of NU units at OLD and NW: POS gets each one's
+ * index from OLD, and with WEIGHTS, GAP the weight from the origin to its
+ * start (*ACC is the weight from the origin to OLD, and leaves as that to
+ * the end; a change moves the origin to its own end). Returns how many.
+ * Units without a change only add their weight, in a vector, summed when
+ * the next change needs it. */
+__attribute__((target("avx2"))) __attribute__((noinline)) static unsigned
+lut_changes(const gaps_lut *l, const uint8_t *old, const uint8_t *nw,
+            unsigned nu, int weights, int64_t *acc, uint16_t *pos,
+            uint64_t *gap) {
+  unsigned step = lut_step(l), per = lut_unit(l) / 16, n = 0;
+  int64_t a = *acc;
+  __m256i pend = _mm256_setzero_si256(); /* unsummed weight */
+  for (unsigned u = 0; u < nu; u++, old += 32, nw += 32) {
+    if (lut_unit_same(old, nw)) {
+      if (weights)
+        pend = _mm256_add_epi64(pend, lut_unit_sum(l, old));
+      continue;
+    }
+    if (weights) {
+      a += (int64_t)lut_hsum64(pend);
+      pend = _mm256_setzero_si256();
+    }
+    for (unsigned v = 0; v < per; v++) {
+      const uint8_t *o = old + v * step;
+      uint32_t dm = lut_diff16(l, o, nw + v * step);
+      unsigned base = (u * per + v) * 16;
+      if (!weights) {
+        for (; dm != 0; dm &= dm - 1)
+          pos[n++] = (uint16_t)(base + (unsigned)__builtin_ctz(dm));
+        continue;
+      }
+      __m256i x = prefix16(lut_w16(l, o));
+      if (dm == 0) {
+        a += (uint16_t)_mm256_extract_epi16(x, 15);
+        continue;
+      }
+      uint16_t s[17]; /* s[i]: the weight of the symbols before i */
+      s[0] = 0;
+      _mm256_storeu_si256((__m256i *)(s + 1), x);
+      for (; dm != 0; dm &= dm - 1) {
+        unsigned i = (unsigned)__builtin_ctz(dm);
+        pos[n] = (uint16_t)(base + i);
+        gap[n++] = (uint64_t)(a + s[i]);
+        a = -(int64_t)s[i + 1];
+      }
+      a += s[16];
+    }
+  }
+  if (weights)
+    a += (int64_t)lut_hsum64(pend);
+  *acc = a;
+  return n;
+}
+
+/* From the symbol at Q, with ROOM = T - (the running weight), passes a
+ * unit at a time while its weight fits in ROOM, then 16 symbols at a
+ * time, then those of the next 16 that fit, at most NU units. Returns the
+ * symbols passed and leaves the room that is left in *ROOM. */
+__attribute__((target("avx2"))) __attribute__((noinline)) static uint64_t
+lut_advance(const gaps_lut *l, const uint8_t *q, uint64_t nu, uint64_t *room) {
+  unsigned step = lut_step(l), per = lut_unit(l) / 16;
+  uint64_t r = *room, u = 0;
+  for (; u < nu; u++, q += 32) {
+    uint64_t total = lut_hsum64(lut_unit_sum(l, q));
+    if (r >= total) {
+      r -= total;
+      continue;
+    }
+    for (unsigned v = 0;; v++, q += step) { /* a vector of this unit stops */
+      __m256i x = prefix16(lut_w16(l, q));
+      uint32_t tv = (uint16_t)_mm256_extract_epi16(x, 15);
+      if (r >= tv) {
+        r -= tv;
+        continue;
+      }
+      /* r < tv < 2^16: the lanes at most r are a prefix of the 16. */
+      __m256i rv = _mm256_set1_epi16((short)r);
+      __m256i le = _mm256_cmpeq_epi16(_mm256_min_epu16(x, rv), x);
+      unsigned k = (unsigned)__builtin_popcount((uint32_t)_mm256_movemask_epi8(le)) / 2;
+      if (k > 0) {
+        uint16_t s[16];
+        _mm256_storeu_si256((__m256i *)s, x);
+        r -= s[k - 1];
+      }
+      *room = r;
+      return u * 16 * per + v * 16 + k;
+    }
+  }
+  *room = r;
+  return nu * 16 * per;
+}
+#endif
+
+int gaps_force_scalar;
+
+typedef struct gaps_walk {
+  const gaps_model *m;
+#ifdef GAPS_AVX2
+  gaps_lut lut;
+  int avx2;
+#endif
+} gaps_walk;
+
+static void walk_init(gaps_walk *w, const gaps_model *m, const sym_fmt *f,
+                      unsigned bits) {
+  w->m = m;
+#ifdef GAPS_AVX2
+  w->avx2 = !gaps_force_scalar && layout_of(f, bits) != LAYOUT_NONE &&
+            __builtin_cpu_supports("avx2");
+  if (w->avx2)
+    lut_init(&w->lut, m, f, bits);
+#else
+  (void)f, (void)bits;
+#endif
+}
+
+/* From symbol j, passes every symbol whose interval ends at or before T,
+ * the weight from symbol j's start (that is, while the sum of their
+ * weights stays at most T), up to END. Returns the first symbol not
+ * passed, or END; *A gets the weight passed. */
+static inline __attribute__((always_inline)) uint64_t
+advance(const gaps_walk *w, const sym_fmt *f, const unsigned bits,
+        const uint8_t *p, uint64_t j, uint64_t end, uint64_t *a, uint64_t t) {
+  uint64_t room = t;
+#ifdef GAPS_AVX2
+  if (w->avx2 && end - j >= 32) {
+    if (bits == 4 && (j & 1)) {
+      unsigned x = weight_of(w->m, f, bits, ld(p, j, bits));
+      if (x > room) {
+        *a = 0;
+        return j;
+      }
+      room -= x;
+      j++;
+    }
+    unsigned per = lut_unit(&w->lut);
+    uint64_t nu = (end - j) / per;
+    uint64_t k = lut_advance(&w->lut, p + span_bytes(j, bits), nu, &room);
+    j += k;
+    if (k < per * nu) {
+      *a = t - room;
+      return j;
+    }
+  }
+#endif
+  for (; j < end; j++) {
+    unsigned x = weight_of(w->m, f, bits, ld(p, j, bits));
+    if (x > room)
+      break;
+    room -= x;
+  }
+  *a = t - room;
+  return j;
+}
+
+/* ---- Finding changes (encoder) --------------------------------------- */
+
+/* The first byte in [from, to) where A and B differ, or TO. */
+static inline uint64_t first_diff(const uint8_t *a, const uint8_t *b,
+                                  uint64_t from, uint64_t to) {
+  while (from + 32 <= to) {
+    uint64_t x[4], y[4];
+    memcpy(x, a + from, 32);
+    memcpy(y, b + from, 32);
+    uint64_t d = (x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3]);
+    if (d != 0)
+      break;
+    from += 32;
+  }
+  while (from + 8 <= to) {
+    uint64_t x, y;
+    memcpy(&x, a + from, 8);
+    memcpy(&y, b + from, 8);
+    if (x != y)
+      return from + (unsigned)__builtin_ctzll(x ^ y) / 8;
+    from += 8;
+  }
+  for (; from < to; from++)
+    if (a[from] != b[from])
+      return from;
+  return to;
+}
+
+/* The first symbol in [j, end) that differs, or END. */
+static inline __attribute__((always_inline)) uint64_t
+next_change(const uint8_t *old, const uint8_t *nw, const unsigned bits,
+            uint64_t j, uint64_t end) {
+  if (bits == 4) {
+    if (j & 1) {
+      if (j >= end || ((old[j >> 1] ^ nw[j >> 1]) & 0xF0))
+        return j < end ? j : end;
+      j++;
+    }
+    uint64_t b = first_diff(old, nw, j >> 1, end >> 1);
+    if (b >= end >> 1)
+      return end;
+    return 2 * b + (((old[b] ^ nw[b]) & 0x0F) == 0);
+  }
+  unsigned sb = bits / 8;
+  return first_diff(old, nw, j * sb, end * sb) / sb;
+}
+
+/* ---- Steps ----------------------------------------------------------- */
+
+typedef struct step_parts {
+  uint32_t neg;
+  uint64_t mag;
+} step_parts;
+
+static inline __attribute__((always_inline)) step_parts
+step_of(const sym_fmt *f, const unsigned bits, uint64_t ov, uint64_t nv) {
+  const uint64_t M = mask_of(bits);
+  uint64_t kd = (key_of(f, bits, nv) - key_of(f, bits, ov)) & M;
+  uint32_t neg = (uint32_t)((kd >> (bits - 1)) & 1);
+  return (step_parts){neg, neg ? (0 - kd) & M : kd};
+}
+
+static inline __attribute__((always_inline)) void
+encode_step(rc_enc *e, const gaps_model *m, const sym_fmt *f,
+            const unsigned bits, uint64_t ov, uint64_t nv, unsigned c) {
+  step_parts s = step_of(f, bits, ov, nv);
+  rc_encode_fixed(e, m->sign[c >> 2][(ov >> (bits - 1)) & 1], s.neg);
+  rc_encode_fixed(e, m->one[c >> 2], s.mag == 1);
+  if (__builtin_expect(s.mag != 1, 0)) {
+    uint64_t r = s.mag - 1;
+    unsigned k = 64u - (unsigned)__builtin_clzll(r); /* 1..bits-1 */
+    /* k - 1 in unary (ones, then a zero unless k - 1 is the most there
+     * can be), then the low k - 1 bits of r: all equiprobable. */
+    rc_encode_raw(e, (1ull << (k - 1)) - 1, k - 1);
+    if (k - 1 < bits - 2)
+      rc_encode_raw(e, 0, 1);
+    rc_encode_raw(e, r, k - 1);
+  }
+}
+
+static inline __attribute__((always_inline)) uint64_t
+decode_step(rc_dec *r, const gaps_model *m, const sym_fmt *f,
+            const unsigned bits, uint64_t ov, unsigned c) {
+  const uint64_t M = mask_of(bits);
+  uint32_t neg = rc_decode_fixed(r, m->sign[c >> 2][(ov >> (bits - 1)) & 1]);
+  uint64_t mag = 1;
+  if (__builtin_expect(!rc_decode_fixed(r, m->one[c >> 2]), 0)) {
+    unsigned k = 1;
+    while (k - 1 < bits - 2 && rc_decode_raw(r, 1))
+      k++;
+    mag = ((1ull << (k - 1)) | rc_decode_raw(r, k - 1)) + 1;
+  }
+  uint64_t kd = neg ? (0 - mag) & M : mag;
+  return unkey(f, bits, (key_of(f, bits, ov) + kd) & M);
+}
+
+/* ---- The block's parameters ------------------------------------------ */
+
+static uint32_t q15(double p) {
+  long q = lround(p * 32768.0);
+  return (uint32_t)(q < 1 ? 1 : q > 32767 ? 32767 : q);
+}
+
+/* K of N events, with half an event added each way. */
+static uint32_t prob15(uint64_t k, uint64_t n) {
+  return q15(((double)k + 0.5) / ((double)n + 1.0));
+}
+
+typedef struct gaps_counts {
+  uint64_t kc[NCLS], nc[NCLS], sampled, n;
+  uint64_t neg[4][2][2]; /* [c / 4][old sign][neg] */
+  uint64_t one[4][2];    /* [c / 4][|step| = 1] */
+} gaps_counts;
+
+/* The encoder's choice (any values in range decode): W[c] is the hazard of
+ * class c times K, the weight of one expected change, K = M / ln 2 so
+ * that a round holds the next change half the time (then the uniform span
+ * inside a round is close to the exponential: 0.03 bits lost a change).
+ * When even the likeliest class would get a weight under 1024, K grows (up
+ * to 8 M, some 8 round decisions a change) so that weights keep their
+ * ratios. */
+static void choose_params(gaps_model *m, const gaps_counts *k) {
+  double lam[NCLS], lmax = 0;
+  double scale = k->sampled ? (double)k->n / (double)k->sampled : 0;
+  for (int c = 0; c < NCLS; c++) {
+    lam[c] = 0;
+    if (k->kc[c] == 0)
+      continue;
+    double n = (double)k->nc[c] * scale;
+    if (n < (double)k->kc[c])
+      n = (double)k->kc[c];
+    double p = ((double)k->kc[c] + 0.5) / (n + 1.0);
+    if (p > 0.95)
+      p = 0.95;
+    lam[c] = -log1p(-p);
+    if (lam[c] > lmax)
+      lmax = lam[c];
+  }
+  double K = GAPS_M / 0.69314718055994531; /* M / ln 2 */
+  if (lmax > 0 && lmax * K < 1024)
+    K = 1024 / lmax < 8.0 * GAPS_M ? 1024 / lmax : 8.0 * GAPS_M;
+  for (int c = 0; c < NCLS; c++) {
+    double w = lam[c] * K;
+    m->w[c] = (uint16_t)(w < 1 ? 1 : w > GAPS_WMAX ? GAPS_WMAX : lround(w));
+  }
+  m->q_round = q15(-expm1(-(double)GAPS_M / K));
+  for (int i = 0; i < 4; i++) {
+    for (int s = 0; s < 2; s++)
+      m->sign[i][s] = prob15(k->neg[i][s][1], k->neg[i][s][0] + k->neg[i][s][1]);
+    m->one[i] = prob15(k->one[i][1], k->one[i][0] + k->one[i][1]);
+  }
+}
+
+static size_t put_params(const gaps_model *m, uint8_t *out) {
+  uint16_t v[GAPS_NPARAM];
+  memcpy(v, m->w, sizeof(m->w));
+  v[16] = (uint16_t)m->q_round;
+  for (int i = 0; i < 4; i++) {
+    v[17 + 2 * i] = (uint16_t)m->sign[i][0];
+    v[18 + 2 * i] = (uint16_t)m->sign[i][1];
+    v[25 + i] = (uint16_t)m->one[i];
+  }
+  for (int i = 0; i < GAPS_NPARAM; i++) {
+    out[2 * i] = (uint8_t)v[i];
+    out[2 * i + 1] = (uint8_t)(v[i] >> 8);
+  }
+  return 2 * GAPS_NPARAM;
+}
+
+static int get_params(gaps_model *m, const uint8_t *in, stitch_diag *d) {
+  uint16_t v[GAPS_NPARAM];
+  for (int i = 0; i < GAPS_NPARAM; i++) {
+    v[i] = (uint16_t)(in[2 * i] | in[2 * i + 1] << 8);
+    unsigned most = i < NCLS ? GAPS_WMAX : 32767;
+    RETURN_IF(v[i] < 1 || v[i] > most, d, STITCH_EFORMAT,
+              "gaps block: parameter %d is %u, outside 1..%u", i, v[i], most);
+  }
+  memcpy(m->w, v, sizeof(m->w));
+  m->q_round = v[16];
+  for (int i = 0; i < 4; i++) {
+    m->sign[i][0] = v[17 + 2 * i];
+    m->sign[i][1] = v[18 + 2 * i];
+    m->one[i] = v[25 + i];
+  }
+  return 0;
+}
+
+/* ---- Encoder and decoder --------------------------------------------- */
+
+/* Class counts on a sample: 16 symbols of every GAPS_SAMPLE_EVERY. */
+static inline __attribute__((always_inline)) void
+sample_classes(const sym_fmt *f, const unsigned bits, const uint8_t *old,
+               block_span sp, const gaps_model *m, gaps_counts *k) {
+  uint64_t end = sp.start + sp.n;
+  for (uint64_t j = sp.start; j < end; j += GAPS_SAMPLE_EVERY) {
+    uint64_t e = end - j < 16 ? end : j + 16;
+    for (uint64_t i = j; i < e; i++)
+      k->nc[m->cls[mi_of(f, bits, ld(old, i, bits))]]++;
+    k->sampled += e - j;
+  }
+  k->n = sp.n;
+}
+
+/* One change, at symbol P, S the weight from the origin to its start:
+ * counted (the encoder's first pass) or coded. */
+static inline __attribute__((always_inline)) void
+on_change(const int counting, const sym_fmt *f, const unsigned bits,
+          const uint8_t *old, const uint8_t *nw, uint64_t p, uint64_t s,
+          const gaps_model *m, gaps_counts *k, rc_enc *e) {
+  uint64_t ov = ld(old, p, bits), nv = ld(nw, p, bits);
+  unsigned mi = mi_of(f, bits, ov), c = m->cls[mi];
+  if (counting) {
+    step_parts st = step_of(f, bits, ov, nv);
+    k->kc[c]++;
+    k->neg[c >> 2][(ov >> (bits - 1)) & 1][st.neg]++;
+    k->one[c >> 2][st.mag == 1]++;
+    return;
+  }
+  for (uint64_t r = s >> GAPS_M_LOG2; r > 0; r--)
+    rc_encode_fixed(e, m->q_round, 0);
+  rc_encode_fixed(e, m->q_round, 1);
+  uint32_t lo = (uint32_t)(s & (GAPS_M - 1)), hi = lo + m->wmi[mi];
+  rc_encode_span(e, lo, hi < GAPS_M ? hi : GAPS_M, GAPS_M_LOG2);
+  encode_step(e, m, f, bits, ov, nv, c);
+}
+
+#define GAPS_RUN 1024 /* symbols a vector scan hands over at once */
+
+/* Every change of the block in order, counted or coded. Returns how many,
+ * or UINT64_MAX when the coder's output passed its cap. */
+static inline __attribute__((always_inline)) uint64_t
+walk_changes(const int counting, const sym_fmt *f, const unsigned bits,
+             const uint8_t *old, const uint8_t *nw, block_span sp,
+             const gaps_walk *w, const gaps_model *m, gaps_counts *k,
+             rc_enc *e) {
+  uint64_t j = sp.start, end = sp.start + sp.n, n = 0;
+  int64_t acc = 0; /* the weight from the origin to symbol j */
+#ifdef GAPS_AVX2
+  if (w->avx2) { /* blocks start on an even symbol: nibbles on a byte */
+    uint16_t pos[GAPS_RUN];
+    uint64_t gap[GAPS_RUN];
+    unsigned per = lut_unit(&w->lut);
+    while (end - j >= per) {
+      unsigned nu = (end - j) / per < GAPS_RUN / per ? (unsigned)((end - j) / per)
+                                                     : GAPS_RUN / per;
+      unsigned c = lut_changes(&w->lut, old + span_bytes(j, bits),
+                               nw + span_bytes(j, bits), nu, !counting, &acc,
+                               pos, gap);
+      for (unsigned i = 0; i < c; i++)
+        on_change(counting, f, bits, old, nw, j + pos[i],
+                  counting ? 0 : gap[i], m, k, e);
+      n += c;
+      j += (uint64_t)per * nu;
+      if (!counting && e->o->overflow)
+        return UINT64_MAX;
+    }
+  }
+#endif
+  for (uint64_t p = next_change(old, nw, bits, j, end); p < end;
+       p = next_change(old, nw, bits, p + 1, end)) {
+    uint64_t s = (uint64_t)acc;
+    if (!counting)
+      for (; j < p; j++)
+        s += weight_of(m, f, bits, ld(old, j, bits));
+    on_change(counting, f, bits, old, nw, p, s, m, k, e);
+    acc = 0;
+    j = p + 1;
+    n++;
+    if (!counting && e->o->overflow)
+      return UINT64_MAX;
+  }
+  return n;
+}
+
+static inline __attribute__((always_inline)) int
+encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
+            const uint8_t *nw, block_span sp, uint8_t *out, size_t cap,
+            size_t *out_len, uint64_t *changed) {
+  if (cap < 2 + 2 * GAPS_NPARAM)
+    return STITCH_ELIMIT;
+  gaps_model m;
+  m.ref = block_ref(f, bits, old, sp);
+  memset(m.w, 0, sizeof(m.w));
+  gaps_tables(&m, mi_max_of(f, bits)); /* classes only, for the counts */
+  gaps_walk w;
+  walk_init(&w, &m, f, bits); /* the scan finds changes without weights */
+  gaps_counts k;
+  memset(&k, 0, sizeof(k));
+  sample_classes(f, bits, old, sp, &m, &k);
+  if (walk_changes(1, f, bits, old, nw, sp, &w, &m, &k, NULL) < GAPS_MIN_CHANGES)
+    return GAPS_DECLINED;
+  choose_params(&m, &k);
+  gaps_tables(&m, mi_max_of(f, bits));
+  walk_init(&w, &m, f, bits);
+  size_t hl = m.ref < 128 ? 1 : 2;
+  out[0] = (uint8_t)(m.ref < 128 ? m.ref : (m.ref & 0x7f) | 0x80);
+  if (hl == 2)
+    out[1] = (uint8_t)(m.ref >> 7);
+  hl += put_params(&m, out + hl);
+  rc_enc e;
+  rc_out eo;
+  rc_enc_init(&e, &eo, out + hl, cap - hl);
+  uint64_t n = walk_changes(0, f, bits, old, nw, sp, &w, &m, &k, &e);
+  if (n == UINT64_MAX)
+    return STITCH_ELIMIT;
+  size_t len = rc_enc_finish(&e);
+  if (eo.overflow)
+    return STITCH_ELIMIT;
+  *out_len = len + hl;
+  *changed = n;
+  return 0;
+}
+
+static inline __attribute__((always_inline)) int
+decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
+            block_span sp, const uint8_t *in, size_t len, uint64_t changed,
+            stitch_diag *d) {
+  RETURN_IF(len < 1, d, STITCH_EFORMAT, "gaps block: payload too short");
+  gaps_model m;
+  m.ref = in[0] & 0x7f;
+  size_t hl = 1;
+  if (in[0] & 0x80) {
+    RETURN_IF(len < 2 || in[1] & 0x80, d, STITCH_EFORMAT,
+              "gaps block: bad class reference");
+    m.ref |= (unsigned)in[1] << 7;
+    hl = 2;
+  }
+  unsigned mi_max = mi_max_of(f, bits);
+  RETURN_IF(m.ref > mi_max, d, STITCH_EFORMAT,
+            "gaps block: class reference %u out of range", m.ref);
+  RETURN_IF(len < hl + 2 * GAPS_NPARAM, d, STITCH_EFORMAT,
+            "gaps block: payload too short");
+  CHECK_RC(get_params(&m, in + hl, d));
+  hl += 2 * GAPS_NPARAM;
+  gaps_tables(&m, mi_max);
+  gaps_walk w;
+  walk_init(&w, &m, f, bits);
+  rc_dec r;
+  rc_dec_init(&r, in + hl, len - hl);
+  uint64_t end = sp.start + sp.n, j = sp.start;
+  for (uint64_t i = 0; i < changed; i++) {
+    /* Rounds passed; no more than the rest of the block weighs. */
+    uint64_t k = 0, kmax = ((end - j) * GAPS_WMAX) >> GAPS_M_LOG2;
+    while (!rc_decode_fixed(&r, m.q_round))
+      RETURN_IF(++k > kmax, d, STITCH_EFORMAT,
+                "gaps block: change %" PRIu64 " lies past the block", i);
+    uint32_t t = rc_decode_span_value(&r, GAPS_M_LOG2);
+    uint64_t a, rk = k << GAPS_M_LOG2;
+    RETURN_IF(t >= GAPS_M, d, STITCH_EFORMAT,
+              "gaps block: change %" PRIu64 " is not at a symbol", i);
+    j = advance(&w, f, bits, data, j, end, &a, rk + t);
+    RETURN_IF(j >= end, d, STITCH_EFORMAT,
+              "gaps block: change %" PRIu64 " lies past the block", i);
+    /* The symbol must start in round k (else t fell in the end of one
+     * that started before it, which no encoder codes). */
+    RETURN_IF(a < rk, d, STITCH_EFORMAT,
+              "gaps block: change %" PRIu64 " is not at a symbol", i);
+    uint64_t ov = ld(data, j, bits);
+    unsigned mi = mi_of(f, bits, ov);
+    uint32_t lo = (uint32_t)(a - rk), hi = lo + m.wmi[mi];
+    rc_decode_span(&r, lo, hi < GAPS_M ? hi : GAPS_M, GAPS_M_LOG2);
+    st(data, j, bits, decode_step(&r, &m, f, bits, ov, m.cls[mi]));
+    j++;
+  }
+  RETURN_IF(r.pos > r.len + 10, d, STITCH_EFORMAT,
+            "gaps block: coded data ends early");
+  return 0;
+}
+
+int gaps_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
+                block_span sp, uint8_t *out, size_t cap, size_t *out_len,
+                uint64_t *changed) {
+#define DISPATCH_CASE_(ID, B, FL, SG, MB, EB)                                \
+  case ID: {                                                                  \
+    static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
+    return encode_impl(&k_, B, old, new_, sp, out, cap, out_len, changed);    \
+  }
+  DISPATCH(f, STITCH_EINVAL, encode_impl)
+#undef DISPATCH_CASE_
+}
+
+int gaps_decode(const sym_fmt *f, uint8_t *data, block_span sp,
+                const uint8_t *in, size_t len, uint64_t changed,
+                stitch_diag *d) {
+#define DISPATCH_CASE_(ID, B, FL, SG, MB, EB)                                \
+  case ID: {                                                                  \
+    static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
+    return decode_impl(&k_, B, data, sp, in, len, changed, d);               \
+  }
+  DISPATCH(f, stitch_diag_set(d, STITCH_EINVAL, "bad symbol format"), decode_impl)
+#undef DISPATCH_CASE_
+}

@@ -1,0 +1,228 @@
+/* test_gaps.c: the GAPS block coding (src/codec/gaps.c) on every symbol
+ * format: exact round trips, the vector loops against the scalar ones
+ * (same bytes out, each decodes the other's), the blocks it declines, and
+ * damaged payloads that must fail cleanly. */
+#include "test.h"
+
+#include "stitch.h"
+
+#include "codec/delta_internal.h"
+
+static test_rng rng;
+
+typedef struct fmt_case {
+  const char *name;
+  stitch_dtype dt;
+  int nibble;
+} fmt_case;
+
+static const fmt_case FORMATS[] = {
+    {"E2M1 nibbles", STITCH_DT_U8, 1}, {"F8_E4M3", STITCH_DT_F8_E4M3, 0},
+    {"F8_E5M2", STITCH_DT_F8_E5M2, 0}, {"I8", STITCH_DT_I8, 0},
+    {"U8", STITCH_DT_U8, 0},           {"BF16", STITCH_DT_BF16, 0},
+    {"F16", STITCH_DT_F16, 0},         {"I16", STITCH_DT_I16, 0},
+    {"U16", STITCH_DT_U16, 0},         {"F32", STITCH_DT_F32, 0},
+    {"I32", STITCH_DT_I32, 0},         {"U32", STITCH_DT_U32, 0},
+    {"F64", STITCH_DT_F64, 0},         {"I64", STITCH_DT_I64, 0},
+    {"U64", STITCH_DT_U64, 0},
+};
+
+static uint64_t ld_sym(const uint8_t *p, uint64_t j, unsigned bits) {
+  if (bits == 4)
+    return (p[j >> 1] >> ((j & 1) * 4)) & 15;
+  uint64_t v = 0;
+  memcpy(&v, p + j * (bits / 8), bits / 8);
+  return v;
+}
+
+static void st_sym(uint8_t *p, uint64_t j, unsigned bits, uint64_t v) {
+  if (bits == 4) {
+    unsigned sh = (unsigned)(j & 1) * 4;
+    p[j >> 1] = (uint8_t)((p[j >> 1] & ~(15u << sh)) | (unsigned)(v << sh));
+    return;
+  }
+  memcpy(p + j * (bits / 8), &v, bits / 8);
+}
+
+/* A weight-like base (floats: exponents spread over a few octaves below a
+ * maximum, as trained weights are) and a result with a fraction P of its
+ * symbols moved, mostly by one step of the bit pattern. */
+static void make_block(const sym_fmt *f, uint64_t n, double p, uint8_t *base,
+                       uint8_t *nw) {
+  unsigned bits = f->bits;
+  uint64_t mask = bits == 64 ? ~0ull : (1ull << bits) - 1;
+  for (uint64_t j = 0; j < n; j++) {
+    uint64_t v = test_rng_next(&rng) & mask;
+    if (f->is_float) {
+      unsigned emax = (1u << f->exp_bits) - 1, top = emax > 4 ? emax / 2 + 2 : emax;
+      unsigned drop = (unsigned)(test_rng_next(&rng) % 9);
+      uint64_t e = top > drop ? top - drop : 0;
+      uint64_t sign = test_rng_next(&rng) & 1;
+      v = (sign << (bits - 1)) | (e << f->mant_bits) |
+          (test_rng_next(&rng) & ((1ull << f->mant_bits) - 1));
+    }
+    st_sym(base, j, bits, v);
+  }
+  memcpy(nw, base, bits == 4 ? n / 2 : n * (bits / 8));
+  for (uint64_t j = 0; j < n; j++) {
+    if (test_rng_unit(&rng) >= p)
+      continue;
+    uint64_t v = ld_sym(base, j, bits), d;
+    d = test_rng_unit(&rng) < 0.9 ? 1 : 1 + test_rng_next(&rng) % 300;
+    if (test_rng_next(&rng) & 1)
+      d = 0 - d;
+    uint64_t nv = (v + d) & mask;
+    if (nv == v)
+      nv = (v + 1) & mask;
+    st_sym(nw, j, bits, nv);
+  }
+}
+
+static uint64_t count_diff(const sym_fmt *f, const uint8_t *a,
+                           const uint8_t *b, uint64_t n) {
+  uint64_t k = 0;
+  for (uint64_t j = 0; j < n; j++)
+    k += ld_sym(a, j, f->bits) != ld_sym(b, j, f->bits);
+  return k;
+}
+
+/* Encodes with the vector loops and with the scalar ones (same bytes),
+ * decodes each way, and returns the payload (caller frees). */
+static uint8_t *round_trip(const fmt_case *fc, const sym_fmt *f, uint64_t n,
+                           const uint8_t *base, const uint8_t *nw,
+                           size_t *plen, uint64_t *pch) {
+  size_t nb = f->bits == 4 ? n / 2 : n * (f->bits / 8);
+  size_t cap = nb + 4096;
+  uint8_t *out = malloc(cap), *out2 = malloc(cap), *data = malloc(nb + 64);
+  size_t len = 0, len2 = 0;
+  uint64_t ch = 0, ch2 = 0;
+  block_span sp = {0, n};
+  gaps_force_scalar = 0;
+  int rc = gaps_encode(f, base, nw, sp, out, cap, &len, &ch);
+  if (rc != 0)
+    FAIL_("%s, %" PRIu64 " symbols: gaps_encode returned %d", fc->name, n, rc);
+  gaps_force_scalar = 1;
+  ASSERT_EQ(gaps_encode(f, base, nw, sp, out2, cap, &len2, &ch2), 0);
+  ASSERT_UEQ(len, len2);
+  ASSERT_UEQ(ch, ch2);
+  ASSERT_MEM_EQ(out, out2, len);
+  ASSERT_UEQ(ch, count_diff(f, base, nw, n));
+  for (int scalar = 0; scalar < 2; scalar++) {
+    stitch_diag d = {{0}};
+    gaps_force_scalar = scalar;
+    memcpy(data, base, nb);
+    ASSERT_OK(gaps_decode(f, data, sp, out, len, ch, &d), d);
+    ASSERT_MEM_EQ(data, nw, nb);
+  }
+  gaps_force_scalar = 0;
+  free(out2);
+  free(data);
+  *plen = len;
+  *pch = ch;
+  return out;
+}
+
+static void test_formats(void) {
+  static const struct {
+    uint64_t n;
+    double p;
+  } sizes[] = {{70000, 0.05}, {200002, 0.01}, {1u << 19, 0.0035},
+               {8192, 0.4},   {4098, 1.0},    {65538, 0.02}};
+  for (size_t i = 0; i < sizeof(FORMATS) / sizeof(FORMATS[0]); i++) {
+    sym_fmt f;
+    ASSERT_EQ(sym_fmt_for(FORMATS[i].dt, FORMATS[i].nibble, &f), 0);
+    for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+      uint64_t n = sizes[s].n;
+      size_t nb = f.bits == 4 ? n / 2 : n * (f.bits / 8);
+      uint8_t *a = malloc(nb), *b = malloc(nb);
+      make_block(&f, n, sizes[s].p, a, b);
+      size_t len;
+      uint64_t ch;
+      free(round_trip(&FORMATS[i], &f, n, a, b, &len, &ch));
+      free(a);
+      free(b);
+    }
+  }
+}
+
+/* Too few changes: GAPS declines and codes nothing. */
+static void test_declines(void) {
+  sym_fmt f;
+  sym_fmt_for(STITCH_DT_BF16, 0, &f);
+  uint64_t n = 1u << 17;
+  uint8_t *a = malloc(2 * n), *b = malloc(2 * n), out[4096];
+  make_block(&f, n, 0.001, a, b); /* some 130 changes */
+  size_t len = 0;
+  uint64_t ch = 0;
+  ASSERT_EQ(gaps_encode(&f, a, b, (block_span){0, n}, out, sizeof(out), &len, &ch),
+            GAPS_DECLINED);
+  free(a);
+  free(b);
+}
+
+/* Damaged payloads and wrong counts: a clean error or some decoding, never
+ * a read or write out of bounds (run under ASan), and the damage that
+ * must be caught is. */
+static void test_damage(void) {
+  sym_fmt f;
+  sym_fmt_for(STITCH_DT_BF16, 0, &f);
+  uint64_t n = 1u << 16;
+  uint8_t *a = malloc(2 * n), *b = malloc(2 * n), *data = malloc(2 * n);
+  make_block(&f, n, 0.03, a, b);
+  size_t len;
+  uint64_t ch;
+  uint8_t *p = round_trip(&FORMATS[5], &f, n, a, b, &len, &ch);
+  block_span sp = {0, n};
+  stitch_diag d = {{0}};
+  /* More changes than were coded: the decoder runs off the block or off
+   * its data. */
+  memcpy(data, a, 2 * n);
+  ASSERT(gaps_decode(&f, data, sp, p, len, ch + 50, &d) != 0);
+  ASSERT(strstr(d.msg, "gaps block") != NULL);
+  /* A weight of 0 or past 4095, and a probability of 0. */
+  uint8_t *q = malloc(len);
+  memcpy(q, p, len);
+  size_t hl = (q[0] & 0x80) ? 2 : 1;
+  q[hl] = 0, q[hl + 1] = 0;
+  ASSERT_ERR(gaps_decode(&f, data, sp, q, len, ch, &d), STITCH_EFORMAT, d,
+             "parameter 0 is 0");
+  memcpy(q, p, len);
+  q[hl] = 0x00, q[hl + 1] = 0x10; /* 4096 */
+  ASSERT_ERR(gaps_decode(&f, data, sp, q, len, ch, &d), STITCH_EFORMAT, d,
+             "outside 1..4095");
+  memcpy(q, p, len);
+  q[hl + 32] = 0, q[hl + 33] = 0;
+  ASSERT_ERR(gaps_decode(&f, data, sp, q, len, ch, &d), STITCH_EFORMAT, d,
+             "parameter 16 is 0");
+  ASSERT_ERR(gaps_decode(&f, data, sp, p, hl + 10, ch, &d), STITCH_EFORMAT, d,
+             "payload too short");
+  /* Random damage past the parameters, both loops. */
+  for (int it = 0; it < 400; it++) {
+    memcpy(q, p, len);
+    size_t cut = len;
+    if (it % 4 == 0)
+      cut = hl + 58 + test_rng_next(&rng) % (len - hl - 58);
+    else
+      q[hl + 58 + test_rng_next(&rng) % (len - hl - 58)] ^=
+          (uint8_t)(1u << (test_rng_next(&rng) % 8));
+    memcpy(data, a, 2 * n);
+    gaps_force_scalar = it & 1;
+    int rc = gaps_decode(&f, data, sp, q, cut, ch, &d);
+    ASSERT(rc == 0 || rc == STITCH_EFORMAT);
+  }
+  gaps_force_scalar = 0;
+  free(q);
+  free(p);
+  free(a);
+  free(b);
+  free(data);
+}
+
+int main(void) {
+  rng = test_rng_seeded("test_gaps", 20261130);
+  test_formats();
+  test_declines();
+  test_damage();
+  puts("test_gaps: ok");
+  return 0;
+}

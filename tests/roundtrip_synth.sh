@@ -39,10 +39,36 @@ check_traj() {
   echo "ok: $name, 4 steps bit-exact"
 }
 
+# Large tensors code their blocks as GAPS by default and as SPARSE with
+# --small (docs/codec.md, "Two sparse codings"): both come back bit for bit.
+check_modes() {
+  local dir="$work/modes" mode
+  "$bin/stitch-synth" --out "$dir" --steps 1 --params 3e6 --quiet --view "$1" --lr "$2"
+  for mode in fast small; do
+    local extra=()
+    [ "$mode" = small ] && extra=(--small)
+    "$bin/stitch" delta "$dir/step_0000.safetensors" "$dir/step_0001.safetensors" \
+      -o "$work/$mode.delta" --json "${extra[@]}" >"$work/$mode.json"
+    "$bin/stitch" apply "$dir/step_0000.safetensors" "$work/$mode.delta" -o "$work/out.safetensors"
+    if [ "$("$bin/stitch" digest --tensors "$work/out.safetensors")" != \
+         "$("$bin/stitch" digest --tensors "$dir/step_0001.safetensors")" ]; then
+      echo "FAIL: $1 --$mode: applied view differs from the trainer's" >&2
+      exit 1
+    fi
+  done
+  grep -q '"gaps"' "$work/fast.json" || { echo "FAIL: $1: no GAPS block by default" >&2; exit 1; }
+  if grep -q '"gaps"' "$work/small.json"; then
+    echo "FAIL: $1: --small coded a GAPS block" >&2; exit 1
+  fi
+  echo "ok: $1, GAPS by default and SPARSE with --small, both bit-exact"
+}
+
+check_modes bf16 3e-6
+check_modes nvfp4 1e-5
 check_traj bf16 10 --view bf16 --lr 1e-6
 check_traj bf16-3e-6 10 --view bf16 --lr 3e-6 --seed 7
 check_traj fp8 10 --view fp8 --lr 1e-6
 check_traj fp8-block 10 --view fp8 --fp8-block 128 --lr 1e-6
 check_traj nvfp4 10 --view nvfp4 --lr 1e-6
 check_traj f32 100 --view f32 --lr 1e-6
-echo "roundtrip_synth: 6 trajectories ok"
+echo "roundtrip_synth: 6 trajectories and 2 coding modes ok"

@@ -17,6 +17,7 @@
 #define DELTA_MAX_INDEX (256u << 20)
 #define DELTA_INDEX_RAW 0
 #define DELTA_INDEX_ZSTD 1
+#define DELTA_INDEX_LEVEL 5 /* zstd level of the index */
 #define DELTA_TF_NIBBLE 1u /* symbols are 4-bit halves of each byte */
 #define DELTA_TF_NEW 2u    /* tensor absent from the base */
 

@@ -84,7 +84,7 @@ weight_of(const gaps_model *m, const sym_fmt *f, const unsigned bits,
     !defined(STITCH_NO_SIMD)
 #include <immintrin.h>
 #define GAPS_AVX2 1
-#define GAPS_AVX2_FN __attribute__((target("avx2"))) static inline
+#define GAPS_AVX2_FN __attribute__((target("avx2"), always_inline)) static inline
 
 /* The vector layouts: 16- and 8-bit floats and E2M1 nibbles. Integers and
  * wider floats take the scalar loops. */
@@ -105,7 +105,8 @@ typedef struct gaps_lut {
   int layout;
 } gaps_lut;
 
-GAPS_AVX2_FN void lut_init(gaps_lut *l, const gaps_model *m, const sym_fmt *f,
+__attribute__((target("avx2"))) __attribute__((noinline)) static void
+lut_init(gaps_lut *l, const gaps_model *m, const sym_fmt *f,
                            unsigned bits) {
   uint8_t lo[16], hi[16];
   for (int c = 0; c < NCLS; c++) {
@@ -126,13 +127,13 @@ GAPS_AVX2_FN void lut_init(gaps_lut *l, const gaps_model *m, const sym_fmt *f,
 }
 
 /* Bytes that 16 symbols take. */
-static inline unsigned lut_step(const gaps_lut *l) {
-  return l->layout == LAYOUT_16 ? 32 : l->layout == LAYOUT_8 ? 16 : 8;
+static inline unsigned lut_step(const int layout) {
+  return layout == LAYOUT_16 ? 32 : layout == LAYOUT_8 ? 16 : 8;
 }
 
 /* The weights of the 16 symbols at Q, in order, as u16 lanes. */
-GAPS_AVX2_FN __m256i lut_w16(const gaps_lut *l, const uint8_t *q) {
-  if (l->layout == LAYOUT_4) { /* element 2i in the low nibble of byte i */
+GAPS_AVX2_FN __m256i lut_w16(const gaps_lut *l, const int layout, const uint8_t *q) {
+  if (layout == LAYOUT_4) { /* element 2i in the low nibble of byte i */
     const __m128i nib = _mm_set1_epi8(15);
     __m128i x = _mm_loadl_epi64((const __m128i *)q);
     __m128i n = _mm_unpacklo_epi8(_mm_and_si128(x, nib),
@@ -140,7 +141,7 @@ GAPS_AVX2_FN __m256i lut_w16(const gaps_lut *l, const uint8_t *q) {
     __m128i wl = _mm_shuffle_epi8(l->nlo, n), wh = _mm_shuffle_epi8(l->nhi, n);
     return _mm256_set_m128i(_mm_unpackhi_epi8(wl, wh), _mm_unpacklo_epi8(wl, wh));
   }
-  __m256i v = l->layout == LAYOUT_16
+  __m256i v = layout == LAYOUT_16
                   ? _mm256_loadu_si256((const __m256i *)q)
                   : _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)q));
   __m256i e = _mm256_and_si256(_mm256_srl_epi16(v, l->shift), l->emask);
@@ -165,22 +166,22 @@ GAPS_AVX2_FN __m256i prefix16(__m256i x) {
 
 /* Symbols in the 32 bytes of a unit, the step of the scans below: 16, 32
  * or 64. A unit is 1, 2 or 4 vectors of 16 symbols (lut_w16). */
-static inline unsigned lut_unit(const gaps_lut *l) {
-  return l->layout == LAYOUT_16 ? 16 : l->layout == LAYOUT_8 ? 32 : 64;
+static inline unsigned lut_unit(const int layout) {
+  return layout == LAYOUT_16 ? 16 : layout == LAYOUT_8 ? 32 : 64;
 }
 
 /* The weights of the unit at Q, as four 64-bit partial sums. */
-GAPS_AVX2_FN __m256i lut_unit_sum(const gaps_lut *l, const uint8_t *q) {
+GAPS_AVX2_FN __m256i lut_unit_sum(const gaps_lut *l, const int layout, const uint8_t *q) {
   const __m256i z = _mm256_setzero_si256();
-  if (l->layout == LAYOUT_16) {
-    __m256i s = _mm256_madd_epi16(lut_w16(l, q), _mm256_set1_epi16(1));
+  if (layout == LAYOUT_16) {
+    __m256i s = _mm256_madd_epi16(lut_w16(l, layout, q), _mm256_set1_epi16(1));
     return _mm256_add_epi64(_mm256_srli_epi64(s, 32),
                             _mm256_and_si256(s, _mm256_set1_epi64x(0xFFFFFFFF)));
   }
   __m256i v = _mm256_loadu_si256((const __m256i *)q), i0, i1;
   __m256i lo = _mm256_broadcastsi128_si256(l->nlo);
   __m256i hi = _mm256_broadcastsi128_si256(l->nhi);
-  if (l->layout == LAYOUT_8) { /* classes of 32 bytes, then the byte tables */
+  if (layout == LAYOUT_8) { /* classes of 32 bytes, then the byte tables */
     __m256i e = _mm256_and_si256(_mm256_srl_epi16(v, l->shift),
                                  _mm256_set1_epi8((char)((1u << l->ebits) - 1)));
     i0 = _mm256_min_epu8(_mm256_subs_epu8(_mm256_set1_epi8((char)l->refv), e),
@@ -210,16 +211,16 @@ GAPS_AVX2_FN int lut_unit_same(const uint8_t *a, const uint8_t *b) {
 }
 
 /* Bit i set when symbol i of the 16 at A and B differ. */
-GAPS_AVX2_FN uint32_t lut_diff16(const gaps_lut *l, const uint8_t *a,
+GAPS_AVX2_FN uint32_t lut_diff16(const int layout, const uint8_t *a,
                                  const uint8_t *b) {
-  if (l->layout == LAYOUT_16) {
+  if (layout == LAYOUT_16) {
     __m256i c = _mm256_cmpeq_epi16(_mm256_loadu_si256((const __m256i *)a),
                                    _mm256_loadu_si256((const __m256i *)b));
     /* packs keeps each half's 8 lanes twice; take one copy of each */
     __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi16(c, c), 0x08);
     return ~(uint32_t)_mm256_movemask_epi8(p) & 0xFFFF;
   }
-  if (l->layout == LAYOUT_8)
+  if (layout == LAYOUT_8)
     return ~(uint32_t)_mm_movemask_epi8(
                _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)a),
                               _mm_loadu_si128((const __m128i *)b))) &
@@ -239,17 +240,17 @@ GAPS_AVX2_FN uint32_t lut_diff16(const gaps_lut *l, const uint8_t *a,
  * the end; a change moves the origin to its own end). Returns how many.
  * Units without a change only add their weight, in a vector, summed when
  * the next change needs it. */
-__attribute__((target("avx2"))) __attribute__((noinline)) static unsigned
-lut_changes(const gaps_lut *l, const uint8_t *old, const uint8_t *nw,
-            unsigned nu, int weights, int64_t *acc, uint16_t *pos,
-            uint64_t *gap) {
-  unsigned step = lut_step(l), per = lut_unit(l) / 16, n = 0;
+GAPS_AVX2_FN unsigned
+lut_changes_t(const gaps_lut *l, const int layout, const uint8_t *old,
+              const uint8_t *nw, unsigned nu, int weights, int64_t *acc,
+              uint16_t *pos, uint64_t *gap) {
+  unsigned step = lut_step(layout), per = lut_unit(layout) / 16, n = 0;
   int64_t a = *acc;
   __m256i pend = _mm256_setzero_si256(); /* unsummed weight */
   for (unsigned u = 0; u < nu; u++, old += 32, nw += 32) {
     if (lut_unit_same(old, nw)) {
       if (weights)
-        pend = _mm256_add_epi64(pend, lut_unit_sum(l, old));
+        pend = _mm256_add_epi64(pend, lut_unit_sum(l, layout, old));
       continue;
     }
     if (weights) {
@@ -258,14 +259,14 @@ lut_changes(const gaps_lut *l, const uint8_t *old, const uint8_t *nw,
     }
     for (unsigned v = 0; v < per; v++) {
       const uint8_t *o = old + v * step;
-      uint32_t dm = lut_diff16(l, o, nw + v * step);
+      uint32_t dm = lut_diff16(layout, o, nw + v * step);
       unsigned base = (u * per + v) * 16;
       if (!weights) {
         for (; dm != 0; dm &= dm - 1)
           pos[n++] = (uint16_t)(base + (unsigned)__builtin_ctz(dm));
         continue;
       }
-      __m256i x = prefix16(lut_w16(l, o));
+      __m256i x = prefix16(lut_w16(l, layout, o));
       if (dm == 0) {
         a += (uint16_t)_mm256_extract_epi16(x, 15);
         continue;
@@ -292,18 +293,19 @@ lut_changes(const gaps_lut *l, const uint8_t *old, const uint8_t *nw,
  * unit at a time while its weight fits in ROOM, then 16 symbols at a
  * time, then those of the next 16 that fit, at most NU units. Returns the
  * symbols passed and leaves the room that is left in *ROOM. */
-__attribute__((target("avx2"))) __attribute__((noinline)) static uint64_t
-lut_advance(const gaps_lut *l, const uint8_t *q, uint64_t nu, uint64_t *room) {
-  unsigned step = lut_step(l), per = lut_unit(l) / 16;
+GAPS_AVX2_FN uint64_t
+lut_advance_t(const gaps_lut *l, const int layout, const uint8_t *q,
+              uint64_t nu, uint64_t *room) {
+  unsigned step = lut_step(layout), per = lut_unit(layout) / 16;
   uint64_t r = *room, u = 0;
   for (; u < nu; u++, q += 32) {
-    uint64_t total = lut_hsum64(lut_unit_sum(l, q));
+    uint64_t total = lut_hsum64(lut_unit_sum(l, layout, q));
     if (r >= total) {
       r -= total;
       continue;
     }
     for (unsigned v = 0;; v++, q += step) { /* a vector of this unit stops */
-      __m256i x = prefix16(lut_w16(l, q));
+      __m256i x = prefix16(lut_w16(l, layout, q));
       uint32_t tv = (uint16_t)_mm256_extract_epi16(x, 15);
       if (r >= tv) {
         r -= tv;
@@ -324,6 +326,39 @@ lut_advance(const gaps_lut *l, const uint8_t *q, uint64_t nu, uint64_t *room) {
   }
   *room = r;
   return nu * 16 * per;
+}
+/* One compiled loop per layout. */
+#define LAYOUT_FNS(X) X(16) X(8) X(4)
+#define X(L)                                                                  \
+  __attribute__((target("avx2"))) __attribute__((noinline)) static unsigned   \
+  lut_changes_##L(const gaps_lut *l, const uint8_t *old, const uint8_t *nw,   \
+                  unsigned nu, int weights, int64_t *acc, uint16_t *pos,      \
+                  uint64_t *gap) {                                            \
+    return lut_changes_t(l, LAYOUT_##L, old, nw, nu, weights, acc, pos, gap); \
+  }                                                                           \
+  __attribute__((target("avx2"))) __attribute__((noinline)) static uint64_t   \
+  lut_advance_##L(const gaps_lut *l, const uint8_t *q, uint64_t nu,           \
+                  uint64_t *room) {                                           \
+    return lut_advance_t(l, LAYOUT_##L, q, nu, room);                         \
+  }
+LAYOUT_FNS(X)
+#undef X
+
+static unsigned lut_changes(const gaps_lut *l, const uint8_t *old,
+                            const uint8_t *nw, unsigned nu, int weights,
+                            int64_t *acc, uint16_t *pos, uint64_t *gap) {
+  return l->layout == LAYOUT_16
+             ? lut_changes_16(l, old, nw, nu, weights, acc, pos, gap)
+         : l->layout == LAYOUT_8
+             ? lut_changes_8(l, old, nw, nu, weights, acc, pos, gap)
+             : lut_changes_4(l, old, nw, nu, weights, acc, pos, gap);
+}
+
+static uint64_t lut_advance(const gaps_lut *l, const uint8_t *q, uint64_t nu,
+                            uint64_t *room) {
+  return l->layout == LAYOUT_16   ? lut_advance_16(l, q, nu, room)
+         : l->layout == LAYOUT_8 ? lut_advance_8(l, q, nu, room)
+                                 : lut_advance_4(l, q, nu, room);
 }
 #endif
 
@@ -369,7 +404,7 @@ advance(const gaps_walk *w, const sym_fmt *f, const unsigned bits,
       room -= x;
       j++;
     }
-    unsigned per = lut_unit(&w->lut);
+    unsigned per = lut_unit(w->lut.layout);
     uint64_t nu = (end - j) / per;
     uint64_t k = lut_advance(&w->lut, p + span_bytes(j, bits), nu, &room);
     j += k;
@@ -630,7 +665,7 @@ walk_changes(const int counting, const sym_fmt *f, const unsigned bits,
   if (w->avx2) { /* blocks start on an even symbol: nibbles on a byte */
     uint16_t pos[GAPS_RUN];
     uint64_t gap[GAPS_RUN];
-    unsigned per = lut_unit(&w->lut);
+    unsigned per = lut_unit(w->lut.layout);
     while (end - j >= per) {
       unsigned nu = (end - j) / per < GAPS_RUN / per ? (unsigned)((end - j) / per)
                                                      : GAPS_RUN / per;

@@ -356,9 +356,22 @@ RC_INLINE uint32_t rc_decode(rc_dec *d, rc_ctx *c, unsigned limit) {
 
 RC_INLINE uint32_t rc_decode_fixed(rc_dec *d, uint32_t q) {
   uint32_t bound = (d->range >> 15) * q;
+#if RC_CMOV
+  uint32_t range = d->range - bound, code = d->code, code0 = code - bound, one;
+  __asm__("cmp %[bound], %[code]\n\t"
+          "cmovb %[bound], %[range]\n\t"
+          "cmovb %[code], %[code0]\n\t"
+          "sbb %[one], %[one]"
+          : [range] "+r"(range), [code0] "+r"(code0), [one] "=r"(one)
+          : [bound] "r"(bound), [code] "r"(code)
+          : "cc");
+  d->code = code0;
+  d->range = range;
+#else
   uint32_t one = rc_opaque(0u - (uint32_t)(d->code < bound));
   d->code -= bound & ~one;
   d->range = (bound & one) | ((d->range - bound) & ~one);
+#endif
   rc_dec_norm(d);
   return one & 1;
 }

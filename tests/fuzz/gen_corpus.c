@@ -231,6 +231,17 @@ static void gen_deltas(uint8_t **keep, size_t *keep_len) {
     *keep_len = len;
     free_all(b, 2), free_all(n, 2);
   }
+  { /* gaps: a block of 2^16 BF16 weights, ~4% of them step by one ulp */
+    tdata b = mk("model.layers.1.mlp.w", STITCH_DT_BF16, 256, 256, &r);
+    weights(&b, &r);
+    tdata n = tdup(&b);
+    step_some(&n, &r, 40);
+    size_t len;
+    uint8_t *p = make_delta(&b, 1, &n, 1, NULL, 16, &len);
+    emit_delta("gaps-bf16", p, len, (want){STITCH_CODING_GAPS, 0, 0});
+    free(p);
+    free_all(&b, 1), free_all(&n, 1);
+  }
   { /* xor: every F32 mantissa low byte jitters */
     tdata b = mk("w", STITCH_DT_F32, 512, 0, &r);
     weights(&b, &r);

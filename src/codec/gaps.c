@@ -661,8 +661,9 @@ walk_changes(const int counting, const sym_fmt *f, const unsigned bits,
              rc_enc *e) {
   uint64_t j = sp.start, end = sp.start + sp.n, n = 0;
   int64_t acc = 0; /* the weight from the origin to symbol j */
+  (void)w;
 #ifdef GAPS_AVX2
-  if (w->avx2) { /* blocks start on an even symbol: nibbles on a byte */
+  if (w->avx2) { /* spans start on an even symbol: nibbles on a byte */
     uint16_t pos[GAPS_RUN];
     uint64_t gap[GAPS_RUN];
     unsigned per = lut_unit(w->lut.layout);

@@ -367,6 +367,53 @@ static void test_apply_all_threads(void) {
   free(b2);
 }
 
+/* U8 tensors: packed E2M1 pairs whose changes are one nibble's one E2M1
+ * step code as nibbles, 8-bit integers stepped by one code as bytes, in
+ * both sparse modes (the fast mode decides from counts, the small one by
+ * coding a sample both ways); each round-trips. */
+static void test_nibble_choice(void) {
+  size_t n = 1 << 18;
+  uint8_t *a = malloc(n), *b = malloc(n);
+  for (int kind = 0; kind < 2; kind++) {
+    for (size_t i = 0; i < n; i++)
+      a[i] = (uint8_t)test_rng_next(&rng);
+    memcpy(b, a, n);
+    for (size_t i = 0; i < n; i++) {
+      if (test_rng_unit(&rng) >= 0.02)
+        continue;
+      if (kind == 0) { /* one E2M1 step in one nibble, away from the ends */
+        unsigned sh = (test_rng_next(&rng) & 1) * 4, x = (a[i] >> sh) & 7;
+        unsigned y = x == 7 ? 6 : x == 0 ? 1 : (test_rng_next(&rng) & 1) ? x + 1 : x - 1;
+        b[i] = (uint8_t)((a[i] & ~(7u << sh)) | (y << sh));
+      } else {
+        b[i] = (uint8_t)(a[i] + ((test_rng_next(&rng) & 1) ? 1 : 255));
+      }
+    }
+    tspec ta = {"q", STITCH_DT_U8, 1, {n}, a}, tb = {"q", STITCH_DT_U8, 1, {n}, b};
+    const char *pa = test_path("na.safetensors"), *pb = test_path("nb.safetensors");
+    write_ckpt(pa, &ta, 1, NULL);
+    write_ckpt(pb, &tb, 1, NULL);
+    for (int mode = 0; mode < 2; mode++) {
+      stitch_st *sa = open_ckpt(pa), *sb = open_ckpt(pb);
+      stitch_diag d = {{0}};
+      stitch_delta_opts o = {.sparse_mode = mode ? STITCH_SPARSE_SMALL : STITCH_SPARSE_FAST};
+      uint8_t *buf;
+      size_t len;
+      ASSERT_OK(stitch_delta_encode(sa, sb, &o, &buf, &len, NULL, &d), d);
+      stitch_delta *dl;
+      ASSERT_OK(stitch_delta_parse(buf, len, &dl, &d), d);
+      ASSERT_EQ(stitch_delta_tensor_at(dl, 0)->sym_bits, (kind == 0 ? 4 : 8));
+      stitch_delta_free(dl);
+      check_apply_file(pa, buf, len, pb);
+      free(buf);
+      stitch_st_free(sa);
+      stitch_st_free(sb);
+    }
+  }
+  free(a);
+  free(b);
+}
+
 int main(void) {
   rng = test_rng_seeded("test_delta", 20261130);
   test_dtypes();
@@ -375,6 +422,7 @@ int main(void) {
   test_deterministic();
   test_size_vs_bound();
   test_apply_all_threads();
+  test_nibble_choice();
   puts("test_delta: ok");
   return 0;
 }

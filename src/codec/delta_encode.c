@@ -128,8 +128,9 @@ static int code_block(enc *e, const sym_fmt *f, const uint8_t *old,
 }
 
 /* For U8 tensors, packed 4-bit values (NVFP4) code far better as nibbles;
- * decide by coding a sample (the first changed 64 KiB) both ways: *NIBBLE
- * is 1 when nibbles code smaller. Returns 0 or an error.
+ * decide on a sample (the first changed 64 KiB): *NIBBLE is 1 when nibbles
+ * code smaller. The fast mode counts (nibbles_cheaper); the small mode
+ * codes the sample both ways. Returns 0 or an error.
  *
  * Two shortcuts, the choice unchanged. The sample is usually a tensor's
  * first 64 KiB, so it starts a block (512 KiB of bytes), and when its ref
@@ -139,6 +140,47 @@ static int code_block(enc *e, const sym_fmt *f, const uint8_t *old,
  * as they do for NVFP4. And the byte coding, usually the larger, is only
  * run until it certainly passes the nibble coding's size. */
 #define NIBBLE_SAMPLE (1u << 16)
+
+/* Elias-gamma bits for a step of magnitude MAG >= 1, plus its sign. */
+static double step_bits(unsigned mag) {
+  return 2.0 + 2.0 * (31 - __builtin_clz(mag));
+}
+
+/* The fast mode's choice for a U8 sample, from counts alone: whether its
+ * memoryless cost (mask entropy, plus sign and Elias-gamma length of each
+ * step) is lower as E2M1 nibbles than as bytes. Packed NVFP4 changes one
+ * nibble of a byte by one E2M1 step, which as a byte is often a step of 16
+ * or more; 8-bit integers change by small byte steps. */
+static int nibbles_cheaper(const uint8_t *a, const uint8_t *b, size_t n) {
+  uint64_t kb = 0, kn = 0;
+  double sb = 0, sn = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t x8, y8;
+    if (i + 8 <= n && (memcpy(&x8, a + i, 8), memcpy(&y8, b + i, 8), x8 == y8)) {
+      i += 7; /* eight equal bytes */
+      continue;
+    }
+    if (a[i] == b[i])
+      continue;
+    kb++;
+    int8_t d = (int8_t)(uint8_t)(b[i] - a[i]);
+    sb += step_bits((unsigned)(d < 0 ? -d : d));
+    for (int sh = 0; sh < 8; sh += 4) {
+      unsigned x = (a[i] >> sh) & 15, y = (b[i] >> sh) & 15;
+      if (x == y)
+        continue;
+      kn++;
+      x ^= (x & 8) ? 15 : 8; /* E2M1 keys (proto/delta.md) */
+      y ^= (y & 8) ? 15 : 8;
+      int dn = (int)((y - x) & 15);
+      dn = dn >= 8 ? 16 - dn : dn;
+      sn += step_bits((unsigned)dn);
+    }
+  }
+  double nb = (double)n, cb = nb * h2((double)kb / nb) + sb;
+  double cn = 2 * nb * h2((double)kn / (2 * nb)) + sn;
+  return cn < cb;
+}
 static int pick_nibble(enc *e, const stitch_tensor *bt, const stitch_tensor *t,
                        precoded *pre, int *nibble) {
   *nibble = 0;
@@ -152,6 +194,10 @@ static int pick_nibble(enc *e, const stitch_tensor *bt, const stitch_tensor *t,
     uint64_t n = t->nbytes - s < sample ? t->nbytes - s : sample;
     if (memcmp(bt->data + s, t->data + s, n) == 0)
       continue;
+    if (e->o->sparse_mode == STITCH_SPARSE_FAST) { /* counts, no coding */
+      *nibble = nibbles_cheaper(bt->data + s, t->data + s, n);
+      return 0;
+    }
     sym_fmt fb, fn;
     sym_fmt_for(STITCH_DT_U8, 0, &fb);
     sym_fmt_for(STITCH_DT_U8, 1, &fn);
@@ -161,16 +207,7 @@ static int pick_nibble(enc *e, const stitch_tensor *bt, const stitch_tensor *t,
     size_t ln = 0;
     uint64_t ch;
     int ok;
-    int fast = e->o->sparse_mode == STITCH_SPARSE_FAST && bsp.n >= GAPS_MIN_SYMBOLS;
-    int grc = fast ? gaps_encode(&fn, bt->data, t->data, ssp, e->cand, n, &ln, &ch)
-                   : GAPS_DECLINED;
-    if (grc != GAPS_DECLINED) { /* the block will likely be GAPS: code the sample so */
-      if (grc != 0 && grc != STITCH_ELIMIT)
-        return grc;
-      ok = grc == 0;
-    } else if (fast) { /* the sample alone: the block may yet be GAPS */
-      ok = sparse_encode(&fn, bt->data, t->data, ssp, e->cand, n, &ln, &ch) == 0;
-    } else if (ssp.start % B == 0 && ssp.n == bsp.n) { /* the sample is the block */
+    if (ssp.start % B == 0 && ssp.n == bsp.n) { /* the sample is the block */
       pre->rc = sparse_encode(&fn, bt->data, t->data, bsp, e->cand, n,
                               &pre->len, &pre->changed);
       ok = pre->rc == 0;

@@ -94,18 +94,18 @@ static int code_block(enc *e, const sym_fmt *f, const uint8_t *old,
                : STITCH_CODING_SPARSE;
   if (ob != NULL) {
     size_t n = 0;
-    int rc;
-    rc = sc == STITCH_CODING_GAPS
-             ? gaps_encode(f, old, nw, sp, e->cand, nb, &n, changed)
-             : GAPS_DECLINED;
-    if (rc == GAPS_DECLINED && pre != NULL) {
+    int rc = sc == STITCH_CODING_GAPS
+                 ? gaps_encode(f, old, nw, sp, e->cand, nb, &n, changed)
+                 : GAPS_DECLINED;
+    if (rc == GAPS_DECLINED) { /* SPARSE, perhaps coded by pick_nibble */
       sc = STITCH_CODING_SPARSE;
-      rc = pre->rc;
-      n = pre->len;
-      *changed = pre->changed;
-    } else if (rc == GAPS_DECLINED) {
-      sc = STITCH_CODING_SPARSE;
-      rc = sparse_encode(f, old, nw, sp, e->cand, nb, &n, changed);
+      if (pre != NULL) {
+        rc = pre->rc;
+        n = pre->len;
+        *changed = pre->changed;
+      } else {
+        rc = sparse_encode(f, old, nw, sp, e->cand, nb, &n, changed);
+      }
     }
     if (rc == 0 && n < *len)
       take_candidate(e, sc, n, coding, len);

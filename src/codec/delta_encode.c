@@ -6,6 +6,7 @@
  * too and the smallest wins, so a delta is never much larger than its
  * result compressed on its own. */
 #include "codec/delta_internal.h"
+#include "codec/symbol.h"
 #include "common/diag.h"
 #include "common/fileio.h"
 
@@ -151,6 +152,9 @@ static double step_bits(unsigned mag) {
  * step) is lower as E2M1 nibbles than as bytes. Packed NVFP4 changes one
  * nibble of a byte by one E2M1 step, which as a byte is often a step of 16
  * or more; 8-bit integers change by small byte steps. */
+static const sym_fmt E2M1 = {.bits = 4, .is_float = 1, .mant_bits = 1,
+                             .exp_bits = 2};
+
 static int nibbles_cheaper(const uint8_t *a, const uint8_t *b, size_t n) {
   uint64_t kb = 0, kn = 0;
   double sb = 0, sn = 0;
@@ -170,11 +174,7 @@ static int nibbles_cheaper(const uint8_t *a, const uint8_t *b, size_t n) {
       if (x == y)
         continue;
       kn++;
-      x ^= (x & 8) ? 15 : 8; /* E2M1 keys (proto/delta.md) */
-      y ^= (y & 8) ? 15 : 8;
-      int dn = (int)((y - x) & 15);
-      dn = dn >= 8 ? 16 - dn : dn;
-      sn += step_bits((unsigned)dn);
+      sn += step_bits((unsigned)step_of(&E2M1, 4, x, y).mag);
     }
   }
   double nb = (double)n, cb = nb * h2((double)kb / nb) + sb;

@@ -60,7 +60,7 @@ typedef struct gaps_model {
 
 static void gaps_tables(gaps_model *m, unsigned mi_max) {
   for (unsigned e = 0; e <= mi_max; e++) {
-    unsigned c = e >= m->ref ? 0 : m->ref - e >= NCLS ? NCLS - 1 : m->ref - e;
+    unsigned c = class_of(m->ref, e);
     m->cls[e] = (uint8_t)c;
     m->wmi[e] = m->w[c];
   }
@@ -473,19 +473,6 @@ next_change(const uint8_t *old, const uint8_t *nw, const unsigned bits,
 
 /* ---- Steps ----------------------------------------------------------- */
 
-typedef struct step_parts {
-  uint32_t neg;
-  uint64_t mag;
-} step_parts;
-
-static inline __attribute__((always_inline)) step_parts
-step_of(const sym_fmt *f, const unsigned bits, uint64_t ov, uint64_t nv) {
-  const uint64_t M = mask_of(bits);
-  uint64_t kd = (key_of(f, bits, nv) - key_of(f, bits, ov)) & M;
-  uint32_t neg = (uint32_t)((kd >> (bits - 1)) & 1);
-  return (step_parts){neg, neg ? (0 - kd) & M : kd};
-}
-
 static inline __attribute__((always_inline)) void
 encode_step(rc_enc *e, const gaps_model *m, const sym_fmt *f,
             const unsigned bits, uint64_t ov, uint64_t nv, unsigned c) {
@@ -507,7 +494,6 @@ encode_step(rc_enc *e, const gaps_model *m, const sym_fmt *f,
 static inline __attribute__((always_inline)) uint64_t
 decode_step(rc_dec *r, const gaps_model *m, const sym_fmt *f,
             const unsigned bits, uint64_t ov, unsigned c) {
-  const uint64_t M = mask_of(bits);
   uint32_t neg = rc_decode_fixed(r, m->sign[c >> 2][(ov >> (bits - 1)) & 1]);
   uint64_t mag = 1;
   if (__builtin_expect(!rc_decode_fixed(r, m->one[c >> 2]), 0)) {
@@ -516,8 +502,7 @@ decode_step(rc_dec *r, const gaps_model *m, const sym_fmt *f,
       k++;
     mag = ((1ull << (k - 1)) | rc_decode_raw(r, k - 1)) + 1;
   }
-  uint64_t kd = neg ? (0 - mag) & M : mag;
-  return unkey(f, bits, (key_of(f, bits, ov) + kd) & M);
+  return step_apply(f, bits, ov, neg, mag);
 }
 
 /* ---- The block's parameters ------------------------------------------ */
@@ -719,10 +704,7 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
   choose_params(&m, &k);
   gaps_tables(&m, mi_max_of(f, bits));
   walk_init(&w, &m, f, bits);
-  size_t hl = m.ref < 128 ? 1 : 2;
-  out[0] = (uint8_t)(m.ref < 128 ? m.ref : (m.ref & 0x7f) | 0x80);
-  if (hl == 2)
-    out[1] = (uint8_t)(m.ref >> 7);
+  size_t hl = ref_put(m.ref, out);
   hl += put_params(&m, out + hl);
   rc_enc e;
   rc_out eo;
@@ -744,14 +726,8 @@ decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
             stitch_diag *d) {
   RETURN_IF(len < 1, d, STITCH_EFORMAT, "gaps block: payload too short");
   gaps_model m;
-  m.ref = in[0] & 0x7f;
-  size_t hl = 1;
-  if (in[0] & 0x80) {
-    RETURN_IF(len < 2 || in[1] & 0x80, d, STITCH_EFORMAT,
-              "gaps block: bad class reference");
-    m.ref |= (unsigned)in[1] << 7;
-    hl = 2;
-  }
+  size_t hl = ref_get(in, len, &m.ref);
+  RETURN_IF(hl == 0, d, STITCH_EFORMAT, "gaps block: bad class reference");
   unsigned mi_max = mi_max_of(f, bits);
   RETURN_IF(m.ref > mi_max, d, STITCH_EFORMAT,
             "gaps block: class reference %u out of range", m.ref);

@@ -93,7 +93,7 @@ static void model_init(model *m, unsigned ref, unsigned mi_max) {
     m->nib_w[v] = (uint8_t)(ref <= 3 ? 1u << (e >= ref ? 0 : ref - e) : 0);
   }
   for (unsigned e = 0; e <= mi_max; e++)
-    m->cls[e] = (uint8_t)(e >= ref ? 0 : ref - e >= NCLS ? NCLS - 1 : ref - e);
+    m->cls[e] = (uint8_t)class_of(ref, e);
 }
 
 int sym_fmt_for(stitch_dtype dt, int nibble, sym_fmt *f) {
@@ -292,10 +292,9 @@ static inline unsigned tree_level(unsigned size) {
 static inline __attribute__((always_inline)) void
 encode_step(rc_enc *e, model *m, const sym_fmt *f, const unsigned bits,
             uint64_t ov, uint64_t nv, unsigned c) {
-  const uint64_t M = mask_of(bits);
-  uint64_t kd = (key_of(f, bits, nv) - key_of(f, bits, ov)) & M;
-  uint32_t neg = (uint32_t)((kd >> (bits - 1)) & 1);
-  uint64_t mag = neg ? (0 - kd) & M : kd;
+  step_parts s = step_of(f, bits, ov, nv);
+  uint32_t neg = s.neg;
+  uint64_t mag = s.mag;
   unsigned sc = c >> 2;
   rc_encode(e, &m->sign[sc][(ov >> (bits - 1)) & 1], neg, LIM_SIGN);
   rc_encode(e, &m->one[sc], mag == 1, LIM_MAG);
@@ -315,7 +314,6 @@ encode_step(rc_enc *e, model *m, const sym_fmt *f, const unsigned bits,
 static inline __attribute__((always_inline)) uint64_t
 decode_step(rc_dec *r, model *m, const sym_fmt *f, const unsigned bits,
             uint64_t ov, unsigned c) {
-  const uint64_t M = mask_of(bits);
   unsigned sc = c >> 2;
   uint32_t neg = rc_decode(r, &m->sign[sc][(ov >> (bits - 1)) & 1], LIM_SIGN);
   uint64_t mag = 1;
@@ -326,8 +324,7 @@ decode_step(rc_dec *r, model *m, const sym_fmt *f, const unsigned bits,
       k++;
     mag = ((1ull << (k - 1)) | rc_decode_raw(r, k - 1)) + 1;
   }
-  uint64_t kd = neg ? (0 - mag) & M : mag;
-  return unkey(f, bits, (key_of(f, bits, ov) + kd) & M);
+  return step_apply(f, bits, ov, neg, mag);
 }
 
 /* The walk over a full group's position tree in the order of
@@ -579,11 +576,7 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
   unsigned ref = block_ref(f, bits, old, sp);
   model m;
   model_init(&m, ref, mi_max_of(f, bits));
-  /* ref as a 1- or 2-byte varint (it is below 2^11). */
-  size_t hl = ref < 128 ? 1 : 2;
-  out[0] = (uint8_t)(ref < 128 ? ref : (ref & 0x7f) | 0x80);
-  if (hl == 2)
-    out[1] = (uint8_t)(ref >> 7);
+  size_t hl = ref_put(ref, out);
   rc_enc e;
   rc_out eo;
   rc_enc_init(&e, &eo, out + hl, cap - hl);
@@ -637,15 +630,10 @@ decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
             block_span sp, const uint8_t *in, size_t len, uint64_t *changed,
             stitch_diag *d, dec_group_fn group_fn) {
   RETURN_IF(len < 1, d, STITCH_EFORMAT, "sparse block: payload too short");
-  unsigned ref = in[0] & 0x7f;
-  size_t hl = 1;
-  if (in[0] & 0x80) {
-    RETURN_IF(len < 2 || in[1] & 0x80, d, STITCH_EFORMAT,
-              "sparse block: bad class reference");
-    ref |= (unsigned)in[1] << 7;
-    hl = 2;
-  }
-  unsigned mi_max = f->is_float ? (1u << f->exp_bits) - 1 : bits;
+  unsigned ref;
+  size_t hl = ref_get(in, len, &ref);
+  RETURN_IF(hl == 0, d, STITCH_EFORMAT, "sparse block: bad class reference");
+  unsigned mi_max = mi_max_of(f, bits);
   RETURN_IF(ref > mi_max, d, STITCH_EFORMAT,
             "sparse block: class reference %u out of range", ref);
   model m;

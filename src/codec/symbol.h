@@ -32,7 +32,7 @@
   X(13, 64, 0, 1, 0, 0) /* I64 */                                             \
   X(14, 64, 0, 0, 0, 0) /* U64 */
 
-static int fmt_id(const sym_fmt *f) {
+static inline int fmt_id(const sym_fmt *f) {
 #define X(ID, B, FL, SG, MB, EB)                                              \
   if (f->bits == B && f->is_float == FL && f->is_signed == SG &&             \
       f->mant_bits == MB && f->exp_bits == EB)                                \
@@ -116,6 +116,58 @@ mi_of(const sym_fmt *f, unsigned bits, uint64_t v) {
 static inline __attribute__((always_inline)) uint64_t
 span_bytes(uint64_t sym, unsigned bits) {
   return bits == 4 ? sym / 2 : sym * (bits / 8);
+}
+
+/* The class of a symbol of magnitude index E in a block whose reference
+ * is REF: octaves below the block's largest, 0..NCLS-1. */
+static inline __attribute__((always_inline)) unsigned class_of(unsigned ref,
+                                                               unsigned e) {
+  return e >= ref ? 0 : ref - e >= NCLS ? NCLS - 1 : ref - e;
+}
+
+/* A changed symbol's step in key space, as a sign and a magnitude >= 1. */
+typedef struct step_parts {
+  uint32_t neg;
+  uint64_t mag;
+} step_parts;
+
+static inline __attribute__((always_inline)) step_parts
+step_of(const sym_fmt *f, unsigned bits, uint64_t ov, uint64_t nv) {
+  const uint64_t M = mask_of(bits);
+  uint64_t kd = (key_of(f, bits, nv) - key_of(f, bits, ov)) & M;
+  uint32_t neg = (uint32_t)((kd >> (bits - 1)) & 1);
+  return (step_parts){neg, neg ? (0 - kd) & M : kd};
+}
+
+/* The symbol OV moved by the step (NEG, MAG). */
+static inline __attribute__((always_inline)) uint64_t
+step_apply(const sym_fmt *f, unsigned bits, uint64_t ov, uint32_t neg,
+           uint64_t mag) {
+  const uint64_t M = mask_of(bits);
+  uint64_t kd = neg ? (0 - mag) & M : mag;
+  return unkey(f, bits, (key_of(f, bits, ov) + kd) & M);
+}
+
+/* A block's ref as a 1- or 2-byte varint (it is below 2^11): returns the
+ * bytes written. */
+static inline size_t ref_put(unsigned ref, uint8_t *out) {
+  out[0] = (uint8_t)(ref < 128 ? ref : (ref & 0x7f) | 0x80);
+  if (ref < 128)
+    return 1;
+  out[1] = (uint8_t)(ref >> 7);
+  return 2;
+}
+
+/* Reads it back from LEN >= 1 bytes: the bytes read, or 0 when it is not
+ * a 1- or 2-byte varint. */
+static inline size_t ref_get(const uint8_t *in, size_t len, unsigned *ref) {
+  *ref = in[0] & 0x7f;
+  if (!(in[0] & 0x80))
+    return 1;
+  if (len < 2 || in[1] & 0x80)
+    return 0;
+  *ref |= (unsigned)in[1] << 7;
+  return 2;
 }
 
 /* The block's class reference: the largest magnitude index of its symbols

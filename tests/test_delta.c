@@ -410,6 +410,16 @@ static void test_nibble_choice(void) {
       stitch_st_free(sb);
     }
   }
+  /* A mode the encoder does not know is refused. */
+  stitch_st *sa = open_ckpt(test_path("na.safetensors"));
+  stitch_diag d = {{0}};
+  stitch_delta_opts o = {.sparse_mode = 7};
+  uint8_t *buf = NULL;
+  size_t len;
+  ASSERT_ERR(stitch_delta_encode(sa, sa, &o, &buf, &len, NULL, &d), STITCH_EINVAL,
+             d, "unknown sparse mode 7");
+  ASSERT(buf == NULL);
+  stitch_st_free(sa);
   free(a);
   free(b);
 }

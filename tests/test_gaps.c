@@ -8,6 +8,8 @@
 
 #include "codec/delta_internal.h"
 
+#include <math.h>
+
 static test_rng rng;
 
 typedef struct fmt_case {
@@ -179,21 +181,13 @@ static void test_damage(void) {
   memcpy(data, a, 2 * n);
   ASSERT(gaps_decode(&f, data, sp, p, len, ch + 50, &d) != 0);
   ASSERT(strstr(d.msg, "gaps block") != NULL);
-  /* A weight of 0 or past 4095, and a probability of 0. */
+  /* A weight code past the last. */
   uint8_t *q = malloc(len);
   memcpy(q, p, len);
   size_t hl = (q[0] & 0x80) ? 2 : 1;
-  q[hl] = 0, q[hl + 1] = 0;
+  q[hl + 3] = 0xc0;
   ASSERT_ERR(gaps_decode(&f, data, sp, q, len, ch, &d), STITCH_EFORMAT, d,
-             "parameter 0 is 0");
-  memcpy(q, p, len);
-  q[hl] = 0x00, q[hl + 1] = 0x10; /* 4096 */
-  ASSERT_ERR(gaps_decode(&f, data, sp, q, len, ch, &d), STITCH_EFORMAT, d,
-             "outside 1..4095");
-  memcpy(q, p, len);
-  q[hl + 32] = 0, q[hl + 33] = 0;
-  ASSERT_ERR(gaps_decode(&f, data, sp, q, len, ch, &d), STITCH_EFORMAT, d,
-             "parameter 16 is 0");
+             "weight code 3 is 0xc0, past 0xbf");
   ASSERT_ERR(gaps_decode(&f, data, sp, p, hl + 10, ch, &d), STITCH_EFORMAT, d,
              "payload too short");
   /* Random damage past the parameters, both loops. */
@@ -201,9 +195,11 @@ static void test_damage(void) {
     memcpy(q, p, len);
     size_t cut = len;
     if (it % 4 == 0)
-      cut = hl + 58 + test_rng_next(&rng) % (len - hl - 58);
+      cut = hl + GAPS_PARAM_BYTES +
+            test_rng_next(&rng) % (len - hl - GAPS_PARAM_BYTES);
     else
-      q[hl + 58 + test_rng_next(&rng) % (len - hl - 58)] ^=
+      q[hl + GAPS_PARAM_BYTES +
+        test_rng_next(&rng) % (len - hl - GAPS_PARAM_BYTES)] ^=
           (uint8_t)(1u << (test_rng_next(&rng) % 8));
     memcpy(data, a, 2 * n);
     gaps_force_scalar = it & 1;
@@ -218,8 +214,32 @@ static void test_damage(void) {
   free(data);
 }
 
+/* Weight codes: every weight from 1 to 3968 gets a code within 1/32 of
+ * it (exact below 32), each code names what it says, and the codes are in
+ * order of weight. */
+static void test_weight_codes(void) {
+  ASSERT_EQ(gaps_weight_of_code(0x00), 1u);
+  ASSERT_EQ(gaps_weight_of_code(0x40), 16u);
+  ASSERT_EQ(gaps_weight_of_code(0x4f), 31u);
+  ASSERT_EQ(gaps_weight_of_code(0xbf), 3968u);
+  for (unsigned b = 1; b <= 0xbf; b++)
+    ASSERT(gaps_weight_of_code(b) >= gaps_weight_of_code(b - 1));
+  for (unsigned w = 1; w <= 3968; w++) {
+    uint8_t b = gaps_code_of_weight(w);
+    ASSERT(b <= 0xbf);
+    double got = gaps_weight_of_code(b);
+    if (w < 32)
+      ASSERT_EQ((unsigned)got, w);
+    else
+      ASSERT(fabs(got - w) <= w / 32.0);
+  }
+  ASSERT_EQ(gaps_weight_of_code(gaps_code_of_weight(0.2)), 1u);
+  ASSERT_EQ(gaps_weight_of_code(gaps_code_of_weight(1e9)), 3968u);
+}
+
 int main(void) {
   rng = test_rng_seeded("test_gaps", 20261130);
+  test_weight_codes();
   test_formats();
   test_declines();
   test_damage();

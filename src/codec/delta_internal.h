@@ -111,6 +111,13 @@ int gaps_decode(const sym_fmt *f, uint8_t *data, block_span sp,
                 stitch_diag *d);
 /* Blocks of fewer symbols are coded SPARSE even in the fast mode. */
 #define GAPS_MIN_SYMBOLS (1u << 16)
+/* The parameter bytes after a GAPS block's ref: 16 weight codes, then 13
+ * probability codes (proto/delta.md, "GAPS"). */
+#define GAPS_PARAM_BYTES 29
+/* The weight a code names (codes 0 to 0xbf), and the code the encoder
+ * sends for a weight W (1 to 3968): exact below 32, else within 1/32. */
+unsigned gaps_weight_of_code(unsigned b);
+uint8_t gaps_code_of_weight(double w);
 
 /* Dense codings over the byte range of a block. */
 size_t dense_bound(size_t nbytes);

@@ -43,9 +43,20 @@
 
 #define GAPS_M_LOG2 12
 #define GAPS_M (1u << GAPS_M_LOG2)
-#define GAPS_WMAX 4095u /* 16 weights sum below 2^16 */
-#define GAPS_NPARAM 29 /* u16 fields after ref: 16 weights, round, 8 sign, 4 one */
+#define GAPS_WMAX 3968u /* the largest weight a code names; 16 sum below 2^16 */
+#define GAPS_WCODE_MAX 0xbfu /* the largest weight code */
 #define GAPS_SAMPLE_EVERY 512 /* the encoder counts classes on 16 symbols of each 512 */
+
+/* Weight code B names ((16 + (B & 15)) << (B >> 4)) >> 4: 1 to 3968,
+ * exact below 32 and within 1/32 above. */
+static inline unsigned wcode_value(unsigned b) {
+  return ((16u | (b & 15u)) << (b >> 4)) >> 4;
+}
+
+unsigned gaps_weight_of_code(unsigned b) { return wcode_value(b); }
+
+/* A probability code B names P(1) = (128 B + 64) / 2^15. */
+static inline uint32_t pcode_value(unsigned b) { return b << 7 | 64u; }
 
 typedef struct gaps_model {
   uint32_t q_round;    /* P(the change lies in this round), Q15 */
@@ -153,7 +164,7 @@ GAPS_AVX2_FN __m256i lut_w16(const gaps_lut *l, const int layout, const uint8_t 
                          _mm256_slli_epi16(hi, 8));
 }
 
-/* Running sums of 16 u16 lanes (weights are at most 4095: no overflow). */
+/* Running sums of 16 u16 lanes (weights are at most 3968: no overflow). */
 GAPS_AVX2_FN __m256i prefix16(__m256i x) {
   x = _mm256_add_epi16(x, _mm256_slli_si256(x, 2));
   x = _mm256_add_epi16(x, _mm256_slli_si256(x, 4));
@@ -507,30 +518,54 @@ decode_step(rc_dec *r, const gaps_model *m, const sym_fmt *f,
 
 /* ---- The block's parameters ------------------------------------------ */
 
-static uint32_t q15(double p) {
-  long q = lround(p * 32768.0);
-  return (uint32_t)(q < 1 ? 1 : q > 32767 ? 32767 : q);
-}
-
-/* K of N events, with half an event added each way. */
-static uint32_t prob15(uint64_t k, uint64_t n) {
-  return q15(((double)k + 0.5) / ((double)n + 1.0));
-}
-
 typedef struct gaps_counts {
   uint64_t kc[NCLS], nc[NCLS], sampled, n;
   uint64_t neg[4][2][2]; /* [c / 4][old sign][neg] */
   uint64_t one[4][2];    /* [c / 4][|step| = 1] */
 } gaps_counts;
 
-/* The encoder's choice (any values in range decode): W[c] is the hazard of
+/* The code nearest P (a probability). */
+static uint8_t pcode_of(double p) {
+  long b = lround((p * 32768.0 - 64) / 128);
+  return (uint8_t)(b < 0 ? 0 : b > 255 ? 255 : b);
+}
+
+/* K of N events, with half an event added each way, as a code. */
+static uint8_t pcode_count(uint64_t k, uint64_t n) {
+  return pcode_of(((double)k + 0.5) / ((double)n + 1.0));
+}
+
+/* The code of weight W (1 to GAPS_WMAX): exact below 32, else the
+ * nearest 4-bit mantissa at W's octave (a tie goes up). */
+uint8_t gaps_code_of_weight(double w) {
+  long v = lround(w);
+  v = v < 1 ? 1 : v > (long)GAPS_WMAX ? (long)GAPS_WMAX : v;
+  unsigned e = 63u - (unsigned)__builtin_clzll((unsigned long long)v), m;
+  if (e < 4) {
+    m = ((unsigned)v << (4 - e)) - 16;
+  } else {
+    m = (unsigned)((v + (1l << (e - 4) >> 1)) >> (e - 4)) - 16;
+  }
+  return (uint8_t)((e << 4) + m); /* m = 16, rounded up, is the next octave */
+}
+
+/* The parameter bytes after ref (proto/delta.md, "GAPS"): 16 weight
+ * codes, then probability codes for the round, sign[4][2] and one[4]. */
+#define GAPS_P_ROUND NCLS
+#define GAPS_P_SIGN (NCLS + 1)
+#define GAPS_P_ONE (NCLS + 9)
+#define GAPS_NPARAM (NCLS + 13)
+_Static_assert(GAPS_NPARAM == GAPS_PARAM_BYTES, "the parameter bytes");
+
+/* The encoder's choice (any codes in range decode): W[c] is the hazard of
  * class c times K, the weight of one expected change, K = M / ln 2 so
  * that a round holds the next change half the time (then the uniform span
  * inside a round is close to the exponential: 0.03 bits lost a change).
  * When even the likeliest class would get a weight under 1024, K grows (up
  * to 8 M, some 8 round decisions a change) so that weights keep their
- * ratios. */
-static void choose_params(gaps_model *m, const gaps_counts *k) {
+ * ratios. The step probabilities are the block's own frequencies. Each is
+ * sent as its nearest code, into OUT. */
+static void choose_params(const gaps_counts *k, uint8_t out[GAPS_NPARAM]) {
   double lam[NCLS], lmax = 0;
   double scale = k->sampled ? (double)k->n / (double)k->sampled : 0;
   for (int c = 0; c < NCLS; c++) {
@@ -552,46 +587,31 @@ static void choose_params(gaps_model *m, const gaps_counts *k) {
     K = 1024 / lmax < 8.0 * GAPS_M ? 1024 / lmax : 8.0 * GAPS_M;
   for (int c = 0; c < NCLS; c++) {
     double w = lam[c] * K;
-    m->w[c] = (uint16_t)(w < 1 ? 1 : w > GAPS_WMAX ? GAPS_WMAX : lround(w));
+    out[c] = gaps_code_of_weight(w < 1 ? 1 : w > GAPS_WMAX ? GAPS_WMAX : w);
   }
-  m->q_round = q15(-expm1(-(double)GAPS_M / K));
+  out[GAPS_P_ROUND] = pcode_of(-expm1(-(double)GAPS_M / K));
   for (int i = 0; i < 4; i++) {
-    for (int s = 0; s < 2; s++)
-      m->sign[i][s] = prob15(k->neg[i][s][1], k->neg[i][s][0] + k->neg[i][s][1]);
-    m->one[i] = prob15(k->one[i][1], k->one[i][0] + k->one[i][1]);
+    for (int sg = 0; sg < 2; sg++)
+      out[GAPS_P_SIGN + 2 * i + sg] =
+          pcode_count(k->neg[i][sg][1], k->neg[i][sg][0] + k->neg[i][sg][1]);
+    out[GAPS_P_ONE + i] = pcode_count(k->one[i][1], k->one[i][0] + k->one[i][1]);
   }
 }
 
-static size_t put_params(const gaps_model *m, uint8_t *out) {
-  uint16_t v[GAPS_NPARAM];
-  memcpy(v, m->w, sizeof(m->w));
-  v[16] = (uint16_t)m->q_round;
-  for (int i = 0; i < 4; i++) {
-    v[17 + 2 * i] = (uint16_t)m->sign[i][0];
-    v[18 + 2 * i] = (uint16_t)m->sign[i][1];
-    v[25 + i] = (uint16_t)m->one[i];
-  }
-  for (int i = 0; i < GAPS_NPARAM; i++) {
-    out[2 * i] = (uint8_t)v[i];
-    out[2 * i + 1] = (uint8_t)(v[i] >> 8);
-  }
-  return 2 * GAPS_NPARAM;
-}
-
+/* The model that parameter bytes IN name; weight codes past the last are
+ * refused (every probability code is valid). */
 static int get_params(gaps_model *m, const uint8_t *in, stitch_diag *d) {
-  uint16_t v[GAPS_NPARAM];
-  for (int i = 0; i < GAPS_NPARAM; i++) {
-    v[i] = (uint16_t)(in[2 * i] | in[2 * i + 1] << 8);
-    unsigned most = i < NCLS ? GAPS_WMAX : 32767;
-    RETURN_IF(v[i] < 1 || v[i] > most, d, STITCH_EFORMAT,
-              "gaps block: parameter %d is %u, outside 1..%u", i, v[i], most);
+  for (int c = 0; c < NCLS; c++) {
+    RETURN_IF(in[c] > GAPS_WCODE_MAX, d, STITCH_EFORMAT,
+              "gaps block: weight code %d is 0x%02x, past 0x%02x", c, in[c],
+              GAPS_WCODE_MAX);
+    m->w[c] = (uint16_t)wcode_value(in[c]);
   }
-  memcpy(m->w, v, sizeof(m->w));
-  m->q_round = v[16];
+  m->q_round = pcode_value(in[GAPS_P_ROUND]);
   for (int i = 0; i < 4; i++) {
-    m->sign[i][0] = v[17 + 2 * i];
-    m->sign[i][1] = v[18 + 2 * i];
-    m->one[i] = v[25 + i];
+    m->sign[i][0] = pcode_value(in[GAPS_P_SIGN + 2 * i]);
+    m->sign[i][1] = pcode_value(in[GAPS_P_SIGN + 2 * i + 1]);
+    m->one[i] = pcode_value(in[GAPS_P_ONE + i]);
   }
   return 0;
 }
@@ -688,7 +708,7 @@ static inline __attribute__((always_inline)) int
 encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
             const uint8_t *nw, block_span sp, uint8_t *out, size_t cap,
             size_t *out_len, uint64_t *changed) {
-  if (cap < 2 + 2 * GAPS_NPARAM)
+  if (cap < 2 + GAPS_NPARAM)
     return STITCH_ELIMIT;
   gaps_model m;
   m.ref = block_ref(f, bits, old, sp);
@@ -701,11 +721,12 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
   sample_classes(f, bits, old, sp, &m, &k);
   if (walk_changes(1, f, bits, old, nw, sp, &w, &m, &k, NULL) < GAPS_MIN_CHANGES)
     return GAPS_DECLINED;
-  choose_params(&m, &k);
+  size_t hl = ref_put(m.ref, out);
+  choose_params(&k, out + hl);
+  get_params(&m, out + hl, NULL); /* the model the decoder will see */
+  hl += GAPS_NPARAM;
   gaps_tables(&m, mi_max_of(f, bits));
   walk_init(&w, &m, f, bits);
-  size_t hl = ref_put(m.ref, out);
-  hl += put_params(&m, out + hl);
   rc_enc e;
   rc_out eo;
   rc_enc_init(&e, &eo, out + hl, cap - hl);
@@ -731,10 +752,10 @@ decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
   unsigned mi_max = mi_max_of(f, bits);
   RETURN_IF(m.ref > mi_max, d, STITCH_EFORMAT,
             "gaps block: class reference %u out of range", m.ref);
-  RETURN_IF(len < hl + 2 * GAPS_NPARAM, d, STITCH_EFORMAT,
+  RETURN_IF(len < hl + GAPS_NPARAM, d, STITCH_EFORMAT,
             "gaps block: payload too short");
   CHECK_RC(get_params(&m, in + hl, d));
-  hl += 2 * GAPS_NPARAM;
+  hl += GAPS_NPARAM;
   gaps_tables(&m, mi_max);
   gaps_walk w;
   walk_init(&w, &m, f, bits);

@@ -86,13 +86,15 @@ static inline __attribute__((always_inline)) uint64_t mask_of(unsigned bits) {
   return bits == 64 ? ~0ull : (1ull << bits) - 1;
 }
 
-/* Order-preserving key of a sign-magnitude float; identity for integers. */
+/* Order-preserving key of a sign-magnitude float (negatives: every bit
+ * flipped; others: the sign bit set); identity for integers. Written as
+ * masks, not a branch on the sign, which is a coin toss. */
 static inline __attribute__((always_inline)) uint64_t
 key_of(const sym_fmt *f, unsigned bits, uint64_t v) {
   if (!f->is_float)
     return v;
   uint64_t sb = 1ull << (bits - 1);
-  return v ^ ((v & sb) ? mask_of(bits) : sb);
+  return v ^ (((0 - ((v >> (bits - 1)) & 1)) & mask_of(bits)) | sb);
 }
 
 static inline __attribute__((always_inline)) uint64_t
@@ -100,7 +102,7 @@ unkey(const sym_fmt *f, unsigned bits, uint64_t k) {
   if (!f->is_float)
     return k;
   uint64_t sb = 1ull << (bits - 1);
-  return k ^ ((k & sb) ? sb : mask_of(bits));
+  return k ^ (((((k >> (bits - 1)) & 1) - 1) & mask_of(bits)) | sb);
 }
 
 /* Exponent field, or bit length of the magnitude for integers. */
@@ -136,7 +138,7 @@ step_of(const sym_fmt *f, unsigned bits, uint64_t ov, uint64_t nv) {
   const uint64_t M = mask_of(bits);
   uint64_t kd = (key_of(f, bits, nv) - key_of(f, bits, ov)) & M;
   uint32_t neg = (uint32_t)((kd >> (bits - 1)) & 1);
-  return (step_parts){neg, neg ? (0 - kd) & M : kd};
+  return (step_parts){neg, ((kd ^ (0 - (uint64_t)neg)) + neg) & M};
 }
 
 /* The symbol OV moved by the step (NEG, MAG). */
@@ -144,7 +146,7 @@ static inline __attribute__((always_inline)) uint64_t
 step_apply(const sym_fmt *f, unsigned bits, uint64_t ov, uint32_t neg,
            uint64_t mag) {
   const uint64_t M = mask_of(bits);
-  uint64_t kd = neg ? (0 - mag) & M : mag;
+  uint64_t kd = ((mag ^ (0 - (uint64_t)neg)) + neg) & M; /* mag or -mag */
   return unkey(f, bits, (key_of(f, bits, ov) + kd) & M);
 }
 

@@ -11,7 +11,8 @@
  * checkpoint; encode throughput against libzstd level 1 on the same bytes;
  * decode + patch in place against memcpy of the same size; the view digest.
  * Each time is the best of --reps runs, one thread; encode and zstd runs
- * alternate so a neighbour's load hits both alike.
+ * alternate so a neighbour's load hits both alike. With --threads, apply
+ * and its memcpy reference both run on that many threads.
  *
  * --only runs one operation once for step K, untimed, so callgrind can count
  * it: valgrind --tool=callgrind --toggle-collect='bench_encode_once*' ...
@@ -23,6 +24,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,7 +54,8 @@
   "  --json       machine-readable output (instead of the table)\n"        \
   "  --json-out F also write it to file F (the table still prints)\n"      \
   "  --step K     only the pair ending at step K\n"                          \
-  "  --threads N  apply on N threads (default 1; 0: every CPU)\n"           \
+  "  --threads N  apply, and the memcpy it is compared with, on N threads\n" \
+  "               (default 1; 0: every CPU)\n"                             \
   "  --only OP    run OP once for one pair (--step, default 1), untimed,\n"  \
   "               for callgrind: load (baseline), encode, zstd, apply\n"     \
   "\nExit status: 0, 1 if an applied copy is not bit-exact or on error,\n"   \
@@ -290,10 +293,42 @@ bench_apply_once(const uint8_t *delta, size_t len, const stitch_st *base,
   return rc;
 }
 
+typedef struct copy_part {
+  uint8_t *dst;
+  const uint8_t *src;
+  size_t n;
+} copy_part;
+
+static void *copy_part_run(void *arg) {
+  copy_part *c = arg;
+  memcpy(c->dst, c->src, c->n);
+  return NULL;
+}
+
+/* memcpy of N bytes, cut into THREADS contiguous parts copied at once (the
+ * calling thread takes the first): the bandwidth that THREADS apply threads
+ * could reach. */
+#define MAX_COPY_THREADS 64
 __attribute__((noinline)) static void bench_memcpy_once(uint8_t *dst,
                                                         const uint8_t *src,
-                                                        size_t n) {
-  memcpy(dst, src, n);
+                                                        size_t n,
+                                                        unsigned threads) {
+  copy_part part[MAX_COPY_THREADS];
+  pthread_t tid[MAX_COPY_THREADS];
+  unsigned started = 1;
+  size_t per = (n / threads + 63) & ~(size_t)63;
+  for (unsigned i = 0; i < threads; i++) {
+    size_t off = per * i < n ? per * i : n;
+    part[i] = (copy_part){dst + off, src + off, n - off < per ? n - off : per};
+  }
+  for (; started < threads; started++)
+    if (pthread_create(&tid[started], NULL, copy_part_run, &part[started]) != 0)
+      break;
+  for (unsigned i = started; i < threads; i++) /* no thread: copy here */
+    copy_part_run(&part[i]);
+  copy_part_run(&part[0]);
+  for (unsigned i = 1; i < started; i++)
+    pthread_join(tid[i], NULL);
 }
 
 /* 1 when the patched copy equals RES tensor for tensor. */
@@ -518,9 +553,14 @@ static int bench_pair(const opts *o, unsigned k, ZSTD_CCtx *cc,
   /* Source: the result file's bytes; destination: the copy (both touched). */
   size_t mn = p.c.len < p.file_len ? (size_t)p.c.len : p.file_len;
   double scale = (double)r->full_bytes / (double)(mn ? mn : 1);
+  unsigned cthreads = o->threads ? o->threads : (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
+  if (cthreads < 1)
+    cthreads = 1;
+  if (cthreads > MAX_COPY_THREADS)
+    cthreads = MAX_COPY_THREADS;
   for (unsigned i = 0; i < mreps; i++) {
     stamp t0 = stamp_now();
-    bench_memcpy_once(p.c.buf, p.file, mn);
+    bench_memcpy_once(p.c.buf, p.file, mn, cthreads);
     stamp t1 = stamp_now();
     keep_best(&r->t_memcpy, (t1.wall - t0.wall) * scale);
     keep_best(&r->c_memcpy, (t1.cpu - t0.cpu) * scale);
@@ -548,9 +588,9 @@ static double rate(uint64_t bytes, double s) { return s > 0 ? bytes / s : 0; }
 static double ratio(double a, double b) { return b > 0 ? a / b : 0; }
 
 static void print_header(const opts *o) {
-  char th[32] = "one thread";
+  char th[48] = "one thread";
   if (o->threads != 1)
-    snprintf(th, sizeof(th), "apply on %u threads",
+    snprintf(th, sizeof(th), "apply and memcpy on %u threads",
              o->threads ? o->threads : (unsigned)sysconf(_SC_NPROCESSORS_ONLN));
   printf("# %s, best of %u, %s (the rest on one); rates in MB/s of checkpoint "
          "bytes\n",

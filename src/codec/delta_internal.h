@@ -96,10 +96,11 @@ int sparse_decode(const sym_fmt *f, uint8_t *data, block_span sp,
 
 /* The GAPS coding (gaps.c): same contract as sparse_encode, except that
  * it returns GAPS_DECLINED, coding nothing, for a block with fewer than
- * GAPS_MIN_CHANGES changes: SPARSE codes those smaller, and as fast. The
- * decoder patches exactly CHANGED changes, the index's count. */
+ * GAPS_MIN_CHANGES changes, where its 29 bytes of parameters cost more
+ * than its speed is worth (SPARSE codes those). The decoder patches
+ * exactly CHANGED changes, the index's count. */
 #define GAPS_DECLINED 1
-#define GAPS_MIN_CHANGES 1024
+#define GAPS_MIN_CHANGES 256
 /* Tests set this to 1 to run GAPS's scalar loops, the reference, on a CPU
  * whose vector loops would otherwise run: both must code the same bytes. */
 extern int gaps_force_scalar;

@@ -29,9 +29,10 @@
  * nibbles, on CPUs with AVX2; a scalar loop, the reference, elsewhere).
  * There is no per-group decision: work is a vector pass over the symbols
  * plus some five coder steps per change. The model is static within a
- * block (two passes in the encoder), so the size is that of the per-class
- * rates, about H(mask | class): 3-7% above what SPARSE's adaptive
- * contexts reach (docs/codec.md, "Two sparse codings"). */
+ * block (two passes in the encoder; its 29 parameters, a byte each, are
+ * sent with it), so the size is that of the per-class rates, about
+ * H(mask | class): 1-7% above what SPARSE's adaptive contexts reach
+ * (docs/codec.md, "Two sparse codings"). */
 #include "codec/delta_internal.h"
 #include "codec/rangecoder.h"
 #include "codec/symbol.h"

@@ -587,8 +587,7 @@ static void choose_params(const gaps_counts *k, uint8_t out[GAPS_NPARAM]) {
   if (lmax > 0 && lmax * K < 1024)
     K = 1024 / lmax < 8.0 * GAPS_M ? 1024 / lmax : 8.0 * GAPS_M;
   for (int c = 0; c < NCLS; c++) {
-    double w = lam[c] * K;
-    out[c] = gaps_code_of_weight(w < 1 ? 1 : w > GAPS_WMAX ? GAPS_WMAX : w);
+    out[c] = gaps_code_of_weight(lam[c] * K); /* clamped to 1..GAPS_WMAX */
   }
   out[GAPS_P_ROUND] = pcode_of(-expm1(-(double)GAPS_M / K));
   for (int i = 0; i < 4; i++) {

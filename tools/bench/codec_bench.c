@@ -293,6 +293,12 @@ bench_apply_once(const uint8_t *delta, size_t len, const stitch_st *base,
   return rc;
 }
 
+/* The threads apply runs on: --threads, with 0 for every CPU. */
+static unsigned apply_threads(const opts *o) {
+  long n = o->threads ? (long)o->threads : sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : (unsigned)n;
+}
+
 typedef struct copy_part {
   uint8_t *dst;
   const uint8_t *src;
@@ -316,6 +322,8 @@ __attribute__((noinline)) static void bench_memcpy_once(uint8_t *dst,
   copy_part part[MAX_COPY_THREADS];
   pthread_t tid[MAX_COPY_THREADS];
   unsigned started = 1;
+  if (threads < 1)
+    threads = 1;
   size_t per = (n / threads + 63) & ~(size_t)63;
   for (unsigned i = 0; i < threads; i++) {
     size_t off = per * i < n ? per * i : n;
@@ -553,9 +561,7 @@ static int bench_pair(const opts *o, unsigned k, ZSTD_CCtx *cc,
   /* Source: the result file's bytes; destination: the copy (both touched). */
   size_t mn = p.c.len < p.file_len ? (size_t)p.c.len : p.file_len;
   double scale = (double)r->full_bytes / (double)(mn ? mn : 1);
-  unsigned cthreads = o->threads ? o->threads : (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
-  if (cthreads < 1)
-    cthreads = 1;
+  unsigned cthreads = apply_threads(o);
   if (cthreads > MAX_COPY_THREADS)
     cthreads = MAX_COPY_THREADS;
   for (unsigned i = 0; i < mreps; i++) {
@@ -591,7 +597,7 @@ static void print_header(const opts *o) {
   char th[48] = "one thread";
   if (o->threads != 1)
     snprintf(th, sizeof(th), "apply and memcpy on %u threads",
-             o->threads ? o->threads : (unsigned)sysconf(_SC_NPROCESSORS_ONLN));
+             apply_threads(o));
   printf("# %s, best of %u, %s (the rest on one); rates in MB/s of checkpoint "
          "bytes\n",
          o->dir, o->reps, th);

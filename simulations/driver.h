@@ -25,10 +25,13 @@
 
 #include <simgrid/forward.h>
 
-#define PIPE_WINDOW 4      /* messages in flight per pipe: two chunks,
-                              each a frame head, then its payload */
-#define MSG_MAX (1u << 20) /* bytes per message */
-#define CTL_BYTES 64       /* simulated size of DIAL, ACCEPT, CLOSE */
+/* Bytes in flight per pipe, as a TCP window: about two chunks. Counting
+ * messages instead let a pipe's window fill with HAVEs and REQUESTs (a
+ * message each when sent at different moments), which held chunks back
+ * on far links most of all. */
+#define PIPE_WINDOW (1u << 20)
+#define PIPE_MSGS 16  /* messages in flight per pipe, at most */
+#define CTL_BYTES 64  /* simulated size of DIAL, ACCEPT, CLOSE */
 
 typedef enum msg_kind {
   MSG_DATA, MSG_DIAL, MSG_ACCEPT, MSG_REFUSE, MSG_CLOSE, MSG_PUBLISH
@@ -49,9 +52,11 @@ typedef struct pipe_ {
   sg_mailbox_t mb; /* flows: its mailbox; the receiver is fixed */
   sg_comm_t get;   /* flows: the receiver's pending get, or NULL */
   msg *got;
-  sg_comm_t put[PIPE_WINDOW]; /* flows: the sends in flight */
-  int nput;                   /* messages in flight (both networks) */
-  double last_arrival;        /* queues: keeps the pipe in order */
+  sg_comm_t put[PIPE_MSGS];  /* flows: the sends in flight */
+  size_t put_len[PIPE_MSGS]; /* flows: their bytes */
+  int nput;                  /* messages in flight (both networks) */
+  size_t inflight;           /* their bytes */
+  double last_arrival;       /* queues: keeps the pipe in order */
 } pipe_;
 
 typedef struct conn {

@@ -62,6 +62,8 @@ void flows_send(sim *s, node *n, uint32_t ci, msg *m) {
     snprintf(name, sizeof(name), "c%u.%d", ci, side_of(c, n->idx));
     p->mb = sg_mailbox_by_name(name);
   }
+  p->put_len[p->nput] = m->len;
+  p->inflight += m->len;
   p->put[p->nput++] = sg_mailbox_put_async(p->mb, m, (long)m->len);
 }
 
@@ -138,8 +140,11 @@ static void on_comm(sim *s, node *n, const waiter *w, long pos, int failed) {
     free(m);
   } else { /* a send ended: the window has room again */
     pipe_ *p = &c->d[side];
+    p->inflight -= p->put_len[what - 1];
     memmove(&p->put[what - 1], &p->put[what],
             (size_t)(p->nput - what) * sizeof(p->put[0]));
+    memmove(&p->put_len[what - 1], &p->put_len[what],
+            (size_t)(p->nput - what) * sizeof(p->put_len[0]));
     p->nput--;
     if (p->nput == 0 && c->fin[side]) { /* conn_close waited for this */
       c->fin[side] = 0;

@@ -3,13 +3,13 @@
  *
  * The same platform as platform.cpp builds: every host has an up and a
  * down link, every region a link out to the backbone and one in. Here each
- * link is a FIFO queue: a message of S bytes takes S / bandwidth of each
- * link on its route, in the order messages were sent, and reaches the
- * receiver after the last link's share plus the route's latency. A link
- * passes a message on as soon as it starts (cut-through), so a message
- * takes as long as its slowest link, not the sum. No link ever carries
- * more than its bandwidth, so no completion can beat the bound, which
- * rests on link capacities only.
+ * link is a calendar (qlink.h): a message of S bytes takes S / bandwidth
+ * of each link on its route, in the first free stretch of that link from
+ * when it can start there, and reaches the receiver after the last link's
+ * share plus the route's latency. A link passes a message on as soon as
+ * it starts (cut-through), so a message takes as long as its slowest
+ * link, not the sum. No link ever carries more than its bandwidth, so no
+ * completion can beat the bound, which rests on link capacities only.
  *
  * Messages of at most SMALL_BYTES (control frames: HAVE, REQUEST, ...) do
  * not queue: they cost their route's latency and their bytes at the
@@ -22,6 +22,7 @@
  * deterministic) and sleeps until each event's time, so SimGrid's clock
  * is the simulation's. */
 #include "driver.h"
+#include "qlink.h"
 
 #include <simgrid/actor.h>
 
@@ -30,11 +31,6 @@
 #include <string.h>
 
 #define SMALL_BYTES (16u << 10)
-
-typedef struct qlink {
-  double free_at; /* seconds: when the last message queued has left it */
-  double bps;     /* bytes per second */
-} qlink;
 
 typedef enum ev_kind {
   EV_WAKE, EV_CTL, EV_DATA, EV_CENTRAL, EV_JOIN, EV_LEAVE
@@ -101,6 +97,14 @@ void queue_free(sim *s) {
   for (size_t i = 0; i < q->n; i++)
     free(q->heap[i].m);
   free(q->heap);
+  for (size_t h = 0; h < s->ch.slots + 1; h++) {
+    qlink_free(&q->up[h]);
+    qlink_free(&q->down[h]);
+  }
+  for (size_t r = 0; r < s->sc.n_regions; r++) {
+    qlink_free(&q->out[r]);
+    qlink_free(&q->in[r]);
+  }
   free(q->up);
   free(q->down);
   free(q->region);
@@ -161,13 +165,10 @@ static double route_latency(const qnet *q, int a, int b) {
   return ra == rb ? l : l + q->inter_lat;
 }
 
-/* Queues S bytes on link L from time *START (when the link before it
- * started passing them on); *END becomes the latest any link finishes. */
-static void link_pass(qlink *l, double bytes, double *start, double *end) {
-  double st = fmax(*start, l->free_at), took = bytes / l->bps;
-  l->free_at = st + took;
-  *start = st;
-  *end = fmax(*end, st + took);
+static void book(qlink *l, double now, double bytes, double *start,
+                 double *end) {
+  if (qlink_book(l, now, bytes, start, end) != 0)
+    die("out of memory");
 }
 
 /* When S bytes sent now from host A reach host B. */
@@ -182,12 +183,12 @@ static double transfer(sim *s, int a, int b, size_t bytes) {
     return now + sz / bps + route_latency(q, a, b);
   }
   double start = now, end = now;
-  link_pass(&q->up[a], sz, &start, &end);
+  book(&q->up[a], now, sz, &start, &end);
   if (ra != rb) {
-    link_pass(&q->out[ra], sz, &start, &end);
-    link_pass(&q->in[rb], sz, &start, &end);
+    book(&q->out[ra], now, sz, &start, &end);
+    book(&q->in[rb], now, sz, &start, &end);
   }
-  link_pass(&q->down[b], sz, &start, &end);
+  book(&q->down[b], now, sz, &start, &end);
   return end + route_latency(q, a, b);
 }
 
@@ -209,6 +210,7 @@ void queue_send(sim *s, node *n, uint32_t ci, msg *m) {
   double t = fmax(transfer(s, n->idx, to, m->len), p->last_arrival);
   p->last_arrival = t;
   p->nput++;
+  p->inflight += m->len;
   ev_push(s->q, t, to, EV_DATA, m);
 }
 
@@ -239,6 +241,7 @@ static void on_arrival(sim *s, node *n, msg *m) {
   int side = side_of(c, n->idx);
   pipe_ *p = &c->d[1 - side];
   p->nput--;
+  p->inflight -= m->len;
   on_data(s, n, m->conn, m);
   node_step(s, n);
   node *from = &s->node[c->node[1 - side]];

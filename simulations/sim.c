@@ -339,13 +339,13 @@ void pipe_flush(sim *s, node *n, uint32_t ci) {
   conn *c = s->conn[ci];
   int side = side_of(c, n->idx);
   pipe_ *p = &c->d[side];
-  while (c->open[side] && p->nput < PIPE_WINDOW) {
+  while (c->open[side] && p->nput < PIPE_MSGS && p->inflight < PIPE_WINDOW) {
     const uint8_t *buf;
-    size_t len;
+    size_t len, room = PIPE_WINDOW - p->inflight;
     stitch_swarm_peer_pending(n->sw, c->peer[side], &buf, &len);
     if (len == 0)
       break;
-    len = len < MSG_MAX ? len : MSG_MAX;
+    len = len < room ? len : room;
     msg *m = msg_new(s, MSG_DATA, ci, buf, len);
     n->wire_up += len;
     s->messages++;

@@ -1,0 +1,37 @@
+/* qlink.h: one link of the "queues" network (queue.c), as a calendar of
+ * the times it is booked (docs/simulator.md, "Two networks").
+ *
+ * A message takes the first free stretch of the link long enough for it
+ * from the moment it can start there. A message booked far ahead (its
+ * sender's uplink has a backlog) therefore leaves the time before it to
+ * others, as on a real link, where bytes occupy a receiver's downlink
+ * only once they have left the sender. Booking only after the last
+ * message booked would leave the receiver's downlink idle until then:
+ * with every node serving a few requesters at once, that cost a node
+ * about a tenth of its downlink. */
+#ifndef STITCH_SIM_QLINK_H
+#define STITCH_SIM_QLINK_H
+
+#include <stddef.h>
+
+typedef struct qlink_span {
+  double from, to; /* seconds */
+} qlink_span;
+
+typedef struct qlink {
+  qlink_span *b; /* booked, ascending and disjoint; touching spans join */
+  size_t n, cap;
+  double bps; /* bytes per second */
+} qlink;
+
+/* Books BYTES on L in its first free stretch from *START (when the
+ * previous link of the route started passing them on), and sets *START
+ * to when they start on L; *END becomes the later of itself and when they
+ * leave L. Bookings that ended by NOW are forgotten. Returns 0, or -1 out
+ * of memory (L unchanged but for the forgetting). */
+int qlink_book(qlink *l, double now, double bytes, double *start,
+               double *end);
+
+void qlink_free(qlink *l);
+
+#endif

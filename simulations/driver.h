@@ -124,6 +124,11 @@ typedef struct sim {
   struct qnet *q;
   uint64_t refused, messages, events;
   int verbose; /* STITCH_SIM_LOG=1: every core's log lines on stderr */
+  FILE *trace; /* --trace: a CSV row per controller turn */
+  double trace_t;
+  uint64_t trace_up, trace_seed;
+  uint64_t *trace_region; /* [region]: its nodes' bytes down at the last
+                             row, then those of this row, then live nodes */
   sim_churn ch; /* node slots, who joins and leaves when */
   unsigned nodes_left, nodes_joined;
 } sim;

@@ -24,12 +24,14 @@
  *   ordinary CLOSE does and its core stops; a DIAL to it then fails as a
  *   connect to a dead stitchd does. A joiner starts a fresh core.
  *
- * Usage: stitch-sim SCENARIO.json [--json] [--plot DIR] */
+ * Usage: stitch-sim SCENARIO.json [--json] [--plot DIR] [--trace FILE.csv]
+ */
 #include "driver.h"
 
 #include <simgrid/actor.h>
 #include <simgrid/engine.h>
 
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <malloc.h>
@@ -481,6 +483,53 @@ static int all_done(const sim *s) {
   return 1;
 }
 
+/* --trace: one row per controller turn, the rates since the last row: the
+ * nodes' mean chunk download and upload in Mbit/s, the seed's upload, how
+ * many live nodes hold the newest version published, then each region's
+ * nodes' mean download. */
+static void trace_row(sim *s, double t) {
+  size_t nr = s->sc.n_regions;
+  uint64_t up = 0, seed = 0, *down = s->trace_region + nr + 1,
+           *live = down + nr + 1;
+  int done = 0;
+  memset(down, 0, 2 * (nr + 1) * sizeof(*down));
+  stitch_swarm_stats st;
+  unsigned v = s->next_version - 1;
+  for (int i = 0; i < s->n_node; i++) {
+    node *n = &s->node[i];
+    node_stats(n, &st);
+    if (i == 0) {
+      seed = st.bytes_up;
+      continue;
+    }
+    down[n->region] += st.bytes_down;
+    down[nr] += st.bytes_down;
+    up += st.bytes_up;
+    if (n->state == NODE_LIVE) {
+      live[n->region]++;
+      live[nr]++;
+      done += v > 0 && n->done[v] >= 0;
+    }
+  }
+  double dt = t - s->trace_t;
+  if (dt > 0 && v > 0) {
+    double per = live[nr] > 0 ? (double)live[nr] : 1, mbit = 8 / 1e6 / dt;
+    fprintf(s->trace, "%.3f,%.1f,%.1f,%.1f,%d", t - s->published[1],
+            (double)(down[nr] - s->trace_region[nr]) * mbit / per,
+            (double)(up - s->trace_up) * mbit / per,
+            (double)(seed - s->trace_seed) * mbit, done);
+    for (size_t r = 0; r < nr; r++)
+      fprintf(s->trace, ",%.1f",
+              (double)(down[r] - s->trace_region[r]) * mbit /
+                  (live[r] > 0 ? (double)live[r] : 1));
+    fputc('\n', s->trace);
+  }
+  s->trace_t = t;
+  s->trace_up = up;
+  s->trace_seed = seed;
+  memcpy(s->trace_region, down, (nr + 1) * sizeof(down[0]));
+}
+
 static void publish(sim *s, unsigned v) {
   if (!s->sc.central)
     ctl_send(s, 0, 0, MSG_PUBLISH, v);
@@ -502,6 +551,8 @@ double controller_step(sim *s) {
     due = WARMUP_S + (next - 1) * s->sc.interval_s;
   }
   s->next_version = next;
+  if (s->trace != NULL && !s->sc.central)
+    trace_row(s, t);
   /* With churn the run lasts at least the churn window (docs/simulator.md,
    * Churn): the same joins and leaves happen however fast the swarm is. */
   int over = next > s->tr.count && t >= s->ch.end_s && all_done(s);
@@ -784,20 +835,23 @@ static int report(sim *s, double wall_s, double rss_base, int as_json,
 }
 
 int main(int argc, char **argv) {
-  const char *path = NULL, *plot_dir = NULL;
+  const char *path = NULL, *plot_dir = NULL, *trace = NULL;
   int as_json = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--json") == 0)
       as_json = 1;
     else if (strcmp(argv[i], "--plot") == 0 && i + 1 < argc)
       plot_dir = argv[++i];
+    else if (strcmp(argv[i], "--trace") == 0 && i + 1 < argc)
+      trace = argv[++i];
     else if (argv[i][0] != '-' && path == NULL)
       path = argv[i];
     else
       path = NULL, i = argc;
   }
   if (path == NULL) {
-    fprintf(stderr, "usage: stitch-sim SCENARIO.json [--json] [--plot DIR]\n");
+    fprintf(stderr, "usage: stitch-sim SCENARIO.json [--json] [--plot DIR] "
+                    "[--trace FILE.csv]\n");
     return 2;
   }
   if (sodium_init() < 0)
@@ -810,6 +864,13 @@ int main(int argc, char **argv) {
   double t0 = sim_wall();
   sim s;
   memset(&s, 0, sizeof(s));
+  if (trace != NULL) {
+    if ((s.trace = fopen(trace, "w")) == NULL) {
+      fprintf(stderr, "stitch-sim: cannot write %s: %s\n", trace,
+              strerror(errno));
+      return 1;
+    }
+  }
   const char *lg = getenv("STITCH_SIM_LOG");
   s.verbose = lg != NULL && *lg == '1';
   char err[512];
@@ -817,6 +878,14 @@ int main(int argc, char **argv) {
     die(err);
   if (sim_trajectory_make(&s.sc, &s.tr, err, sizeof(err)) != 0)
     die(err);
+  if (s.trace != NULL) {
+    s.trace_region =
+        xcalloc(3 * (s.sc.n_regions + 1), sizeof(*s.trace_region));
+    fprintf(s.trace, "t_s,down_mbps,up_mbps,seed_mbps,nodes_done");
+    for (size_t r = 0; r < s.sc.n_regions; r++)
+      fprintf(s.trace, ",down_mbps_%s", s.sc.regions[r].name);
+    fputc('\n', s.trace);
+  }
   s.published = xcalloc(s.tr.count + 2, sizeof(*s.published));
   s.at = xcalloc(s.tr.count + 2, sizeof(*s.at));
   for (unsigned v = 0; v <= s.tr.count + 1; v++)
@@ -866,6 +935,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "stitch-sim: not every node held every version by "
                     "%.1f s\n", s.sc.time_limit_s);
   free(hosts);
+  free(s.trace_region);
+  if (s.trace != NULL && fclose(s.trace) != 0)
+    fprintf(stderr, "stitch-sim: writing %s: %s\n", trace, strerror(errno));
   sim_free(&s);
   return rc != 0 || !s.finished ? 1 : 0;
 }

@@ -5,8 +5,9 @@
 # With "churn": churn.json, where nodes leave and join, still ends with
 # every live node holding the last version (sim_churn), on the networks
 # named (both by default; the sanitized build runs queues alone).
-# With "fair": fair.json, one region whose nodes have 8 to 14 neighbours,
-# where every node must finish within 15 % of the median (sim_fair).
+# With "fair": fair.json, one region whose nodes have 6 to 16 neighbours,
+# where every node must finish within 12 % of the median and 1.25 times
+# the bound (sim_fair).
 # What every run must show (nothing failed to verify, no version beat its
 # bound) is simulations/check_sim.py.
 # Usage: test_sim.sh STITCH-SIM SIMULATIONS-DIR [churn [NETWORK...] | fair]
@@ -106,11 +107,17 @@ if r["completed"] is not True or v["max_s"] is None:
     fail("not every node held the version")
 check_common(r, fail)
 # An uplink is shared evenly by the links that have data on it, so unless
-# a node serves the neighbours furthest behind first, one with fewer
-# neighbours gets less and finishes last (docs/swarm.md, Serving).
-if v["max_s"] > 1.15 * v["p50_s"]:
+# a node serves the neighbours furthest behind first, and a node behind
+# its neighbours asks more of them at once, one with fewer neighbours gets
+# less and finishes last (docs/swarm.md, Serving; fetch.c request_depth).
+# Without the deeper requests: 1.17 to 1.25 times the median, 1.29 to
+# 1.37 times the bound.
+if v["max_s"] > 1.12 * v["p50_s"]:
     fail("the last node took %.3f s, %.2f times the median %.3f s (at most "
-         "1.15)" % (v["max_s"], v["max_s"] / v["p50_s"], v["p50_s"]))
+         "1.12)" % (v["max_s"], v["max_s"] / v["p50_s"], v["p50_s"]))
+if v["ratio"] > 1.25:
+    fail("the last node took %.2f times the bound (at most 1.25)"
+         % v["ratio"])
 print("sim_fair: ok, min %.3f s, median %.3f s, max %.3f s, ratio %.2f"
       % (v["min_s"], v["p50_s"], v["max_s"], v["ratio"]))
 PY

@@ -31,6 +31,8 @@
 #define CORE_RATE_PER_S 4000    /* messages a peer may send per second */
 #define CORE_RATE_BURST 20000
 #define CORE_RANDOM_FIRST 4     /* chunks fetched at random before rarest-first */
+#define CORE_BEHIND_MARGIN 0.02 /* behind our neighbours by this: twice the
+                                   pipeline (fetch.c request_depth) */
 /* Crossing regions (fetch.c cross_ok): a node fetches a chunk across no
  * sooner than its rank times the region's size times CORE_CROSS_STEP_MS
  * after the version came (at most CORE_CROSS_WAIT_MS), nor its rank times

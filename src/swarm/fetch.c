@@ -454,6 +454,37 @@ static int request_one(stitch_swarm *s, peer *p, int endgame) {
   return 0;
 }
 
+/* How many requests each peer may have from us at once: the pipeline, or
+ * twice that while we are behind our region's neighbours by more than
+ * CORE_BEHIND_MARGIN of the object we fetch first (as their bitfields and
+ * HAVEs tell us). An uploader shares its uplink among the requesters it
+ * serves, so a node's rate follows its number of neighbours, and the
+ * nodes with fewest finished last; with more requests queued at more
+ * uploaders, which serve the furthest behind first (serve_turn), a node
+ * that falls behind catches up. docs/simulator.md has the figures. */
+static unsigned request_depth(stitch_swarm *s) {
+  vstate *v = core_find_version(s, s->plan.step[0].version);
+  uint32_t o = s->plan.step[0].object;
+  double sum = 0;
+  unsigned n = 0;
+  if (v == NULL || v->held[o].n == 0)
+    return s->cfg.pipeline;
+  for (size_t i = 0; i < s->n_peers; i++) {
+    peer *q = &s->peers[i];
+    const bits *h;
+    if (q->state != PEER_READY || q->is_seed || far_peer(s, q) ||
+        (h = peer_bits(q, v->ref.m->version, o, 0, 0)) == NULL || h->n == 0)
+      continue;
+    sum += (double)h->count / (double)h->n;
+    n++;
+  }
+  double mine = (double)v->held[o].count / (double)v->held[o].n;
+  unsigned more = 2 * s->cfg.pipeline;
+  if (n == 0 || mine >= sum / n - CORE_BEHIND_MARGIN)
+    return s->cfg.pipeline;
+  return more < CORE_MAX_PIPELINE ? more : CORE_MAX_PIPELINE;
+}
+
 /* Fills the peers' request pipelines one request at a time, always to the
  * peer with the fewest in flight (ties from a random start): filling them
  * in a fixed order gave the first peers of every node the rarest chunks
@@ -467,11 +498,12 @@ void fetch_schedule(stitch_swarm *s) {
   for (size_t i = 0; i < s->n_peers; i++)
     s->peers[i].sched_done = s->peers[i].state != PEER_READY;
   size_t start = s->n_peers ? (size_t)(core_random(s) % s->n_peers) : 0;
+  unsigned depth = request_depth(s);
   for (;;) {
     peer *best = NULL;
     for (size_t k = 0; k < s->n_peers; k++) {
       peer *p = &s->peers[(start + k) % s->n_peers];
-      if (!p->sched_done && p->n_req < s->cfg.pipeline &&
+      if (!p->sched_done && p->n_req < depth &&
           (best == NULL || p->n_req < best->n_req))
         best = p;
     }

@@ -46,6 +46,9 @@
 #define GAPS_M (1u << GAPS_M_LOG2)
 #define GAPS_WMAX 3968u /* the largest weight a code names; 16 sum below 2^16 */
 #define GAPS_WCODE_MAX 0xbfu /* the largest weight code */
+_Static_assert(GAPS_WMAX == ((16 + (GAPS_WCODE_MAX & 15))
+                             << (GAPS_WCODE_MAX >> 4)) >> 4,
+               "GAPS_WMAX is the weight GAPS_WCODE_MAX names");
 #define GAPS_SAMPLE_EVERY 512 /* the encoder counts classes on 16 symbols of each 512 */
 
 /* Weight code B names ((16 + (B & 15)) << (B >> 4)) >> 4: 1 to 3968,

@@ -25,10 +25,13 @@
 
 #include <simgrid/forward.h>
 
-/* Bytes in flight per pipe, as a TCP window: about two chunks. Counting
- * messages instead let a pipe's window fill with HAVEs and REQUESTs (a
- * message each when sent at different moments), which held chunks back
- * on far links most of all. */
+/* A pipe takes another message while fewer bytes than this are in flight
+ * on it, as a TCP window of about two chunks; each message carries what
+ * the core has pending, up to this much, whole (cutting a chunk to the
+ * window's room made its receiver buffer it piece by piece: twice the
+ * CPU). Counting messages instead let a pipe's window fill with HAVEs and
+ * REQUESTs (a message each when sent at different moments), which held
+ * chunks back on far links most of all. */
 #define PIPE_WINDOW (1u << 20)
 #define PIPE_MSGS 16  /* messages in flight per pipe, at most */
 #define CTL_BYTES 64  /* simulated size of DIAL, ACCEPT, CLOSE */

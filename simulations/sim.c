@@ -343,11 +343,11 @@ void pipe_flush(sim *s, node *n, uint32_t ci) {
   pipe_ *p = &c->d[side];
   while (c->open[side] && p->nput < PIPE_MSGS && p->inflight < PIPE_WINDOW) {
     const uint8_t *buf;
-    size_t len, room = PIPE_WINDOW - p->inflight;
+    size_t len;
     stitch_swarm_peer_pending(n->sw, c->peer[side], &buf, &len);
     if (len == 0)
       break;
-    len = len < room ? len : room;
+    len = len < PIPE_WINDOW ? len : PIPE_WINDOW;
     msg *m = msg_new(s, MSG_DATA, ci, buf, len);
     n->wire_up += len;
     s->messages++;

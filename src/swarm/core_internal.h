@@ -12,6 +12,11 @@
 #define CORE_MAX_VERSIONS 64    /* newest kept; older ones are forgotten */
 #define CORE_MAX_PIPELINE 32
 #define CORE_MAX_SERVE 64       /* requests a peer may have queued with us */
+/* A requester at its deepest (CORE_MAX_PIPELINE), with a few requests it
+ * timed out and a chunk passed to it, is never dropped for queueing too
+ * many (core.c on_request). */
+_Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
+               "a requester at full depth fits the serve queue");
 #define CORE_MAX_ADDRS 1024     /* known addresses */
 #define CORE_MAX_BANS 1024
 #define CORE_MAX_ACTIONS 256

@@ -4,7 +4,8 @@
  * A node plans the cheapest path from the version its weights hold to the
  * newest it knows (stitch_plan_path) and wants every chunk of the plan's
  * objects, the first step's first. Each ready peer gets up to `pipeline`
- * requests: random chunks for the first few (so new nodes soon have
+ * requests (twice that while we are behind our region, request_depth):
+ * random chunks for the first few (so new nodes soon have
  * something to trade), then rarest first among its neighbours; once every
  * wanted chunk is asked for, the last ones are asked of a second peer too
  * (endgame) and the loser is cancelled. A chunk is fetched from another
@@ -454,14 +455,19 @@ static int request_one(stitch_swarm *s, peer *p, int endgame) {
   return 0;
 }
 
-/* How many requests each peer may have from us at once: the pipeline, or
- * twice that while we are behind our region's neighbours by more than
- * CORE_BEHIND_MARGIN of the object we fetch first (as their bitfields and
- * HAVEs tell us). An uploader shares its uplink among the requesters it
- * serves, so a node's rate follows its number of neighbours, and the
- * nodes with fewest finished last; with more requests queued at more
- * uploaders, which serve the furthest behind first (serve_turn), a node
- * that falls behind catches up. docs/simulator.md has the figures. */
+/* How many requests a neighbour of our region may have from us at once:
+ * the pipeline, or twice that while we are behind those neighbours by
+ * more than CORE_BEHIND_MARGIN of the object we fetch first (as their
+ * bitfields and HAVEs tell us). An uploader shares its uplink among the
+ * requesters it serves, so a node's rate follows its number of
+ * neighbours, and the nodes with fewest finished last; with more
+ * requests queued at more uploaders, which serve the furthest behind
+ * first (serve_turn), a node that falls behind catches up. The seed and
+ * far peers keep the pipeline: their upload is the scarce one, and
+ * crossing regions is rationed (cross_ok). A request queued behind twice
+ * the pipeline of 512 KiB chunks at an uplink of 100 Mbit/s shared by 4
+ * waits about 1.3 s, well inside CORE_REQUEST_MS. docs/simulator.md has
+ * the figures. */
 static unsigned request_depth(stitch_swarm *s) {
   vstate *v = core_find_version(s, s->plan.step[0].version);
   uint32_t o = s->plan.step[0].object;
@@ -503,7 +509,8 @@ void fetch_schedule(stitch_swarm *s) {
     peer *best = NULL;
     for (size_t k = 0; k < s->n_peers; k++) {
       peer *p = &s->peers[(start + k) % s->n_peers];
-      if (!p->sched_done && p->n_req < depth &&
+      unsigned lim = p->is_seed || far_peer(s, p) ? s->cfg.pipeline : depth;
+      if (!p->sched_done && p->n_req < lim &&
           (best == NULL || p->n_req < best->n_req))
         best = p;
     }

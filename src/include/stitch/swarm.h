@@ -57,7 +57,8 @@ typedef struct stitch_swarm_config {
                                    fetches */
   unsigned max_peers;           /* 0: 8 */
   unsigned cross_region;        /* links kept to other regions; 0: 2 */
-  unsigned pipeline;            /* requests in flight per peer; 0: 4 */
+  unsigned pipeline;            /* requests in flight per peer; 0: 4
+                                   (twice to our region while behind) */
   /* What the weights hold when the core starts (0: nothing). */
   uint64_t held_version;
   stitch_digest held_id;

@@ -130,8 +130,9 @@ typedef struct sim {
   FILE *trace; /* --trace: a CSV row per controller turn */
   double trace_t;
   uint64_t trace_up, trace_seed;
-  uint64_t *trace_region; /* [region]: its nodes' bytes down at the last
-                             row, then those of this row, then live nodes */
+  uint64_t *trace_region; /* three blocks of [region], the total last:
+                             bytes down at the last row, bytes down now,
+                             live nodes now */
   sim_churn ch; /* node slots, who joins and leaves when */
   unsigned nodes_left, nodes_joined;
 } sim;

@@ -483,10 +483,10 @@ static int all_done(const sim *s) {
   return 1;
 }
 
-/* --trace: one row per controller turn, the rates since the last row: the
- * nodes' mean chunk download and upload in Mbit/s, the seed's upload, how
- * many live nodes hold the newest version published, then each region's
- * nodes' mean download. */
+/* --trace: one row per controller turn (every 50 ms, and at each
+ * publish), the rates since the last row: the nodes' mean chunk download
+ * and upload in Mbit/s, the seed's upload, how many live nodes hold the
+ * newest version published, then each region's nodes' mean download. */
 static void trace_row(sim *s, double t) {
   size_t nr = s->sc.n_regions;
   uint64_t up = 0, seed = 0, *down = s->trace_region + nr + 1,
@@ -551,7 +551,7 @@ double controller_step(sim *s) {
     due = WARMUP_S + (next - 1) * s->sc.interval_s;
   }
   s->next_version = next;
-  if (s->trace != NULL && !s->sc.central)
+  if (s->trace != NULL)
     trace_row(s, t);
   /* With churn the run lasts at least the churn window (docs/simulator.md,
    * Churn): the same joins and leaves happen however fast the swarm is. */
@@ -864,13 +864,6 @@ int main(int argc, char **argv) {
   double t0 = sim_wall();
   sim s;
   memset(&s, 0, sizeof(s));
-  if (trace != NULL) {
-    if ((s.trace = fopen(trace, "w")) == NULL) {
-      fprintf(stderr, "stitch-sim: cannot write %s: %s\n", trace,
-              strerror(errno));
-      return 1;
-    }
-  }
   const char *lg = getenv("STITCH_SIM_LOG");
   s.verbose = lg != NULL && *lg == '1';
   char err[512];
@@ -878,7 +871,17 @@ int main(int argc, char **argv) {
     die(err);
   if (sim_trajectory_make(&s.sc, &s.tr, err, sizeof(err)) != 0)
     die(err);
-  if (s.trace != NULL) {
+  if (trace != NULL) {
+    if (s.sc.central) {
+      fprintf(stderr, "stitch-sim: --trace: a central scenario has no swarm "
+                      "to trace\n");
+      return 2;
+    }
+    if ((s.trace = fopen(trace, "w")) == NULL) {
+      fprintf(stderr, "stitch-sim: cannot write %s: %s\n", trace,
+              strerror(errno));
+      return 1;
+    }
     s.trace_region =
         xcalloc(3 * (s.sc.n_regions + 1), sizeof(*s.trace_region));
     fprintf(s.trace, "t_s,down_mbps,up_mbps,seed_mbps,nodes_done");
@@ -936,8 +939,10 @@ int main(int argc, char **argv) {
                     "%.1f s\n", s.sc.time_limit_s);
   free(hosts);
   free(s.trace_region);
-  if (s.trace != NULL && fclose(s.trace) != 0)
-    fprintf(stderr, "stitch-sim: writing %s: %s\n", trace, strerror(errno));
+  if (s.trace != NULL && (ferror(s.trace) | fclose(s.trace)) != 0) {
+    fprintf(stderr, "stitch-sim: writing %s failed\n", trace);
+    rc = 1;
+  }
   sim_free(&s);
   return rc != 0 || !s.finished ? 1 : 0;
 }

@@ -71,12 +71,23 @@ static void random_bookings(void) {
     CHECK(qlink_book(&l, 0, bytes, &st, &end) == 0);
     CHECK(st >= from);
     NEAR(end, st + bytes / 1e6);
-    /* First fit: nothing booked before covered [from, st) wholly, so
-     * either st == from or st is the end of an earlier booking. */
+    /* First fit: st is from or the end of an earlier booking, and no
+     * earlier start (from, or an earlier booking's end, in [from, st))
+     * had room for the message. */
+    double took = bytes / 1e6;
     int at_end = st == from;
     for (int j = 0; j < k && !at_end; j++)
       at_end = fabs(got[j].to - st) < 1e-9;
     CHECK(at_end);
+    for (int j = -1; j < k; j++) {
+      double t = j < 0 ? from : got[j].to;
+      if (t < from || t >= st - 1e-9)
+        continue;
+      int clash = 0; /* [t, t + took) overlaps a booking */
+      for (int i = 0; i < k && !clash; i++)
+        clash = t + took > got[i].from + 1e-9 && t < got[i].to - 1e-9;
+      CHECK(clash);
+    }
     for (int j = 0; j < k; j++)
       CHECK(end <= got[j].from + 1e-9 || st >= got[j].to - 1e-9);
     got[k].from = st;

@@ -110,8 +110,9 @@ check_common(r, fail)
 # a node serves the neighbours furthest behind first, and a node behind
 # its neighbours asks more of them at once, one with fewer neighbours gets
 # less and finishes last (docs/swarm.md, Serving; fetch.c request_depth).
-# Without the deeper requests: 1.17 to 1.25 times the median, 1.29 to
-# 1.37 times the bound.
+# Without the deeper requests: 1.14 to 1.22 times the median, 1.27 to
+# 1.36 times the bound (rng seeds 1 to 3); with them 1.04 to 1.06 and
+# 1.18 to 1.20.
 if v["max_s"] > 1.12 * v["p50_s"]:
     fail("the last node took %.3f s, %.2f times the median %.3f s (at most "
          "1.12)" % (v["max_s"], v["max_s"] / v["p50_s"], v["p50_s"]))
@@ -154,8 +155,29 @@ PY
 "$sim" "$dir/scenarios/small.json" --json > "$tmp/out.json"
 check "$tmp/out.json" flows
 sed 's/"mode": "p2p"/"network": "queues", "mode": "p2p"/' "$dir/scenarios/small.json" > "$tmp/queues.json"
-"$sim" "$tmp/queues.json" --json > "$tmp/queues.out"
+"$sim" "$tmp/queues.json" --json --trace "$tmp/trace.csv" > "$tmp/queues.out"
 check "$tmp/queues.out" queues
+
+# --trace: a header with one column per region, rows that match it, and
+# the last row with every node done.
+python3 - "$tmp/trace.csv" <<'PY'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+head = rows[0]
+want = ["t_s", "down_mbps", "up_mbps", "seed_mbps", "nodes_done"]
+if head[:5] != want or not all(h.startswith("down_mbps_") for h in head[5:]) or len(head) < 6:
+    sys.exit("sim_small: --trace header %s" % head)
+if len(rows) < 10 or any(len(r) != len(head) for r in rows[1:]):
+    sys.exit("sim_small: --trace rows do not match the header")
+if int(rows[-1][4]) != 20:
+    sys.exit("sim_small: --trace: %s nodes done at the end, not 20" % rows[-1][4])
+if max(float(r[1]) for r in rows[1:]) <= 0:
+    sys.exit("sim_small: --trace: no download")
+PY
+if "$sim" "$tmp/queues.json" --trace /nonexistent/dir/t.csv > /dev/null 2> "$tmp/trace.err"; then
+  echo "sim_small: --trace to a bad path was accepted"; exit 1
+fi
+grep -q "cannot write" "$tmp/trace.err" || { echo "sim_small: --trace to a bad path:"; cat "$tmp/trace.err"; exit 1; }
 
 # Central mode on the same platform completes too, on both networks.
 sed 's/"mode": "p2p"/"mode": "central"/' "$dir/scenarios/small.json" > "$tmp/central.json"

@@ -178,6 +178,11 @@ if "$sim" "$tmp/queues.json" --trace /nonexistent/dir/t.csv > /dev/null 2> "$tmp
   echo "sim_small: --trace to a bad path was accepted"; exit 1
 fi
 grep -q "cannot write" "$tmp/trace.err" || { echo "sim_small: --trace to a bad path:"; cat "$tmp/trace.err"; exit 1; }
+sed 's/"mode": "p2p"/"network": "queues", "mode": "central"/' "$dir/scenarios/small.json" > "$tmp/tracec.json"
+if "$sim" "$tmp/tracec.json" --trace "$tmp/tracec.csv" > /dev/null 2> "$tmp/tracec.err"; then
+  echo "sim_small: --trace on a central scenario was accepted"; exit 1
+fi
+grep -q "central scenario" "$tmp/tracec.err" && [ ! -e "$tmp/tracec.csv" ] || { echo "sim_small: --trace on central:"; cat "$tmp/tracec.err"; exit 1; }
 
 # Central mode on the same platform completes too, on both networks.
 sed 's/"mode": "p2p"/"mode": "central"/' "$dir/scenarios/small.json" > "$tmp/central.json"

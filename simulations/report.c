@@ -143,6 +143,8 @@ void *sim_report_json(const sim_result *r, int per_node) {
                         json_integer((json_int_t)r->seed_bytes[v]));
     json_object_set_new(e, "cross_region_bytes",
                         json_integer((json_int_t)r->cross_bytes[v]));
+    json_object_set_new(e, "cross_into_seed_region_bytes",
+                        json_integer((json_int_t)r->cross_home_bytes[v]));
     json_array_append_new(vs, e);
   }
   json_object_set_new(o, "mode", json_string(r->mode));

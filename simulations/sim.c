@@ -471,6 +471,9 @@ static void take_snap(sim *s, snap *sn) {
   for (int i = 0; i < s->n_node; i++) {
     node_stats(&s->node[i], &st);
     sn->cross += st.bytes_other_region;
+    if (i > 0 && strcmp(s->sc.regions[s->node[i].region].name,
+                        s->sc.seed_region) == 0)
+      sn->cross_home += st.bytes_other_region;
   }
 }
 
@@ -748,6 +751,7 @@ static int report(sim *s, double wall_s, double rss_base, int as_json,
   uint64_t *egress = xcalloc(slots, sizeof(*egress));
   uint64_t *seed_b = xcalloc(nv + 1, sizeof(*seed_b));
   uint64_t *cross_b = xcalloc(nv + 1, sizeof(*cross_b));
+  uint64_t *home_b = xcalloc(nv + 1, sizeof(*home_b));
   double *bound = xcalloc(nv + 1, sizeof(*bound));
   double *node_bound = xcalloc(nv + 1, sizeof(*node_bound));
   sim_result r = {0};
@@ -782,6 +786,7 @@ static int report(sim *s, double wall_s, double rss_base, int as_json,
         far += s->sc.regions[g].nodes;
     seed_b[v] = s->sc.central ? (uint64_t)nn * f : b->seed_up - a->seed_up;
     cross_b[v] = s->sc.central ? (uint64_t)far * f : b->cross - a->cross;
+    home_b[v] = s->sc.central ? 0 : b->cross_home - a->cross_home;
     bound[v] = sim_bound(&s->sc, f);
     node_bound[v] = sim_node_bound(&s->sc, f);
     if (s->published[v] < 0)
@@ -801,6 +806,7 @@ static int report(sim *s, double wall_s, double rss_base, int as_json,
   r.egress = egress;
   r.seed_bytes = seed_b;
   r.cross_bytes = cross_b;
+  r.cross_home_bytes = home_b;
   r.bound = bound;
   r.node_bound = node_bound;
   r.latency_s = sim_latency(&s->sc);
@@ -829,6 +835,7 @@ static int report(sim *s, double wall_s, double rss_base, int as_json,
   free(egress);
   free(seed_b);
   free(cross_b);
+  free(home_b);
   free(bound);
   free(node_bound);
   return rc;

@@ -151,6 +151,7 @@ typedef struct sim_result {
   unsigned nodes_left, nodes_joined;
   const uint64_t *egress;           /* [node], bytes on the wire */
   const uint64_t *seed_bytes, *cross_bytes; /* [version] */
+  const uint64_t *cross_home_bytes; /* [version]: into the seed's region */
   const double *bound, *node_bound; /* [version] */
   double latency_s;
   double wall_s, sim_s;

@@ -315,9 +315,10 @@ static void count_crosser(stitch_swarm *s, double rank) {
  * tells its neighbours (CROSSING); they pass it on through the region,
  * and a node that has heard it waits for the chunk to arrive nearby
  * instead, for CORE_CROSS_TRUST_MS (after that the chunk may cross again,
- * should its crosser have left or stalled). A node that sees a nearby
- * copy fetches that. docs/swarm.md has the rule, docs/simulator.md the
- * figures. */
+ * should its crosser have left or stalled). So does a node that asks the
+ * seed for a chunk, or is passed one unasked across (tell_entering). A
+ * node that sees a nearby copy fetches that. docs/swarm.md has the rule,
+ * docs/simulator.md the figures. */
 static int cross_ok(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c) {
   if (held_nearby(s, v->ref.m->version, o, c))
     return 0;
@@ -344,12 +345,17 @@ static int cross_ok(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c) {
   return 0;
 }
 
-/* Tells our region's neighbours but EXCEPT that node WHO fetches chunk C
- * across. */
+static const stitch_pubkey no_key; /* all zeros */
+
+/* Tells our region's neighbours but EXCEPT that chunk C comes into our
+ * region: through node WHO by its turn (cross_ok), or, with WHO all
+ * zeros, otherwise (tell_entering), which says nothing of the region's
+ * size. */
 static void tell_crossing(stitch_swarm *s, vstate *v, const chunk_id *c,
                           const stitch_pubkey *who, const peer *except) {
   v->crossing[c->object][c->chunk] = stamp(s, v);
-  count_crosser(s, cross_rank(v, c->object, c->chunk, who));
+  if (memcmp(who->b, no_key.b, sizeof(no_key.b)) != 0)
+    count_crosser(s, cross_rank(v, c->object, c->chunk, who));
   wire_msg m;
   ref_msg(&m, WIRE_CROSSING, c);
   m.node = *who;
@@ -359,6 +365,18 @@ static void tell_crossing(stitch_swarm *s, vstate *v, const chunk_id *c,
         strcmp(q->region, s->cfg.region) == 0)
       core_send(s, q, &m);
   }
+}
+
+/* Chunk C comes into our region through us, though not by a turn: we ask
+ * the seed for it, or a far peer passed it to us unasked (push_across).
+ * Our region is told as of a crossing, so that none of its nodes fetches
+ * C across meanwhile. Without it, nodes whose neighbours lacked a passed
+ * chunk fetched it across anyway (its holder tells only its neighbours),
+ * and so did nodes of the seed's region, from far nodes it was passed to:
+ * 0.64 of a 238 MB anchor crossed back into the seed's region at 100
+ * nodes in three regions (docs/simulator.md). */
+static void tell_entering(stitch_swarm *s, vstate *v, const chunk_id *c) {
+  tell_crossing(s, v, c, &no_key, NULL);
 }
 
 /* A CROSSING from P: passed on through our region once per chunk. */
@@ -450,6 +468,8 @@ static int request_one(stitch_swarm *s, peer *p, int endgame) {
     send_simple(s, p, WIRE_REQUEST, &id);
     if (far_peer(s, p) && v->inflight[o][c] == 1)
       tell_crossing(s, v, &id, &s->cfg.node_pk, NULL);
+    else if (p->is_seed && v->inflight[o][c] == 1)
+      tell_entering(s, v, &id);
     return 1;
   }
   return 0;
@@ -689,6 +709,8 @@ int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
     s->st.fetch_done++;
   if (p->is_seed && !s->cfg.seed)
     push_across(s, v, &c);
+  else if (i < 0 && far_peer(s, p))
+    tell_entering(s, v, &c);
   /* Cancel the endgame's other copies, tell everyone we have it (but
    * those we pass it to). */
   for (size_t k = 0; k < s->n_peers; k++) {

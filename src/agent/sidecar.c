@@ -820,9 +820,13 @@ static void route_proxy(conn *c) {
     return;
   }
   c->state = C_PARKED;
-  if (sc->applied < c->min_version)
-    uv_timer_start(&c->timer, on_conn_timer, c->wait_ms, 0);
-  else
+  if (sc->applied < c->min_version) {
+    /* No sooner than the wait asked: the loop's clock was read before
+     * this request arrived and counts whole milliseconds, so the timer
+     * starts from now, one millisecond longer. */
+    uv_update_time(c->timer.loop);
+    uv_timer_start(&c->timer, on_conn_timer, c->wait_ms + 1, 0);
+  } else
     uv_timer_stop(&c->timer);
 }
 

@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define WARMUP_S 2.0 /* nodes join before version 1 */
 #define POLL_S 0.05  /* the controller checks completion */
@@ -843,6 +844,7 @@ static int report(sim *s, double wall_s, double rss_base, int as_json,
 
 int main(int argc, char **argv) {
   const char *path = NULL, *plot_dir = NULL, *trace = NULL;
+  char trace_part[4096];
   int as_json = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--json") == 0)
@@ -884,9 +886,14 @@ int main(int argc, char **argv) {
                       "to trace\n");
       return 2;
     }
-    if ((s.trace = fopen(trace, "w")) == NULL) {
+    /* Written beside, renamed once whole: a run that dies leaves no
+     * FILE.csv that looks complete. */
+    snprintf(trace_part, sizeof(trace_part), "%s.part", trace);
+    if (strlen(trace) + 6 > sizeof(trace_part) ||
+        (s.trace = fopen(trace_part, "w")) == NULL) {
       fprintf(stderr, "stitch-sim: cannot write %s: %s\n", trace,
-              strerror(errno));
+              strlen(trace) + 6 > sizeof(trace_part) ? "path too long"
+                                                     : strerror(errno));
       return 1;
     }
     s.trace_region =
@@ -946,9 +953,13 @@ int main(int argc, char **argv) {
                     "%.1f s\n", s.sc.time_limit_s);
   free(hosts);
   free(s.trace_region);
-  if (s.trace != NULL && (ferror(s.trace) | fclose(s.trace)) != 0) {
-    fprintf(stderr, "stitch-sim: writing %s failed\n", trace);
-    rc = 1;
+  if (s.trace != NULL) {
+    if ((ferror(s.trace) | fclose(s.trace)) != 0 ||
+        rename(trace_part, trace) != 0) {
+      fprintf(stderr, "stitch-sim: writing %s failed\n", trace);
+      unlink(trace_part);
+      rc = 1;
+    }
   }
   sim_free(&s);
   return rc != 0 || !s.finished ? 1 : 0;

@@ -207,6 +207,10 @@ if int(rows[-1][4]) != 20:
 if max(float(r[1]) for r in rows[1:]) <= 0:
     sys.exit("sim_small: --trace: no download")
 PY
+[ ! -e "$tmp/trace.csv.part" ] || { echo "sim_small: --trace left its .part file"; exit 1; }
+# A run killed midway leaves no FILE.csv that looks whole (only FILE.csv.part).
+timeout -s KILL 2 "$sim" "$dir/scenarios/fair.json" --trace "$tmp/killed.csv" > /dev/null 2>&1 || true
+[ ! -e "$tmp/killed.csv" ] || { echo "sim_small: a killed run left its --trace file"; exit 1; }
 if "$sim" "$tmp/queues.json" --trace /nonexistent/dir/t.csv > /dev/null 2> "$tmp/trace.err"; then
   echo "sim_small: --trace to a bad path was accepted"; exit 1
 fi

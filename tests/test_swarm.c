@@ -708,6 +708,71 @@ static void scenario_regions(void) {
   sn_free(&net);
 }
 
+/* Stores every chunk of version V at N and marks its weights as V: a node
+ * up to date before it starts. */
+static void hold_version(sn_node *n, uint64_t v) {
+  stitch_manifest *m;
+  stitch_diag d = {{0}};
+  ASSERT_OK(stitch_manifest_open(ver[v].man, ver[v].man_len, &swarm_pk, &m,
+                                 &n->cfg.held_id, &d),
+            d);
+  stitch_manifest_free(m);
+  n->cfg.held_version = n->w_version = v;
+  for (uint64_t o = 0; o < ver[v].m->n_objects; o++) {
+    const stitch_object *ob = &ver[v].m->objects[o];
+    for (uint64_t c = 0; c < ob->n_chunks; c++) {
+      const sn_chunk *ch = sn_store_get(&trainer_chunks, &ob->chunks[c].hash);
+      ASSERT(ch != NULL);
+      sn_store_put(&n->store, &ch->h, ch->p, ch->len);
+    }
+  }
+}
+
+static int both_asked(sn_net *net, void *arg) {
+  (void)net;
+  sn_node *const *h = arg;
+  return h[0]->rx_frames[WIRE_REQUEST] > 0 && h[1]->rx_frames[WIRE_REQUEST] > 0;
+}
+
+/* A node behind the neighbours of its region asks each of them for twice
+ * the pipeline at once (fetch.c request_depth): two neighbours hold all
+ * of version 1, the joiner nothing. Their uplinks are slow, so no chunk
+ * comes back (and no request is refilled) for seconds: each holds what
+ * the joiner asks of it at once, 2 x pipeline; without the rule,
+ * pipeline. */
+static void scenario_depth(void) {
+  sn_params q = default_params;
+  q.pipeline = 4;
+  sn_net net;
+  sn_node *seed = build(&net, &q, 0);
+  sn_node *hold[2] = {sn_add(&net, "us", 0, 1), sn_add(&net, "us", 0, 1)};
+  sn_node *joiner = sn_add(&net, "us", 0, 1);
+  sn_start(&net, seed, NULL, 0);
+  publish(&net, seed, 1);
+  int to_seed[1] = {seed->idx};
+  for (int i = 0; i < 2; i++) {
+    hold_version(hold[i], 1);
+    sn_start(&net, hold[i], to_seed, 1);
+  }
+  sn_run(&net, net.now + 300, NULL, NULL);
+  for (int i = 0; i < 2; i++)
+    hold[i]->up_bw = 20; /* bytes per ms: a chunk takes about 0.7 s */
+  int to_holders[2] = {hold[0]->idx, hold[1]->idx};
+  sn_start(&net, joiner, to_holders, 2);
+  int ok = sn_run(&net, net.now + 10000, both_asked, hold);
+  sn_run(&net, net.now + 50, NULL, NULL);
+  uint64_t n0 = hold[0]->rx_frames[WIRE_REQUEST],
+           n1 = hold[1]->rx_frames[WIRE_REQUEST];
+  printf("depth: a joiner behind both neighbours of its region asked them "
+         "for %" PRIu64 " and %" PRIu64 " chunks at once (pipeline %u: "
+         "twice that each while behind); chunks in %" PRIu64 "\n",
+         n0, n1, q.pipeline, joiner->rx_frames[WIRE_CHUNK]);
+  CHECK_NET(&net, ok);
+  CHECK_NET(&net, joiner->rx_frames[WIRE_CHUNK] == 0);
+  CHECK_NET(&net, n0 == 2 * q.pipeline && n1 == 2 * q.pipeline);
+  sn_free(&net);
+}
+
 static int node_at3(sn_net *net, void *arg) {
   (void)net;
   return ((const sn_node *)arg)->w_version == 3;
@@ -728,21 +793,7 @@ static void scenario_pass_wanted(void) {
   sn_start(&net, seed, NULL, 0);
   for (uint64_t v = 1; v <= 3; v++)
     publish(&net, seed, v);
-  stitch_manifest *m;
-  stitch_diag d = {{0}};
-  ASSERT_OK(stitch_manifest_open(ver[3].man, ver[3].man_len, &swarm_pk, &m,
-                                 &up->cfg.held_id, &d),
-            d);
-  stitch_manifest_free(m);
-  up->cfg.held_version = up->w_version = 3;
-  for (uint64_t o = 0; o < ver[3].m->n_objects; o++) {
-    const stitch_object *ob = &ver[3].m->objects[o];
-    for (uint64_t c = 0; c < ob->n_chunks; c++) {
-      const sn_chunk *ch = sn_store_get(&trainer_chunks, &ob->chunks[c].hash);
-      ASSERT(ch != NULL);
-      sn_store_put(&up->store, &ch->h, ch->p, ch->len);
-    }
-  }
+  hold_version(up, 3);
   int to_seed[1] = {seed->idx}, to_both[2] = {seed->idx, up->idx};
   sn_start(&net, up, to_seed, 1);
   sn_run(&net, net.now + 300, NULL, NULL);
@@ -868,6 +919,7 @@ int main(void) {
   failed += scenario("leave", scenario_leave);
   failed += scenario("regions", scenario_regions);
   failed += scenario("pass_wanted", scenario_pass_wanted);
+  failed += scenario("depth", scenario_depth);
   failed += scenario("determinism", scenario_determinism);
   failed += scenario("sweep", scenario_sweep);
   for (uint64_t v = 1; v <= NV; v++) {

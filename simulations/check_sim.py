@@ -27,3 +27,14 @@ def check_common(r, fail):
         if v["seed_bytes"] < v["bytes"]:
             fail("version %d: the seed sent %d B of %d"
                  % (v["version"], v["seed_bytes"], v["bytes"]))
+
+
+def load_one_version(path, test):
+    """A queues-network report of one version that every node must hold:
+    the report, that version's entry and fail, the common checks done."""
+    r, fail = load(path, test, "queues")
+    v = r["versions"][0]
+    if r["completed"] is not True or v["max_s"] is None:
+        fail("not every node held the version")
+    check_common(r, fail)
+    return r, v, fail

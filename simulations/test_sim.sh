@@ -102,12 +102,8 @@ if [ "${3:-}" = fair ]; then
   python3 - "$tmp/fair.out" "$dir" <<'PY'
 import sys
 sys.path.insert(0, sys.argv[2])
-from check_sim import load, check_common
-r, fail = load(sys.argv[1], "sim_fair", "queues")
-v = r["versions"][0]
-if r["completed"] is not True or v["max_s"] is None:
-    fail("not every node held the version")
-check_common(r, fail)
+from check_sim import load_one_version
+r, v, fail = load_one_version(sys.argv[1], "sim_fair")
 # An uplink is shared evenly by the links that have data on it, so unless
 # a node serves the neighbours furthest behind first, and a node behind
 # its neighbours asks more of them at once, one with fewer neighbours gets
@@ -132,12 +128,8 @@ if [ "${3:-}" = regions ]; then
   python3 - "$tmp/regions.out" "$dir" <<'PY'
 import sys
 sys.path.insert(0, sys.argv[2])
-from check_sim import load, check_common
-r, fail = load(sys.argv[1], "sim_regions", "queues")
-v = r["versions"][0]
-if r["completed"] is not True or v["max_s"] is None:
-    fail("not every node held the version")
-check_common(r, fail)
+from check_sim import load_one_version
+r, v, fail = load_one_version(sys.argv[1], "sim_regions")
 # The seed's region holds every chunk first: a node there that sees a far
 # copy before a nearby one must wait for the nearby one, as its region
 # heard that the chunk came in through the node that asked the seed

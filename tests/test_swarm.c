@@ -201,15 +201,20 @@ static void start_node(sn_net *net, sn_node *n) {
  * does when the trainer publishes. */
 static uint64_t publish_ms[NV + 1];
 
-static void publish(sn_net *net, sn_node *seed, uint64_t v) {
+/* Puts every chunk of version V into N's store. */
+static void store_version(sn_node *n, uint64_t v) {
   for (uint64_t o = 0; o < ver[v].m->n_objects; o++) {
     const stitch_object *ob = &ver[v].m->objects[o];
     for (uint64_t c = 0; c < ob->n_chunks; c++) {
       const sn_chunk *ch = sn_store_get(&trainer_chunks, &ob->chunks[c].hash);
       ASSERT(ch != NULL);
-      sn_store_put(&seed->store, &ch->h, ch->p, ch->len);
+      sn_store_put(&n->store, &ch->h, ch->p, ch->len);
     }
   }
+}
+
+static void publish(sn_net *net, sn_node *seed, uint64_t v) {
+  store_version(seed, v);
   stitch_diag d = {{0}};
   ASSERT_OK(stitch_swarm_add_manifest(seed->sw, ver[v].man, ver[v].man_len,
                                       net->now, &d),
@@ -718,14 +723,7 @@ static void hold_version(sn_node *n, uint64_t v) {
             d);
   stitch_manifest_free(m);
   n->cfg.held_version = n->w_version = v;
-  for (uint64_t o = 0; o < ver[v].m->n_objects; o++) {
-    const stitch_object *ob = &ver[v].m->objects[o];
-    for (uint64_t c = 0; c < ob->n_chunks; c++) {
-      const sn_chunk *ch = sn_store_get(&trainer_chunks, &ob->chunks[c].hash);
-      ASSERT(ch != NULL);
-      sn_store_put(&n->store, &ch->h, ch->p, ch->len);
-    }
-  }
+  store_version(n, v);
 }
 
 static int both_asked(sn_net *net, void *arg) {

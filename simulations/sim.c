@@ -888,12 +888,14 @@ int main(int argc, char **argv) {
     }
     /* Written beside, renamed once whole: a run that dies leaves no
      * FILE.csv that looks complete. */
-    snprintf(trace_part, sizeof(trace_part), "%s.part", trace);
-    if (strlen(trace) + 6 > sizeof(trace_part) ||
-        (s.trace = fopen(trace_part, "w")) == NULL) {
+    if (snprintf(trace_part, sizeof(trace_part), "%s.part", trace) >=
+        (int)sizeof(trace_part)) {
+      fprintf(stderr, "stitch-sim: --trace: path too long\n");
+      return 1;
+    }
+    if ((s.trace = fopen(trace_part, "w")) == NULL) {
       fprintf(stderr, "stitch-sim: cannot write %s: %s\n", trace,
-              strlen(trace) + 6 > sizeof(trace_part) ? "path too long"
-                                                     : strerror(errno));
+              strerror(errno));
       return 1;
     }
     s.trace_region =

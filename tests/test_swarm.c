@@ -771,6 +771,29 @@ static void scenario_depth(void) {
   sn_free(&net);
 }
 
+/* The seed and 6 nodes, all in "eu": no other region is known, so a node
+ * that asks the seed for a chunk does not tell its region so (fetch.c
+ * tell_entering): not one CROSSING frame. In two regions it does. */
+static void scenario_one_region(void) {
+  sn_net net;
+  sn_node *seed = build(&net, &default_params, 0);
+  for (int i = 1; i <= 6; i++)
+    sn_add(&net, "eu", 0, 1);
+  for (int i = 0; i < net.n_nodes; i++)
+    i == 0 ? sn_start(&net, seed, NULL, 0) : start_node(&net, &net.node[i]);
+  sn_run(&net, 50, NULL, NULL);
+  publish(&net, seed, 1);
+  run_until_all_at(&net, 1);
+  check_all_exact(&net, 1);
+  uint64_t crossing = 0;
+  for (int i = 1; i < net.n_nodes; i++)
+    crossing += net.node[i].rx_frames[WIRE_CROSSING];
+  printf("one region: 6 nodes at v1 bit-exact, %" PRIu64 " CROSSING frames\n",
+         crossing);
+  CHECK_NET(&net, crossing == 0);
+  sn_free(&net);
+}
+
 static int node_at3(sn_net *net, void *arg) {
   (void)net;
   return ((const sn_node *)arg)->w_version == 3;
@@ -918,6 +941,7 @@ int main(void) {
   failed += scenario("regions", scenario_regions);
   failed += scenario("pass_wanted", scenario_pass_wanted);
   failed += scenario("depth", scenario_depth);
+  failed += scenario("one_region", scenario_one_region);
   failed += scenario("determinism", scenario_determinism);
   failed += scenario("sweep", scenario_sweep);
   for (uint64_t v = 1; v <= NV; v++) {

@@ -367,9 +367,11 @@ static int linked_to(const stitch_swarm *s, const char *a) {
 static void maintain(stitch_swarm *s) {
   size_t have = count_peers(s, 0), pending = 0, cross = 0;
   s->region_known = 0; /* fetch.c's estimate of our region's size */
+  s->far_known = 0;
   for (size_t i = 0; i < s->n_addrs; i++) {
     addr_entry *e = &s->addrs[i];
     s->region_known += strcmp(e->region, s->cfg.region) == 0;
+    s->far_known += e->region[0] && strcmp(e->region, s->cfg.region) != 0;
     if (e->connecting && s->now_ms - e->connect_ms >= CORE_CONNECT_MS) {
       e->connecting = 0; /* never answered: count as a failure */
       e->failures++;

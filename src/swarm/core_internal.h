@@ -183,6 +183,7 @@ struct stitch_swarm {
   size_t act_head, act_len;
   uint64_t now_ms, next_maintain_ms;
   size_t region_known; /* known addresses in our region (maintain) */
+  size_t far_known;    /* known addresses in other regions (maintain) */
   uint64_t cross_wake_ms; /* a crossing's wait ends (fetch.c cross_ok) */
   uint64_t chunk_max;     /* largest chunk of the versions we know */
   double xr_sum;          /* ranks of the crossers heard of (region_size) */

@@ -370,13 +370,18 @@ static void tell_crossing(stitch_swarm *s, vstate *v, const chunk_id *c,
 /* Chunk C comes into our region through us, though not by a turn: we ask
  * the seed for it, or a far peer passed it to us unasked (push_across).
  * Our region is told as of a crossing, so that none of its nodes fetches
- * C across meanwhile. Without it, nodes whose neighbours lacked a passed
+ * C across meanwhile (where no other region is known, there is nothing
+ * to tell). Without it, nodes whose neighbours lacked a passed
  * chunk fetched it across anyway (its holder tells only its neighbours),
  * and so did nodes of the seed's region, from far nodes it was passed to:
  * 0.64 of a 238 MB anchor crossed back into the seed's region at 100
  * nodes in three regions (docs/simulator.md). */
 static void tell_entering(stitch_swarm *s, vstate *v, const chunk_id *c) {
-  tell_crossing(s, v, c, &no_key, NULL);
+  int far = s->far_known > 0;
+  for (size_t i = 0; i < s->n_peers && !far; i++)
+    far = s->peers[i].state == PEER_READY && far_peer(s, &s->peers[i]);
+  if (far)
+    tell_crossing(s, v, c, &no_key, NULL);
 }
 
 /* A CROSSING from P: passed on through our region once per chunk. */

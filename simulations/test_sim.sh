@@ -207,6 +207,11 @@ if "$sim" "$tmp/queues.json" --trace /nonexistent/dir/t.csv > /dev/null 2> "$tmp
   echo "sim_small: --trace to a bad path was accepted"; exit 1
 fi
 grep -q "cannot write" "$tmp/trace.err" || { echo "sim_small: --trace to a bad path:"; cat "$tmp/trace.err"; exit 1; }
+long="$tmp/$(printf '%04100d' 0).csv"
+if "$sim" "$tmp/queues.json" --trace "$long" > /dev/null 2> "$tmp/tracel.err"; then
+  echo "sim_small: --trace to a path too long was accepted"; exit 1
+fi
+grep -q "path too long" "$tmp/tracel.err" || { echo "sim_small: --trace to a long path:"; cat "$tmp/tracel.err"; exit 1; }
 sed 's/"mode": "p2p"/"network": "queues", "mode": "central"/' "$dir/scenarios/small.json" > "$tmp/tracec.json"
 if "$sim" "$tmp/tracec.json" --trace "$tmp/tracec.csv" > /dev/null 2> "$tmp/tracec.err"; then
   echo "sim_small: --trace on a central scenario was accepted"; exit 1

@@ -794,6 +794,63 @@ static void scenario_one_region(void) {
   sn_free(&net);
 }
 
+static int node_at1(sn_net *net, void *arg) {
+  (void)net;
+  return ((const sn_node *)arg)->w_version == 1;
+}
+
+/* A joiner takes version 1 from two neighbours of its region that hold
+ * it; returns the CHUNK frames it got, up to 2 s after it held the
+ * version, and sets *TOOK to the ms it took. With STALL, the second
+ * neighbour's uplink is so slow that nothing it is asked for comes. */
+static uint64_t endgame_run(int stall, uint64_t *took) {
+  sn_net net;
+  sn_node *seed = build(&net, &default_params, 0);
+  sn_node *hold[2] = {sn_add(&net, "us", 0, 1), sn_add(&net, "us", 0, 1)};
+  sn_node *joiner = sn_add(&net, "us", 0, 1);
+  sn_start(&net, seed, NULL, 0);
+  publish(&net, seed, 1);
+  int to_seed[1] = {seed->idx};
+  for (int i = 0; i < 2; i++) {
+    hold_version(hold[i], 1);
+    sn_start(&net, hold[i], to_seed, 1);
+  }
+  sn_run(&net, net.now + 300, NULL, NULL);
+  if (stall)
+    hold[1]->up_bw = 1; /* bytes per ms: a chunk would take a minute */
+  int to_holders[2] = {hold[0]->idx, hold[1]->idx};
+  uint64_t t0 = net.now;
+  sn_start(&net, joiner, to_holders, 2);
+  int ok = sn_run(&net, net.now + DEADLINE_MS, node_at1, joiner);
+  CHECK_NET(&net, ok);
+  *took = net.now - t0;
+  sn_run(&net, net.now + 2000, NULL, NULL);
+  check_exact(&net, joiner, 1);
+  uint64_t frames = joiner->rx_frames[WIRE_CHUNK];
+  sn_free(&net);
+  return frames;
+}
+
+/* The endgame asks a second peer for a chunk only once the first request
+ * is late (fetch.c late). Two neighbours that serve at the same pace:
+ * each chunk comes once (asking a second peer as soon as every chunk was
+ * asked for brought second copies of the last ones). One that stalls:
+ * its requests go to the other once late, and the joiner is done long
+ * before they would time out (CORE_REQUEST_MS, 15 s). */
+static void scenario_endgame(void) {
+  uint64_t chunks = 0, even_ms, stall_ms;
+  for (uint64_t o = 0; o < ver[1].m->n_objects; o++)
+    chunks += ver[1].m->objects[o].n_chunks;
+  uint64_t even = endgame_run(0, &even_ms), stalled = endgame_run(1, &stall_ms);
+  printf("endgame: version 1 has %" PRIu64 " chunks; from two even "
+         "neighbours %" PRIu64 " CHUNK frames in %" PRIu64 " ms; with one "
+         "stalled, %" PRIu64 " in %" PRIu64 " ms\n",
+         chunks, even, even_ms, stalled, stall_ms);
+  ASSERT(even == chunks);
+  ASSERT(stalled >= chunks && stalled <= chunks + 1);
+  ASSERT(stall_ms < 5000);
+}
+
 static int node_at3(sn_net *net, void *arg) {
   (void)net;
   return ((const sn_node *)arg)->w_version == 3;
@@ -942,6 +999,7 @@ int main(void) {
   failed += scenario("pass_wanted", scenario_pass_wanted);
   failed += scenario("depth", scenario_depth);
   failed += scenario("one_region", scenario_one_region);
+  failed += scenario("endgame", scenario_endgame);
   failed += scenario("determinism", scenario_determinism);
   failed += scenario("sweep", scenario_sweep);
   for (uint64_t v = 1; v <= NV; v++) {

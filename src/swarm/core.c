@@ -213,6 +213,7 @@ static void version_free(vstate *v) {
     free(v->offers[o]);
     free(v->far_at[o]);
     free(v->crossing[o]);
+    free(v->asked_at[o]);
     free(v->seeded[o]);
   }
   free(v->raw);
@@ -657,6 +658,7 @@ static int add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
           (v->offers[o] = calloc(n + 1, 2)) == NULL ||
           (v->far_at[o] = calloc(n + 1, 4)) == NULL ||
           (v->crossing[o] = calloc(n + 1, 4)) == NULL ||
+          (v->asked_at[o] = calloc(n + 1, 4)) == NULL ||
           (v->seeded[o] = calloc(n + 1, 4)) == NULL;
     for (uint64_t c = 0; c < n && !bad; c++) {
       if (s->io.chunk_has(s->io.user, &m->objects[o].chunks[c].hash))
@@ -1057,8 +1059,8 @@ int stitch_swarm_tick(stitch_swarm *s, uint64_t now_ms) {
 
 uint64_t stitch_swarm_wake(const stitch_swarm *s) {
   uint64_t w = s->next_maintain_ms;
-  if (s->cross_wake_ms > s->now_ms && s->cross_wake_ms < w)
-    w = s->cross_wake_ms;
+  if (s->fetch_wake_ms > s->now_ms && s->fetch_wake_ms < w)
+    w = s->fetch_wake_ms;
   /* The fetcher's timeouts and the seed's re-offers are checked on the
    * same beat. */
   uint64_t beat = s->now_ms + CORE_MAINTAIN_MS / 2;

@@ -36,6 +36,11 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
 #define CORE_RATE_PER_S 4000    /* messages a peer may send per second */
 #define CORE_RATE_BURST 20000
 #define CORE_RANDOM_FIRST 4     /* chunks fetched at random before rarest-first */
+/* The endgame (fetch.c late): a chunk is asked of a second peer once its
+ * request has waited CORE_LATE_FACTOR times the usual wait for a chunk,
+ * and at least CORE_LATE_MIN_MS. */
+#define CORE_LATE_FACTOR 2.0
+#define CORE_LATE_MIN_MS 50
 #define CORE_BEHIND_MARGIN 0.02 /* behind our neighbours by this: twice the
                                    pipeline (fetch.c request_depth) */
 /* Crossing regions (fetch.c cross_ok): a node fetches a chunk across no
@@ -152,6 +157,8 @@ typedef struct vstate {
    * (or sent) a CROSSING for it. */
   uint32_t *far_at[STITCH_MAX_OBJECTS];
   uint32_t *crossing[STITCH_MAX_OBJECTS];
+  /* When our first request out for each chunk went (the endgame). */
+  uint32_t *asked_at[STITCH_MAX_OBJECTS];
   /* The chunks the seed gave us, in order: what we pass across. */
   uint32_t *seeded[STITCH_MAX_OBJECTS];
   uint32_t n_seeded[STITCH_MAX_OBJECTS];
@@ -184,7 +191,10 @@ struct stitch_swarm {
   uint64_t now_ms, next_maintain_ms;
   size_t region_known; /* known addresses in our region (maintain) */
   size_t far_known;    /* known addresses in other regions (maintain) */
-  uint64_t cross_wake_ms; /* a crossing's wait ends (fetch.c cross_ok) */
+  /* A crossing's wait ends (fetch.c cross_ok), or a request becomes late
+   * (fetch.c late): the schedule runs again then. */
+  uint64_t fetch_wake_ms;
+  double wait_ms; /* how long a chunk asked for takes to come (average) */
   uint64_t chunk_max;     /* largest chunk of the versions we know */
   double xr_sum;          /* ranks of the crossers heard of (region_size) */
   unsigned xr_n;

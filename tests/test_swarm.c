@@ -726,6 +726,25 @@ static void hold_version(sn_node *n, uint64_t v) {
   store_version(n, v);
 }
 
+/* The seed with version 1, two nodes of "us" that hold it (HOLD, started
+ * with a link to the seed and run 300 ms), and a joiner of "us" added but
+ * not started (JOINER). */
+static void two_holders(sn_net *net, const sn_params *q, sn_node *hold[2],
+                        sn_node **joiner) {
+  sn_node *seed = build(net, q, 0);
+  hold[0] = sn_add(net, "us", 0, 1);
+  hold[1] = sn_add(net, "us", 0, 1);
+  *joiner = sn_add(net, "us", 0, 1);
+  sn_start(net, seed, NULL, 0);
+  publish(net, seed, 1);
+  int to_seed[1] = {seed->idx};
+  for (int i = 0; i < 2; i++) {
+    hold_version(hold[i], 1);
+    sn_start(net, hold[i], to_seed, 1);
+  }
+  sn_run(net, net->now + 300, NULL, NULL);
+}
+
 static int both_asked(sn_net *net, void *arg) {
   (void)net;
   sn_node *const *h = arg;
@@ -742,17 +761,8 @@ static void scenario_depth(void) {
   sn_params q = default_params;
   q.pipeline = 4;
   sn_net net;
-  sn_node *seed = build(&net, &q, 0);
-  sn_node *hold[2] = {sn_add(&net, "us", 0, 1), sn_add(&net, "us", 0, 1)};
-  sn_node *joiner = sn_add(&net, "us", 0, 1);
-  sn_start(&net, seed, NULL, 0);
-  publish(&net, seed, 1);
-  int to_seed[1] = {seed->idx};
-  for (int i = 0; i < 2; i++) {
-    hold_version(hold[i], 1);
-    sn_start(&net, hold[i], to_seed, 1);
-  }
-  sn_run(&net, net.now + 300, NULL, NULL);
+  sn_node *hold[2], *joiner;
+  two_holders(&net, &q, hold, &joiner);
   for (int i = 0; i < 2; i++)
     hold[i]->up_bw = 20; /* bytes per ms: a chunk takes about 0.7 s */
   int to_holders[2] = {hold[0]->idx, hold[1]->idx};
@@ -805,17 +815,8 @@ static int node_at1(sn_net *net, void *arg) {
  * neighbour's uplink is so slow that nothing it is asked for comes. */
 static uint64_t endgame_run(int stall, uint64_t *took) {
   sn_net net;
-  sn_node *seed = build(&net, &default_params, 0);
-  sn_node *hold[2] = {sn_add(&net, "us", 0, 1), sn_add(&net, "us", 0, 1)};
-  sn_node *joiner = sn_add(&net, "us", 0, 1);
-  sn_start(&net, seed, NULL, 0);
-  publish(&net, seed, 1);
-  int to_seed[1] = {seed->idx};
-  for (int i = 0; i < 2; i++) {
-    hold_version(hold[i], 1);
-    sn_start(&net, hold[i], to_seed, 1);
-  }
-  sn_run(&net, net.now + 300, NULL, NULL);
+  sn_node *hold[2], *joiner;
+  two_holders(&net, &default_params, hold, &joiner);
   if (stall)
     hold[1]->up_bw = 1; /* bytes per ms: a chunk would take a minute */
   int to_holders[2] = {hold[0]->idx, hold[1]->idx};

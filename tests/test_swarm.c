@@ -852,6 +852,36 @@ static void scenario_endgame(void) {
   ASSERT(stall_ms < 5000);
 }
 
+/* A node of "us" with as many links as it takes (max_peers +
+ * CORE_INBOUND_SLACK: 12), 8 from its region and 4 from "eu", still
+ * takes a dialer of its own region: links from other regions beyond
+ * cross_region (2) do not make it full (core.c on_auth). Without the
+ * rule the dialer is pointed elsewhere and the link closed, and the node,
+ * with 8 + 2 links that count, does not dial it back. */
+static void scenario_full_far(void) {
+  sn_net net;
+  sn_node *seed = build(&net, &default_params, 0);
+  sn_node *x = sn_add(&net, "us", 0, 1);
+  sn_start(&net, seed, NULL, 0);
+  sn_start(&net, x, NULL, 0);
+  int to_x[1] = {x->idx};
+  for (int i = 0; i < 12; i++)
+    sn_start(&net, sn_add(&net, i < 8 ? "us" : "eu", 0, 1), to_x, 1);
+  sn_run(&net, net.now + 1000, NULL, NULL);
+  stitch_swarm_stats before, after;
+  sn_stats(x, &before);
+  sn_node *y = sn_add(&net, "us", 0, 1);
+  sn_start(&net, y, to_x, 1);
+  sn_run(&net, net.now + 3000, NULL, NULL);
+  sn_stats(x, &after);
+  printf("full of far links: a node of \"us\" with %u links, 4 of them "
+         "from \"eu\", took a dialer of \"us\": %u links after\n",
+         before.peers, after.peers);
+  CHECK_NET(&net, before.peers == 12);
+  CHECK_NET(&net, after.peers == 13);
+  sn_free(&net);
+}
+
 static int node_at3(sn_net *net, void *arg) {
   (void)net;
   return ((const sn_node *)arg)->w_version == 3;
@@ -1001,6 +1031,7 @@ int main(void) {
   failed += scenario("depth", scenario_depth);
   failed += scenario("one_region", scenario_one_region);
   failed += scenario("endgame", scenario_endgame);
+  failed += scenario("full_far", scenario_full_far);
   failed += scenario("determinism", scenario_determinism);
   failed += scenario("sweep", scenario_sweep);
   for (uint64_t v = 1; v <= NV; v++) {

@@ -136,8 +136,12 @@ static size_t links_that_count(const stitch_swarm *s) {
   size_t same = 0, far = 0;
   for (size_t i = 0; i < s->n_peers; i++) {
     const peer *q = &s->peers[i];
-    if (q->state == PEER_READY)
-      strcmp(q->region, s->cfg.region) == 0 ? same++ : far++;
+    if (q->state != PEER_READY)
+      continue;
+    if (strcmp(q->region, s->cfg.region) == 0)
+      same++;
+    else
+      far++;
   }
   return same + (far < s->cfg.cross_region ? far : s->cfg.cross_region);
 }
@@ -808,7 +812,7 @@ static void on_auth(stitch_swarm *s, peer *p, const wire_msg *m) {
    * the region that has the chunks first, so its nodes filled up with
    * them, and the last of its own to dial (at a fleet's start) found
    * their region full: a node left with two neighbours of its region
-   * and six from afar held 50 chunks at 550 ms where the median node did
+   * and five from afar held 50 chunks at 550 ms where the median node did
    * at 289 ms, and finished last (docs/simulator.md, "Full of far
    * links"). */
   if (p->full && !s->cfg.seed && strcmp(p->region, s->cfg.region) == 0 &&

@@ -882,6 +882,31 @@ static void scenario_full_far(void) {
   sn_free(&net);
 }
 
+/* Where other regions exist, a node links to max_peers (8) of its own
+ * region and cross_region (2) of others on top (core.c maintain): told
+ * of 10 nodes of its region and 2 of another, none of which dials it,
+ * it holds 10 links, 8 of its region. Counting the far links toward
+ * max_peers, it held 9 (one of the others dialed it back). */
+static void scenario_cross_on_top(void) {
+  sn_net net;
+  build(&net, &default_params, 0);
+  sn_node *x = sn_add(&net, "us", 0, 1);
+  int told[12];
+  for (int i = 0; i < 12; i++) {
+    sn_node *o = sn_add(&net, i < 10 ? "us" : "eu", 0, 1);
+    sn_start(&net, o, NULL, 0);
+    told[i] = o->idx;
+  }
+  sn_start(&net, x, told, 12);
+  sn_run(&net, net.now + 3000, NULL, NULL);
+  stitch_swarm_stats st;
+  sn_stats(x, &st);
+  printf("links across on top: told of 10 nodes of its region and 2 of "
+         "another, a node holds %u links\n", st.peers);
+  CHECK_NET(&net, st.peers == 10);
+  sn_free(&net);
+}
+
 static int node_at3(sn_net *net, void *arg) {
   (void)net;
   return ((const sn_node *)arg)->w_version == 3;
@@ -1032,6 +1057,7 @@ int main(void) {
   failed += scenario("one_region", scenario_one_region);
   failed += scenario("endgame", scenario_endgame);
   failed += scenario("full_far", scenario_full_far);
+  failed += scenario("cross_on_top", scenario_cross_on_top);
   failed += scenario("determinism", scenario_determinism);
   failed += scenario("sweep", scenario_sweep);
   for (uint64_t v = 1; v <= NV; v++) {

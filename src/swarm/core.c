@@ -375,8 +375,8 @@ static int linked_to(const stitch_swarm *s, const char *a) {
   return 0;
 }
 
-/* Opens links until max_peers: same region first, but keeping
- * cfg.cross_region links to other regions when there are any. Links to
+/* Opens links until max_peers of our region, plus cfg.cross_region links
+ * to other regions when there are any (those first). Links to
  * other regions beyond those cfg.cross_region do not count: nodes of far
  * regions dial into the region that holds the chunks first, and counting
  * their links left such a node with two or three neighbours of its own
@@ -403,7 +403,11 @@ static void maintain(stitch_swarm *s) {
     return; /* the seed waits for nodes to dial it */
   if (cross > s->cfg.cross_region)
     have -= cross - s->cfg.cross_region;
-  while (have + pending < s->cfg.max_peers) {
+  /* Counting the far links toward max_peers left a node with six of its
+   * region, and those with fewest neighbours of their region finished
+   * last (docs/simulator.md "Links across on top"). */
+  size_t target = s->cfg.max_peers + (s->far_known ? s->cfg.cross_region : 0);
+  while (have + pending < target) {
     int want_cross = cross < s->cfg.cross_region;
     addr_entry *best = NULL;
     for (int pass = 0; pass < 2 && best == NULL; pass++) {

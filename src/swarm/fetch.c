@@ -83,6 +83,12 @@ static uint64_t at_ms(const vstate *v, uint32_t stamp) {
   return v->added_ms + stamp - 1;
 }
 
+/* The schedule runs again by T (a wait that ends then). */
+static void wake_at(stitch_swarm *s, uint64_t t) {
+  if (t < s->fetch_wake_ms)
+    s->fetch_wake_ms = t;
+}
+
 static int far_peer(const stitch_swarm *s, const peer *p) {
   return !p->is_seed && strcmp(p->region, s->cfg.region) != 0;
 }
@@ -325,8 +331,7 @@ static int cross_ok(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c) {
   uint64_t next;
   if (v->crossing[o][c] != 0 &&
       (next = at_ms(v, v->crossing[o][c]) + CORE_CROSS_TRUST_MS) > s->now_ms) {
-    if (next < s->fetch_wake_ms)
-      s->fetch_wake_ms = next;
+    wake_at(s, next);
     return 0;
   }
   if (v->far_at[o][c] == 0)
@@ -340,8 +345,7 @@ static int cross_ok(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c) {
   next = next > seen ? next : seen;
   if (next <= s->now_ms)
     return 1;
-  if (next < s->fetch_wake_ms)
-    s->fetch_wake_ms = next;
+  wake_at(s, next);
   return 0;
 }
 
@@ -413,8 +417,7 @@ static int late(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c) {
   uint64_t due = at_ms(v, v->asked_at[o][c]) + after;
   if (s->now_ms >= due)
     return 1;
-  if (due < s->fetch_wake_ms)
-    s->fetch_wake_ms = due;
+  wake_at(s, due);
   return 0;
 }
 

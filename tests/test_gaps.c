@@ -237,11 +237,41 @@ static void test_weight_codes(void) {
   ASSERT_EQ(gaps_weight_of_code(gaps_code_of_weight(1e9)), 3968u);
 }
 
+/* The encoder's first pass counts one stretch of 8,192 symbols in eight
+ * when those hold 2,048 changes: the bytes then differ from those of a
+ * count of the whole block, the size hardly. A block whose changes all lie
+ * outside those stretches is counted whole, and coded. */
+static void test_sampled_count(void) {
+  const fmt_case *fc = &FORMATS[5]; /* BF16 */
+  sym_fmt f;
+  ASSERT_EQ(sym_fmt_for(fc->dt, fc->nibble, &f), 0);
+  uint64_t n = 1u << 20;
+  size_t nb = n * (f.bits / 8), len1, len2;
+  uint64_t ch1, ch2;
+  uint8_t *a = malloc(nb), *b = malloc(nb);
+  make_block(&f, n, 0.05, a, b);
+  uint8_t *o1 = round_trip(fc, &f, n, a, b, &len1, &ch1);
+  gaps_count_all = 1;
+  uint8_t *o2 = round_trip(fc, &f, n, a, b, &len2, &ch2);
+  gaps_count_all = 0;
+  ASSERT(len1 != len2 || memcmp(o1, o2, len1) != 0);
+  ASSERT(len1 <= len2 + len2 / 200);
+  free(o1);
+  free(o2);
+  for (uint64_t j = 0; j < n; j += 8 * 8192) /* empty the sampled stretches */
+    memcpy(b + j * 2, a + j * 2, 8192 * 2);
+  free(round_trip(fc, &f, n, a, b, &len1, &ch1));
+  ASSERT(ch1 > 40000);
+  free(a);
+  free(b);
+}
+
 int main(void) {
   rng = test_rng_seeded("test_gaps", 20261130);
   test_weight_codes();
   test_formats();
   test_declines();
+  test_sampled_count();
   test_damage();
   puts("test_gaps: ok");
   return 0;

@@ -104,6 +104,9 @@ int sparse_decode(const sym_fmt *f, uint8_t *data, block_span sp,
 /* Tests set this to 1 to run GAPS's scalar loops, the reference, on a CPU
  * whose vector loops would otherwise run: both must code the same bytes. */
 extern int gaps_force_scalar;
+/* Tests: nonzero makes the encoder's first pass count the whole block
+ * rather than a sample of it (gaps.c count_changes). */
+extern int gaps_count_all;
 int gaps_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
                 block_span sp, uint8_t *out, size_t cap, size_t *out_len,
                 uint64_t *changed);

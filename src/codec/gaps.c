@@ -18,7 +18,7 @@
  *    change's own interval, [its start, its start + its weight) inside the
  *    round, is coded as a span of M equally likely values: a symbol of
  *    weight w costs log2(M / w) bits there, so a small weight, which
- *    changes often, is cheap to name. With the encoder's scale, about two
+ *    changes often, is cheap to name. With the encoder's scale, about 1.25
  *    round decisions a change.
  *  - The step: its sign and "one step?" as fixed-probability decisions by
  *    class (the probabilities sent with the block), larger steps in
@@ -568,10 +568,14 @@ uint8_t gaps_code_of_weight(double w) {
 _Static_assert(GAPS_NPARAM == GAPS_PARAM_BYTES, "the parameter bytes");
 
 /* The encoder's choice (any codes in range decode): W[c] is the hazard of
- * class c times K, the weight of one expected change, K = M / ln 2 so
- * that a round holds the next change half the time (then the uniform span
- * inside a round is close to the exponential: 0.03 bits lost a change).
- * When even the likeliest class would get a weight under 1024, K grows (up
+ * class c times K, the weight of one expected change, K = M / ln 5 so
+ * that a round holds the next change four times in five. A smaller K
+ * loses more to the uniform span inside a round, which stands for a
+ * steeper exponential; a larger one gives the likeliest classes weights
+ * near M, and a symbol's interval is cut at its round's end, which wastes
+ * the rest of the code space there. On the benchmark's trajectories
+ * (docs/benchmarks.md) four in five coded 0.8-4.5% smaller than one in
+ * two, and with fewer round decisions. When even the likeliest class would get a weight under 1024, K grows (up
  * to 8 M, some 8 round decisions a change) so that weights keep their
  * ratios. The step probabilities are the block's own frequencies. Each is
  * sent as its nearest code, into OUT. */
@@ -592,7 +596,7 @@ static void choose_params(const gaps_counts *k, uint8_t out[GAPS_NPARAM]) {
     if (lam[c] > lmax)
       lmax = lam[c];
   }
-  double K = GAPS_M / 0.69314718055994531; /* M / ln 2 */
+  double K = GAPS_M / 1.6094379124341003; /* M / ln 5 */
   if (lmax > 0 && lmax * K < 1024)
     K = 1024 / lmax < 8.0 * GAPS_M ? 1024 / lmax : 8.0 * GAPS_M;
   for (int c = 0; c < NCLS; c++) {

@@ -237,8 +237,8 @@ static void test_weight_codes(void) {
   ASSERT_EQ(gaps_weight_of_code(gaps_code_of_weight(1e9)), 3968u);
 }
 
-/* The encoder's first pass counts one stretch of 8,192 symbols in eight
- * when those hold 2,048 changes: the bytes then differ from those of a
+/* The encoder's first pass counts one stretch of 64 KiB (32,768 BF16
+ * symbols) in eight when those hold 2,048 changes: the bytes then differ from those of a
  * count of the whole block, the size hardly. A block whose changes all lie
  * outside those stretches is counted whole, and coded. */
 static void test_sampled_count(void) {
@@ -258,8 +258,8 @@ static void test_sampled_count(void) {
   ASSERT(len1 <= len2 + len2 / 200);
   free(o1);
   free(o2);
-  for (uint64_t j = 0; j < n; j += 8 * 8192) /* empty the sampled stretches */
-    memcpy(b + j * 2, a + j * 2, 8192 * 2);
+  for (uint64_t j = 0; j < n; j += 8 * 32768) /* empty the sampled stretches */
+    memcpy(b + j * 2, a + j * 2, 32768 * 2);
   free(round_trip(fc, &f, n, a, b, &len1, &ch1));
   ASSERT(ch1 > 40000);
   free(a);

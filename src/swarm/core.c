@@ -382,7 +382,8 @@ static int linked_to(const stitch_swarm *s, const char *a) {
  * their links left such a node with two or three neighbours of its own
  * region, whose uplink then sat idle while its region spread a version. */
 static void maintain(stitch_swarm *s) {
-  size_t have = count_peers(s, 0), pending = 0, cross = 0;
+  size_t have = count_peers(s, 0), pending = 0, cross = 0, same = 0,
+         pending_same = 0;
   s->region_known = 0; /* fetch.c's estimate of our region's size */
   s->far_known = 0;
   for (size_t i = 0; i < s->n_addrs; i++) {
@@ -395,10 +396,17 @@ static void maintain(stitch_swarm *s) {
       e->next_try_ms = s->now_ms + (1000ull << (e->failures < 6 ? e->failures : 6));
     }
     pending += e->connecting;
+    pending_same += e->connecting && strcmp(e->region, s->cfg.region) == 0;
   }
-  for (size_t i = 0; i < s->n_peers; i++)
-    cross += s->peers[i].state == PEER_READY &&
-             strcmp(s->peers[i].region, s->cfg.region) != 0;
+  for (size_t i = 0; i < s->n_peers; i++) {
+    const peer *q = &s->peers[i];
+    if (q->state != PEER_READY)
+      continue;
+    if (strcmp(q->region, s->cfg.region) != 0)
+      cross++;
+    else
+      same++;
+  }
   if (s->cfg.seed)
     return; /* the seed waits for nodes to dial it */
   if (cross > s->cfg.cross_region)
@@ -407,10 +415,17 @@ static void maintain(stitch_swarm *s) {
    * region, and those with fewest neighbours of their region finished
    * last (docs/simulator.md "Links across on top"). */
   size_t target = s->cfg.max_peers + (s->far_known ? s->cfg.cross_region : 0);
-  while (have + pending < target) {
-    int want_cross = cross < s->cfg.cross_region;
+  /* And CORE_SAME_EXTRA more of its own region, only those: a node that
+   * few of its region dialed, its slots taken by far nodes dialing in,
+   * held 6 or 7 of its region, fetched from those alone (far links carry
+   * only what the region lacks) and finished last (docs/simulator.md "Ten
+   * of its own region"). */
+  size_t same_min = s->cfg.max_peers + CORE_SAME_EXTRA;
+  while (have + pending < target || same + pending_same < same_min) {
+    int only_same = have + pending >= target;
+    int want_cross = !only_same && cross < s->cfg.cross_region;
     addr_entry *best = NULL;
-    for (int pass = 0; pass < 2 && best == NULL; pass++) {
+    for (int pass = 0; pass < (only_same ? 1 : 2) && best == NULL; pass++) {
       size_t start = s->n_addrs ? (size_t)(core_random(s) % s->n_addrs) : 0;
       for (size_t k = 0; k < s->n_addrs; k++) {
         addr_entry *e = &s->addrs[(start + k) % s->n_addrs];
@@ -433,7 +448,10 @@ static void maintain(stitch_swarm *s) {
     snprintf(a.addr, sizeof(a.addr), "%s", best->addr);
     core_push_action(s, &a);
     pending++;
-    cross += best->region[0] && strcmp(best->region, s->cfg.region) != 0;
+    if (best->region[0] && strcmp(best->region, s->cfg.region) != 0)
+      cross++;
+    else
+      pending_same++;
   }
 }
 
@@ -818,9 +836,14 @@ static void on_auth(stitch_swarm *s, peer *p, const wire_msg *m) {
    * their region full: a node left with two neighbours of its region
    * and five from afar held 50 chunks at 550 ms where the median node did
    * at 289 ms, and finished last (docs/simulator.md, "Full of far
-   * links"). */
+   * links"). Since each node dials CORE_SAME_EXTRA of its region beyond
+   * max_peers (maintain), there is as much more room for them: else a
+   * region's nodes were full before the last of them had dialed, and one
+   * of 120 kept 2 links of its region (docs/simulator.md "Ten of its own
+   * region"). */
   if (p->full && !s->cfg.seed && strcmp(p->region, s->cfg.region) == 0 &&
-      links_that_count(s) < s->cfg.max_peers + CORE_INBOUND_SLACK)
+      links_that_count(s) <
+          s->cfg.max_peers + CORE_INBOUND_SLACK + CORE_SAME_EXTRA)
     p->full = 0;
   if (p->full) {
     p->state = PEER_FULL;

@@ -21,6 +21,7 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
 #define CORE_MAX_BANS 1024
 #define CORE_MAX_ACTIONS 256
 #define CORE_INBOUND_SLACK 4    /* inbound links beyond max_peers */
+#define CORE_SAME_EXTRA 2       /* links of our region dialed beyond max_peers */
 #define CORE_SERVE_SLOTS 4      /* same-region requesters served at once */
 #define CORE_SERVE_WAIT_MS 200  /* ...but none waits longer for a chunk */
 #define CORE_FULL_MAX 8         /* dialers pointed elsewhere at once */

@@ -238,9 +238,10 @@ static void test_weight_codes(void) {
 }
 
 /* The encoder's first pass counts one stretch of 64 KiB (32,768 BF16
- * symbols) in eight when those hold 2,048 changes: the bytes then differ from those of a
- * count of the whole block, the size hardly. A block whose changes all lie
- * outside those stretches is counted whole, and coded. */
+ * symbols) in eight when those hold 2,048 changes: the bytes then differ
+ * from those of a count of the whole block, the size hardly. A block
+ * whose changes all lie outside those stretches is counted whole, and
+ * coded. */
 static void test_sampled_count(void) {
   const fmt_case *fc = &FORMATS[5]; /* BF16 */
   sym_fmt f;

@@ -575,10 +575,11 @@ _Static_assert(GAPS_NPARAM == GAPS_PARAM_BYTES, "the parameter bytes");
  * near M, and a symbol's interval is cut at its round's end, which wastes
  * the rest of the code space there. On the benchmark's trajectories
  * (docs/benchmarks.md) four in five coded 0.8-4.5% smaller than one in
- * two, and with fewer round decisions. When even the likeliest class would get a weight under 1024, K grows (up
- * to 8 M, some 8 round decisions a change) so that weights keep their
- * ratios. The step probabilities are the block's own frequencies. Each is
- * sent as its nearest code, into OUT. */
+ * two, and with fewer round decisions. When even the likeliest class
+ * would get a weight under 1024, K grows (up to 8 M, some 8 round
+ * decisions a change) so that weights keep their ratios. The step
+ * probabilities are the block's own frequencies. Each is sent as its
+ * nearest code, into OUT. */
 static void choose_params(const gaps_counts *k, uint8_t out[GAPS_NPARAM]) {
   double lam[NCLS], lmax = 0;
   double scale = k->sampled ? (double)k->n / (double)k->sampled : 0;
@@ -735,13 +736,15 @@ count_changes(const sym_fmt *f, const unsigned bits, const uint8_t *old,
   uint64_t end = sp.start + sp.n, n = 0;
   memset(k, 0, sizeof(*k));
   for (int pass = 0; pass < 2; pass++) {
-    for (uint64_t s = sp.start; s < end; s += every)
-      for (uint64_t j = pass == 0 ? s : s + len;
-           j < end && j < (pass == 0 ? s + len : s + every); j += len) {
+    for (uint64_t s = sp.start; s < end; s += every) {
+      /* The first stretch of each GAPS_STRETCH_EVERY, then the others. */
+      uint64_t from = pass == 0 ? s : s + len, to = pass == 0 ? s + len : s + every;
+      for (uint64_t j = from; j < end && j < to; j += len) {
         block_span st = {j, end - j < len ? end - j : len};
         sample_classes(f, bits, old, st, m, k);
         n += walk_changes(1, f, bits, old, nw, st, w, m, k, NULL);
       }
+    }
     if (n >= GAPS_ENOUGH && !gaps_count_all)
       break;
   }

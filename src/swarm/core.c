@@ -381,6 +381,11 @@ static int linked_to(const stitch_swarm *s, const char *a) {
  * regions dial into the region that holds the chunks first, and counting
  * their links left such a node with two or three neighbours of its own
  * region, whose uplink then sat idle while its region spread a version. */
+/* Is REGION, an address's, known and not ours? */
+static int far_region(const stitch_swarm *s, const char *region) {
+  return region[0] && strcmp(region, s->cfg.region) != 0;
+}
+
 static void maintain(stitch_swarm *s) {
   size_t have = count_peers(s, 0), pending = 0, cross = 0, same = 0,
          pending_same = 0;
@@ -389,14 +394,14 @@ static void maintain(stitch_swarm *s) {
   for (size_t i = 0; i < s->n_addrs; i++) {
     addr_entry *e = &s->addrs[i];
     s->region_known += strcmp(e->region, s->cfg.region) == 0;
-    s->far_known += e->region[0] && strcmp(e->region, s->cfg.region) != 0;
+    s->far_known += far_region(s, e->region);
     if (e->connecting && s->now_ms - e->connect_ms >= CORE_CONNECT_MS) {
       e->connecting = 0; /* never answered: count as a failure */
       e->failures++;
       e->next_try_ms = s->now_ms + (1000ull << (e->failures < 6 ? e->failures : 6));
     }
     pending += e->connecting;
-    pending_same += e->connecting && strcmp(e->region, s->cfg.region) == 0;
+    pending_same += e->connecting && !far_region(s, e->region);
   }
   for (size_t i = 0; i < s->n_peers; i++) {
     const peer *q = &s->peers[i];
@@ -432,7 +437,7 @@ static void maintain(stitch_swarm *s) {
         if (e->connecting || e->next_try_ms > s->now_ms ||
             linked_to(s, e->addr) || banned_addr(s, e->addr))
           continue;
-        int other = e->region[0] && strcmp(e->region, s->cfg.region) != 0;
+        int other = far_region(s, e->region);
         /* Pass 0 takes what the mix wants; pass 1 anything. */
         if (pass == 0 && other != want_cross && e->region[0])
           continue;
@@ -448,7 +453,7 @@ static void maintain(stitch_swarm *s) {
     snprintf(a.addr, sizeof(a.addr), "%s", best->addr);
     core_push_action(s, &a);
     pending++;
-    if (best->region[0] && strcmp(best->region, s->cfg.region) != 0)
+    if (far_region(s, best->region))
       cross++;
     else
       pending_same++;

@@ -852,13 +852,10 @@ static void scenario_endgame(void) {
   ASSERT(stall_ms < 5000);
 }
 
-/* A node of "us" with as many links as it takes (max_peers +
- * CORE_INBOUND_SLACK: 12), 8 from its region and 4 from "eu", still
- * takes a dialer of its own region: links from other regions beyond
- * cross_region (2) do not make it full (core.c on_auth). Without the
- * rule the dialer is pointed elsewhere and the link closed, and the node,
- * with 8 + 2 links that count, does not dial it back. */
-static void scenario_full_far(void) {
+/* A node X of "us" is dialed by 12 nodes, the last NFAR of them of "eu";
+ * then one more of "us" dials it. Checks that X held 12 links before and
+ * took the last dialer (13 after), and says so with WHAT. */
+static void full_node_takes_dialer(int nfar, const char *what) {
   sn_net net;
   sn_node *seed = build(&net, &default_params, 0);
   sn_node *x = sn_add(&net, "us", 0, 1);
@@ -866,20 +863,29 @@ static void scenario_full_far(void) {
   sn_start(&net, x, NULL, 0);
   int to_x[1] = {x->idx};
   for (int i = 0; i < 12; i++)
-    sn_start(&net, sn_add(&net, i < 8 ? "us" : "eu", 0, 1), to_x, 1);
+    sn_start(&net, sn_add(&net, i < 12 - nfar ? "us" : "eu", 0, 1), to_x, 1);
   sn_run(&net, net.now + 1000, NULL, NULL);
   stitch_swarm_stats before, after;
   sn_stats(x, &before);
-  sn_node *y = sn_add(&net, "us", 0, 1);
-  sn_start(&net, y, to_x, 1);
+  sn_start(&net, sn_add(&net, "us", 0, 1), to_x, 1);
   sn_run(&net, net.now + 3000, NULL, NULL);
   sn_stats(x, &after);
-  printf("full of far links: a node of \"us\" with %u links, 4 of them "
-         "from \"eu\", took a dialer of \"us\": %u links after\n",
-         before.peers, after.peers);
+  printf("%s: a node of \"us\" with %u links, %d of them from \"eu\", took "
+         "a dialer of \"us\": %u links after\n",
+         what, before.peers, nfar, after.peers);
   CHECK_NET(&net, before.peers == 12);
   CHECK_NET(&net, after.peers == 13);
   sn_free(&net);
+}
+
+/* A node of "us" with as many links as it takes (max_peers +
+ * CORE_INBOUND_SLACK: 12), 8 from its region and 4 from "eu", still
+ * takes a dialer of its own region: links from other regions beyond
+ * cross_region (2) do not make it full (core.c on_auth). Without the
+ * rule the dialer is pointed elsewhere and the link closed, and the node,
+ * with 8 + 2 links that count, does not dial it back. */
+static void scenario_full_far(void) {
+  full_node_takes_dialer(4, "full of far links");
 }
 
 /* A node of "us" with 12 links, all from its region, still takes a
@@ -888,27 +894,7 @@ static void scenario_full_far(void) {
  * of them than max_peers + CORE_INBOUND_SLACK (core.c on_auth). With the
  * limit at 12, a region's last dialers found every node full. */
 static void scenario_full_same(void) {
-  sn_net net;
-  sn_node *seed = build(&net, &default_params, 0);
-  sn_node *x = sn_add(&net, "us", 0, 1);
-  sn_start(&net, seed, NULL, 0);
-  sn_start(&net, x, NULL, 0);
-  int to_x[1] = {x->idx};
-  for (int i = 0; i < 12; i++)
-    sn_start(&net, sn_add(&net, "us", 0, 1), to_x, 1);
-  sn_run(&net, net.now + 1000, NULL, NULL);
-  stitch_swarm_stats before, after;
-  sn_stats(x, &before);
-  sn_node *y = sn_add(&net, "us", 0, 1);
-  sn_start(&net, y, to_x, 1);
-  sn_run(&net, net.now + 3000, NULL, NULL);
-  sn_stats(x, &after);
-  printf("room in the region: a node of \"us\" with %u links of its region "
-         "took another dialer of \"us\": %u links after\n",
-         before.peers, after.peers);
-  CHECK_NET(&net, before.peers == 12);
-  CHECK_NET(&net, after.peers == 13);
-  sn_free(&net);
+  full_node_takes_dialer(0, "room in the region");
 }
 
 /* A node links to max_peers + CORE_SAME_EXTRA (10) nodes of its own

@@ -130,19 +130,25 @@ static size_t count_peers(const stitch_swarm *s, int ready_only) {
   return n;
 }
 
-/* Ready links that count toward the limits: those of our region, and up
- * to cfg.cross_region of those to other regions (maintain says why). */
-static size_t links_that_count(const stitch_swarm *s) {
-  size_t same = 0, far = 0;
+/* Ready links: *SAME to our region, *FAR to others. */
+static void count_ready(const stitch_swarm *s, size_t *same, size_t *far) {
+  *same = *far = 0;
   for (size_t i = 0; i < s->n_peers; i++) {
     const peer *q = &s->peers[i];
     if (q->state != PEER_READY)
       continue;
     if (strcmp(q->region, s->cfg.region) == 0)
-      same++;
+      (*same)++;
     else
-      far++;
+      (*far)++;
   }
+}
+
+/* Ready links that count toward the limits: those of our region, and up
+ * to cfg.cross_region of those to other regions (maintain says why). */
+static size_t links_that_count(const stitch_swarm *s) {
+  size_t same, far;
+  count_ready(s, &same, &far);
   return same + (far < s->cfg.cross_region ? far : s->cfg.cross_region);
 }
 
@@ -375,20 +381,20 @@ static int linked_to(const stitch_swarm *s, const char *a) {
   return 0;
 }
 
-/* Opens links until max_peers of our region, plus cfg.cross_region links
- * to other regions when there are any (those first). Links to
- * other regions beyond those cfg.cross_region do not count: nodes of far
- * regions dial into the region that holds the chunks first, and counting
- * their links left such a node with two or three neighbours of its own
- * region, whose uplink then sat idle while its region spread a version. */
 /* Is REGION, an address's, known and not ours? */
 static int far_region(const stitch_swarm *s, const char *region) {
   return region[0] && strcmp(region, s->cfg.region) != 0;
 }
 
+/* Opens links until max_peers + CORE_SAME_EXTRA of our region, plus
+ * cfg.cross_region links to other regions when there are any (those
+ * first). Links to other regions beyond those cfg.cross_region do not
+ * count: nodes of far regions dial into the region that holds the chunks
+ * first, and counting their links left such a node with two or three
+ * neighbours of its own region, whose uplink then sat idle while its
+ * region spread a version. */
 static void maintain(stitch_swarm *s) {
-  size_t have = count_peers(s, 0), pending = 0, cross = 0, same = 0,
-         pending_same = 0;
+  size_t have = count_peers(s, 0), pending = 0, pending_same = 0, same, cross;
   s->region_known = 0; /* fetch.c's estimate of our region's size */
   s->far_known = 0;
   for (size_t i = 0; i < s->n_addrs; i++) {
@@ -403,15 +409,7 @@ static void maintain(stitch_swarm *s) {
     pending += e->connecting;
     pending_same += e->connecting && !far_region(s, e->region);
   }
-  for (size_t i = 0; i < s->n_peers; i++) {
-    const peer *q = &s->peers[i];
-    if (q->state != PEER_READY)
-      continue;
-    if (strcmp(q->region, s->cfg.region) != 0)
-      cross++;
-    else
-      same++;
-  }
+  count_ready(s, &same, &cross);
   if (s->cfg.seed)
     return; /* the seed waits for nodes to dial it */
   if (cross > s->cfg.cross_region)

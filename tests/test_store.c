@@ -142,8 +142,20 @@ static void test_publish_pull(const stitch_publish_opts *o) {
   int kinds = 0;
   for (size_t i = 0; i < stitch_store_count(s); i++) {
     const stitch_manifest *m = stitch_store_at(s, i)->m;
-    for (uint64_t k = 0; k < m->n_objects; k++)
-      kinds |= 1 << m->objects[k].kind;
+    for (uint64_t k = 0; k < m->n_objects; k++) {
+      const stitch_object *ob = &m->objects[k];
+      kinds |= 1 << ob->kind;
+      if (ob->kind != STITCH_OBJ_ANCHOR)
+        continue;
+      /* Anchor blocks follow the chunk size: 2^11 BF16 symbols fill 4 KiB
+       * (with 2^18, each weight tensor was one chunk of some 48 KiB). A
+       * chunk over the size holds one block: an F32 block is 8 KiB. */
+      ASSERT_UEQ(ob->block_log2, 11);
+      for (uint64_t c = 0; c < ob->n_chunks; c++)
+        ASSERT(ob->chunks[c].size <= o->chunk_bytes ||
+               ob->chunks[c].n_blocks == 1);
+      ASSERT(ob->n_chunks >= ob->bytes / o->chunk_bytes);
+    }
   }
   ASSERT_EQ(kinds, (1 << STITCH_OBJ_DELTA) | (1 << STITCH_OBJ_ANCHOR) |
                        (1 << STITCH_OBJ_CUMULATIVE));

@@ -71,17 +71,29 @@ static void on_encode(void *arg, uint64_t done, uint64_t total) {
   progress(e->p, e->what, done, total);
 }
 
+/* Anchor blocks are dense, and a chunk holds whole blocks: blocks of the
+ * chunk size in BF16 (2^18 symbols at the default 512 KiB) keep anchor
+ * chunks near it, so a joiner can fetch one from many peers at once, and a
+ * smaller chunk size makes smaller anchor chunks too. block_log2 is 8 to
+ * 24 (proto/delta.md). */
+static uint32_t anchor_block_log2(size_t chunk_bytes) {
+  size_t target = chunk_bytes ? chunk_bytes : STITCH_CHUNK_DEFAULT;
+  uint32_t b = 8;
+  while (b < 24 && ((size_t)2 << (b + 1)) <= target)
+    b++;
+  return b;
+}
+
 /* Encodes BASE -> the checkpoint as one object and cuts it into chunks. */
 static int build(pub *p, const stitch_st *base, const stitch_digest *base_view,
                  stitch_obj_kind kind, const stitch_vref *from,
                  stitch_diag *d) {
   enc_progress ep = {p, stitch_obj_kind_name(kind)};
   stitch_delta_opts dopts = {0};
-  /* Anchor blocks are dense, and a chunk holds whole blocks: 2^18 symbols
-   * (512 KiB of BF16) keep anchor chunks near the chunk size, so a joiner
-   * can fetch one from many peers at once. Sparse delta blocks are small
-   * at any size and code better long. */
-  dopts.block_log2 = kind == STITCH_OBJ_ANCHOR ? 18 : 0;
+  /* Sparse delta blocks are small at any size and code better long: the
+   * encoder's default. */
+  dopts.block_log2 =
+      kind == STITCH_OBJ_ANCHOR ? anchor_block_log2(p->o->chunk_bytes) : 0;
   dopts.base_digest = base_view;
   dopts.result_digest = &p->view;
   dopts.progress = on_encode;

@@ -424,6 +424,36 @@ static void test_nibble_choice(void) {
   free(b);
 }
 
+/* A dense block's byte planes end zstd blocks of their own: a plane of
+ * 2^16 BF16 symbols is 64 KiB, and sharing one zstd block (one Huffman
+ * table for its literals) with its neighbour costs 12% here. Random low
+ * bytes and high bytes of 8 values: 93,910 B apart, 105,150 B mixed. */
+static void test_planes_flush(void) {
+  enum { N = 1 << 16 };
+  uint16_t *w = malloc(2 * N);
+  ASSERT(w != NULL);
+  for (size_t i = 0; i < N; i++) {
+    uint64_t r = test_rng_next(&rng);
+    w[i] = (uint16_t)((0x3c + (r & 3) + (r & 4 ? 0x80 : 0)) << 8 |
+                      (r >> 8 & 0xff));
+  }
+  tspec t = {"w", STITCH_DT_BF16, 1, {N}, (uint8_t *)w};
+  const char *pa = test_path("pf_empty.safetensors"),
+             *pb = test_path("pf.safetensors");
+  write_ckpt(pa, &t, 0, NULL);
+  write_ckpt(pb, &t, 1, NULL);
+  size_t len;
+  stitch_delta_stats st;
+  uint8_t *dbuf = encode(pa, pb, 16, &len, &st);
+  ASSERT_EQ(st.tensors, 1);
+  ASSERT(st.t[0].is_new);
+  stitch_delta_stats_free(&st);
+  ASSERT(len < 97 * 1024);
+  check_apply_file(pa, dbuf, len, pb);
+  free(dbuf);
+  free(w);
+}
+
 int main(void) {
   rng = test_rng_seeded("test_delta", 20261130);
   test_dtypes();
@@ -433,6 +463,7 @@ int main(void) {
   test_size_vs_bound();
   test_apply_all_threads();
   test_nibble_choice();
+  test_planes_flush();
   puts("test_delta: ok");
   return 0;
 }

@@ -38,6 +38,50 @@ static void unsplit(uint8_t *data, const uint8_t *src, size_t nbytes,
   }
 }
 
+/* The planes at SRC (NBYTES in SB planes) as one zstd frame, each plane
+ * ending a zstd block (a flush): a block's literals share one Huffman
+ * table, and a block holding the end of the noisy mantissa plane and the
+ * start of the sign and exponent plane coded both badly. A plane of 64
+ * KiB (blocks of 2^16 BF16 symbols, an anchor cut to 128 KiB chunks)
+ * fits in one zstd block of 128 KiB with its neighbour, and coded 7%
+ * larger that way (docs/codec.md "Blocks"). Any zstd decoder reads the
+ * frame as before. Returns 0, STITCH_ELIMIT when CAP is too small, or
+ * STITCH_ENOMEM. */
+static int planes_frame(const uint8_t *src, size_t nbytes, unsigned sb,
+                        int level, uint8_t *out, size_t cap, size_t *out_len) {
+  ZSTD_CCtx *cc = ZSTD_createCCtx();
+  if (cc == NULL)
+    return STITCH_ENOMEM;
+  int rc = 0;
+  if (ZSTD_isError(ZSTD_CCtx_setParameter(cc, ZSTD_c_compressionLevel,
+                                          level)) ||
+      ZSTD_isError(ZSTD_CCtx_setPledgedSrcSize(cc, nbytes)))
+    rc = STITCH_EINVAL;
+  ZSTD_outBuffer ob = {out, cap, 0};
+  size_t n = nbytes / sb;
+  for (unsigned k = 0; rc == 0 && k < sb; k++) {
+    ZSTD_inBuffer ib = {src + k * n, n, 0};
+    ZSTD_EndDirective end = k + 1 == sb ? ZSTD_e_end : ZSTD_e_flush;
+    for (;;) {
+      size_t left = ZSTD_compressStream2(cc, &ob, &ib, end);
+      if (ZSTD_isError(left)) {
+        rc = STITCH_ELIMIT;
+        break;
+      }
+      if (left == 0 && ib.pos == ib.size)
+        break;
+      if (ob.pos == ob.size) { /* more to write and no room */
+        rc = STITCH_ELIMIT;
+        break;
+      }
+    }
+  }
+  ZSTD_freeCCtx(cc);
+  if (rc == 0)
+    *out_len = ob.pos;
+  return rc;
+}
+
 int dense_encode(int coding, unsigned sym_bytes, const uint8_t *old,
                  const uint8_t *new_, size_t nbytes, int level, uint8_t *out,
                  size_t cap, size_t *out_len, uint8_t *scratch) {
@@ -52,11 +96,7 @@ int dense_encode(int coding, unsigned sym_bytes, const uint8_t *old,
   }
   split(scratch, new_, coding == STITCH_CODING_XOR ? old : NULL, nbytes,
         sym_bytes);
-  size_t n = ZSTD_compress(out, cap, scratch, nbytes, level);
-  if (ZSTD_isError(n))
-    return STITCH_ELIMIT;
-  *out_len = n;
-  return 0;
+  return planes_frame(scratch, nbytes, sym_bytes, level, out, cap, out_len);
 }
 
 int dense_decode(int coding, unsigned sym_bytes, uint8_t *data, size_t nbytes,

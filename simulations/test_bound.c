@@ -52,8 +52,11 @@ int main(int argc, char **argv) {
 
   /* The example scenarios load; broken ones fail with one line. */
   const char *dir = argc > 1 ? argv[1] : "simulations/scenarios";
-  const char *good[] = {"small.json", "nodes1000.json", "nodes10000.json",
-                        "central1000.json", "churn.json"};
+  const char *good[] = {"small.json",      "nodes1000.json",
+                        "nodes10000.json", "central1000.json",
+                        "churn.json",      "fair.json",
+                        "regions.json",    "anchor1000.json",
+                        "volunteer1000.json"};
   for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
     char path[512], err[512];
     snprintf(path, sizeof(path), "%s/%s", dir, good[i]);

@@ -151,6 +151,7 @@ typedef struct sn_node {
   uint32_t dribble; /* bytes per ms after a HUGE header */
   /* What the monitor saw arrive here. */
   uint64_t rx_frames[WIRE_TYPE_COUNT_];
+  uint64_t rx_seed_chunks; /* CHUNK frames from the seed */
   uint64_t watch_rx[SN_WATCH];
   /* The last lines the core logged. */
   char log[SN_LOG_LINES][200];
@@ -837,6 +838,8 @@ static void sn_monitor(sn_net *net, sn_pipe *p, const uint8_t *buf,
     if (type <= 0)
       continue;
     to->rx_frames[type]++;
+    if (type == WIRE_CHUNK && net->node[p->from].cfg.seed)
+      to->rx_seed_chunks++;
     if (type != WIRE_MANIFEST || net->n_watch == 0)
       continue;
     wire_msg *m = calloc(1, sizeof(*m));

@@ -923,6 +923,75 @@ static void scenario_cross_on_top(void) {
   sn_free(&net);
 }
 
+/* Bit r set for each region (0 "eu", 1 "us", 2 "asia") that node N's
+ * open links reach, the seed's not counted. */
+static unsigned links_reach(const sn_net *net, int n) {
+  static const char *const names[3] = {"eu", "us", "asia"};
+  unsigned m = 0;
+  for (size_t i = 0; i < net->n_conn; i++) {
+    const sn_conn *c = &net->conn[i];
+    int a = c->d[0].from, b = c->d[0].to;
+    if (!c->open || (a != n && b != n))
+      continue;
+    const sn_node *o = &net->node[a == n ? b : a];
+    for (int r = 0; r < 3; r++)
+      if (!o->cfg.seed && strcmp(o->region, names[r]) == 0)
+        m |= 1u << r;
+  }
+  return m;
+}
+
+/* The seed gives a small version's chunks only to neighbours whose links
+ * reach every region (reach.c): each passes its chunk across into both
+ * other regions at once, where another's would leave a region to fetch it
+ * by a pull, a long round trip later. Every node here keeps one far link
+ * of its own (cross_region 1) and few links (max_peers 4), so several of
+ * the seed's neighbours reach only one other region; n7 and n8 dial one
+ * of each, as many as v2 has chunks. (The seed hears n1 and n2 first.) Without the rule the seed gave v2's two chunks to
+ * the first two neighbours to ask, whatever they reached. */
+#define N_REACH 22 /* 8 of "eu", 7 of "us", 7 of "asia" */
+#define REACH_REGION(i) ((i) <= 8 ? "eu" : (i) <= 15 ? "us" : "asia")
+static void scenario_reach(void) {
+  sn_net net;
+  sn_node *seed = build(&net, &default_params, 0); /* n0, "eu" */
+  sn_start(&net, seed, NULL, 0);
+  for (int i = 1; i <= N_REACH; i++) {
+    sn_node *n = sn_add(&net, REACH_REGION(i), 0, 1);
+    n->cfg.cross_region = i == 7 || i == 8 ? 2 : 1;
+    n->cfg.max_peers = 4;
+  }
+  /* The far regions first; then "eu", n7 and n8 told of a node of each. */
+  for (int i = N_REACH; i >= 1; i--) {
+    int told[4] = {0, i == N_REACH ? 0 : i + 1, 2 + i, 9 + i};
+    int far = i == 7 || i == 8;
+    sn_start(&net, &net.node[i], told, i == N_REACH ? 1 : far ? 4 : 2);
+  }
+  sn_run(&net, net.now + 2000, NULL, NULL);
+  publish(&net, seed, 1);
+  run_until_all_at(&net, 1);
+  uint64_t before[N_REACH + 1];
+  unsigned reach[N_REACH + 1], full = 0;
+  for (int i = 1; i <= N_REACH; i++) {
+    before[i] = net.node[i].rx_seed_chunks;
+    reach[i] = links_reach(&net, i) | 1u << (i <= 8 ? 0 : i <= 15 ? 1 : 2);
+    full += reach[i] == 7;
+  }
+  publish(&net, seed, 2);
+  run_until_all_at(&net, 2);
+  unsigned given = 0, given_full = 0;
+  for (int i = 1; i <= N_REACH; i++)
+    if (net.node[i].rx_seed_chunks > before[i]) {
+      given++;
+      given_full += reach[i] == 7;
+    }
+  printf("reach: %u of %d nodes reach all three regions; v2's chunks went "
+         "from the seed to %u nodes, %u of them reaching all\n",
+         full, N_REACH, given, given_full);
+  CHECK_NET(&net, full > 0 && given > 0);
+  CHECK_NET(&net, given_full == given);
+  sn_free(&net);
+}
+
 static int node_at3(sn_net *net, void *arg) {
   (void)net;
   return ((const sn_node *)arg)->w_version == 3;
@@ -1075,6 +1144,7 @@ int main(void) {
   failed += scenario("full_far", scenario_full_far);
   failed += scenario("full_same", scenario_full_same);
   failed += scenario("cross_on_top", scenario_cross_on_top);
+  failed += scenario("reach", scenario_reach);
   failed += scenario("determinism", scenario_determinism);
   failed += scenario("sweep", scenario_sweep);
   for (uint64_t v = 1; v <= NV; v++) {

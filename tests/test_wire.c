@@ -46,6 +46,11 @@ static void assert_msg_eq(const wire_msg *a, const wire_msg *b) {
       ASSERT_STR_EQ(a->peer_region[i], b->peer_region[i]);
     }
     break;
+  case WIRE_REACH:
+    ASSERT_UEQ(a->n_reach, b->n_reach);
+    for (size_t i = 0; i < a->n_reach; i++)
+      ASSERT_STR_EQ(a->reach[i], b->reach[i]);
+    break;
   case WIRE_PING:
     break;
   case WIRE_MANIFEST:
@@ -107,6 +112,12 @@ static void ref_body(const wire_msg *m, msgpack_sbuffer *sb) {
       msgpack_pack_str_with_body(&pk, m->peer_region[i],
                                  strlen(m->peer_region[i]));
     }
+    break;
+  case WIRE_REACH:
+    msgpack_pack_array(&pk, 1);
+    msgpack_pack_array(&pk, m->n_reach);
+    for (size_t i = 0; i < m->n_reach; i++)
+      msgpack_pack_str_with_body(&pk, m->reach[i], strlen(m->reach[i]));
     break;
   case WIRE_PING:
     msgpack_pack_array(&pk, 0);
@@ -241,6 +252,19 @@ static void test_roundtrip_small(void) {
     m->peer_region[i][STITCH_SWARM_REGION_MAX - 1] = 0;
   }
   roundtrip(m); /* the largest PEERS there is */
+
+  m->type = WIRE_REACH;
+  m->n_reach = 0;
+  roundtrip(m);
+  m->n_reach = 1;
+  strcpy(m->reach[0], "eu");
+  roundtrip(m);
+  m->n_reach = WIRE_MAX_REACH;
+  for (size_t i = 0; i < WIRE_MAX_REACH; i++) {
+    memset(m->reach[i], 'a' + (int)i, STITCH_SWARM_REGION_MAX - 1);
+    m->reach[i][STITCH_SWARM_REGION_MAX - 1] = 0;
+  }
+  roundtrip(m); /* the largest REACH */
   free(m);
 }
 
@@ -356,6 +380,15 @@ static void test_encode_refusals(void) {
   m->n_peers = 2;
   m->peer_addr[1][0] = 0; /* empty address */
   enc_fails(m, STITCH_EINVAL);
+
+  m->type = WIRE_REACH;
+  m->n_reach = WIRE_MAX_REACH + 1;
+  for (size_t i = 0; i < WIRE_MAX_REACH; i++)
+    strcpy(m->reach[i], "eu");
+  enc_fails(m, STITCH_EINVAL);
+  m->n_reach = 2;
+  m->reach[1][0] = 0; /* empty region */
+  enc_fails(m, STITCH_EINVAL);
   free(m);
 }
 
@@ -393,6 +426,9 @@ static void rand_msg(wire_msg *m, uint8_t *store) {
     snprintf(m->peer_region[i], STITCH_SWARM_REGION_MAX, "%s",
              i % 2 ? "us" : "");
   }
+  m->n_reach = test_rng_next(&rng) % 4;
+  for (size_t i = 0; i < m->n_reach; i++)
+    snprintf(m->reach[i], STITCH_SWARM_REGION_MAX, "r%zu", i);
 }
 
 /* Feeds STREAM in pieces whose lengths NEXT_LEN picks, decoding every
@@ -515,7 +551,7 @@ static void header_fails(uint32_t len, int type, int code, const char *why) {
 
 static void test_reader_refusals(void) {
   header_fails(10, 0, STITCH_EFORMAT, "unknown type 0");
-  header_fails(10, WIRE_TYPE_COUNT_, STITCH_EFORMAT, "unknown type 13");
+  header_fails(10, WIRE_TYPE_COUNT_, STITCH_EFORMAT, "unknown type 14");
   header_fails(10, 255, STITCH_EFORMAT, "unknown type 255");
   header_fails(0, WIRE_PING, STITCH_EFORMAT, "length 0");
   header_fails(0xffffffffu, WIRE_CHUNK, STITCH_ELIMIT, "CHUNK frame of");
@@ -848,6 +884,41 @@ static void test_decode_refusals(void) {
   raw_fails(WIRE_PEERS, deep, sizeof(deep), STITCH_ELIMIT,
             "nested deeper than 3");
 
+  /* REACH */
+  for (size_t n = 16; n <= 17; n++) {
+    pk = start(&b);
+    msgpack_pack_array(pk, 1);
+    msgpack_pack_array(pk, n);
+    for (size_t i = 0; i < n; i++)
+      msgpack_pack_str_with_body(pk, "eu", 2);
+    if (n == 16) {
+      dec_ok(&b, WIRE_REACH, m);
+      ASSERT_UEQ(m->n_reach, 16);
+      ASSERT_STR_EQ(m->reach[15], "eu");
+    } else {
+      dec_fails(&b, WIRE_REACH, STITCH_ELIMIT,
+                "field 0 (regions) has 17 entries, at most 16");
+    }
+  }
+  struct {
+    const char *region;
+    size_t len;
+    const char *why;
+  } re[] = {{"", 0, "region 1 is a str of 0 bytes, not 1..31"},
+            {s, 32, "region 1 is a str of 32 bytes, not 1..31"},
+            {"e\0u", 3, "region 1 holds a NUL byte"}};
+  for (size_t i = 0; i < sizeof(re) / sizeof(re[0]); i++) {
+    pk = start(&b);
+    msgpack_pack_array(pk, 1);
+    msgpack_pack_array(pk, 2);
+    msgpack_pack_str_with_body(pk, "us", 2);
+    msgpack_pack_str_with_body(pk, re[i].region, re[i].len);
+    dec_fails(&b, WIRE_REACH, STITCH_EFORMAT, re[i].why);
+  }
+  static const uint8_t nil_list[] = {0x91, 0xc0};
+  raw_fails(WIRE_REACH, nil_list, sizeof(nil_list), STITCH_EFORMAT,
+            "field 0 (regions)");
+
   /* PING takes nothing */
   static const uint8_t ping1[] = {0x91, 0xc0};
   raw_fails(WIRE_PING, ping1, 2, STITCH_EFORMAT,
@@ -864,7 +935,7 @@ static void test_decode_refusals(void) {
   ASSERT_ERR(wire_decode(0, huge, sizeof(huge), m, &d), STITCH_EFORMAT, d,
              "unknown message type 0");
   ASSERT_ERR(wire_decode(WIRE_TYPE_COUNT_, huge, sizeof(huge), m, &d),
-             STITCH_EFORMAT, d, "unknown message type 13");
+             STITCH_EFORMAT, d, "unknown message type 14");
   ASSERT_ERR(wire_decode(WIRE_PING, NULL, 0, m, &d), STITCH_ETRUNCATED, d,
              "PING");
   ASSERT_ERR(wire_decode(WIRE_PING, huge, WIRE_SMALL_MAX, m, &d), STITCH_ELIMIT,

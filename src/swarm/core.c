@@ -395,6 +395,7 @@ static int far_region(const stitch_swarm *s, const char *region) {
  * region spread a version. */
 static void maintain(stitch_swarm *s) {
   size_t have = count_peers(s, 0), pending = 0, pending_same = 0, same, cross;
+  reach_tell(s, NULL); /* what our links reach, if that changed */
   s->region_known = 0; /* fetch.c's estimate of our region's size */
   s->far_known = 0;
   for (size_t i = 0; i < s->n_addrs; i++) {
@@ -876,6 +877,8 @@ static void on_auth(stitch_swarm *s, peer *p, const wire_msg *m) {
   }
   fetch_announce_interest(s, p);
   send_peers(s, p);
+  if (p->is_seed)
+    reach_tell(s, p);
   if (s->cfg.seed)
     seed_offer(s, p);
   fetch_schedule(s);
@@ -1021,6 +1024,9 @@ static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
     break;
   case WIRE_PEERS:
     on_peers(s, p, m);
+    break;
+  case WIRE_REACH:
+    reach_on_msg(s, p, m);
     break;
   default: /* PING */
     break;

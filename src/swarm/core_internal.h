@@ -18,6 +18,7 @@
 _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
                "a requester at full depth fits the serve queue");
 #define CORE_MAX_ADDRS 1024     /* known addresses */
+#define CORE_MAX_REGIONS 32     /* regions numbered for reach masks */
 #define CORE_MAX_BANS 1024
 #define CORE_MAX_ACTIONS 256
 #define CORE_INBOUND_SLACK 4    /* inbound links beyond max_peers */
@@ -132,6 +133,10 @@ typedef struct peer {
   bits *offered;
   size_t n_offered;
   uint64_t progress_ms;
+  /* Seed: the other regions its links reach (REACH; reach.c), as bits of
+   * our region table. */
+  uint32_t reach;
+  int reach_known;
 } peer;
 
 typedef struct addr_entry {
@@ -199,6 +204,11 @@ struct stitch_swarm {
   uint64_t chunk_max;     /* largest chunk of the versions we know */
   double xr_sum;          /* ranks of the crossers heard of (region_size) */
   unsigned xr_n;
+  /* Regions met, numbered for reach masks (reach.c); the reach we last
+   * told the seed. */
+  char regions[CORE_MAX_REGIONS][STITCH_SWARM_REGION_MAX];
+  unsigned n_regions;
+  uint32_t reach_told;
   stitch_swarm_stats st;
 };
 
@@ -242,5 +252,14 @@ void fetch_on_have_bit(stitch_swarm *s, peer *p, uint64_t version,
 void fetch_announce_interest(stitch_swarm *s, peer *p);
 void seed_offer(stitch_swarm *s, peer *p);
 void seed_on_upload(stitch_swarm *s, const chunk_id *c);
+
+/* reach.c */
+/* Tells the seed which other regions our links reach: P, a seed link
+ * just ready, at once; with P NULL, every seed link if that changed. */
+void reach_tell(stitch_swarm *s, peer *p);
+void reach_on_msg(stitch_swarm *s, peer *p, const wire_msg *m);
+/* Seed: do P's links reach every region its other peers are in or
+ * reach? Never before P has said (REACH). */
+int reach_all(stitch_swarm *s, const peer *p);
 
 #endif

@@ -878,12 +878,12 @@ void seed_on_upload(stitch_swarm *s, const chunk_id *c) {
  * and those that have not said anything about it yet, which at a new
  * version is everyone soon. Counting only those that had asked gave the
  * first peer to ask a share of the whole object. */
-static unsigned wanting(const stitch_swarm *s, uint64_t version,
-                        uint32_t object) {
+static unsigned wanting(stitch_swarm *s, uint64_t version, uint32_t object,
+                        int reaching) {
   unsigned n = 0;
   for (size_t i = 0; i < s->n_peers; i++) {
     const peer *q = &s->peers[i];
-    if (q->state != PEER_READY)
+    if (q->state != PEER_READY || (reaching && !reach_all(s, q)))
       continue;
     int whole = 0;
     for (size_t k = 0; k < q->n_have; k++)
@@ -896,7 +896,14 @@ static unsigned wanting(const stitch_swarm *s, uint64_t version,
 
 /* Offers P chunks it lacks of every object it wants: in the first round a
  * fair share of the object (so every interested peer gets distinct chunks
- * to pass on), at most 2 x pipeline at a time. */
+ * to pass on), at most 2 x pipeline at a time. An object of no more
+ * chunks than there are peers whose links reach every region goes to
+ * those alone, a chunk each: each passes its chunk across into every
+ * other region at once (push_across), where another's would leave some
+ * region to fetch it by a pull, a long round trip later (reach.c). A
+ * larger one goes to every peer: giving an anchor's first round to half
+ * the peers held every region back 0.1 s (docs/simulator.md "Every region
+ * within reach"). */
 void seed_offer(stitch_swarm *s, peer *p) {
   if (!s->cfg.seed || p->state != PEER_READY)
     return;
@@ -926,9 +933,13 @@ void seed_offer(stitch_swarm *s, peer *p) {
                                                     : off->since_ms;
     if (round_done && s->now_ms - moved < CORE_SEED_IDLE_MS)
       continue;
+    unsigned reaching = round_done ? 0 : wanting(s, want->version, o, 1);
+    int few = reaching > 0 && want->n <= reaching;
+    if (few && !reach_all(s, p))
+      continue;
     uint64_t depth = 2 * (uint64_t)s->cfg.pipeline;
     if (!round_done) {
-      unsigned peers = wanting(s, want->version, o);
+      unsigned peers = few ? reaching : wanting(s, want->version, o, 0);
       uint64_t share = (want->n + peers - 1) / (peers ? peers : 1);
       depth = share < depth ? share : depth;
       depth = depth ? depth : 1;

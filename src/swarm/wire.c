@@ -37,11 +37,11 @@
 static const char *const type_names[WIRE_TYPE_COUNT_] = {
     "type 0",  "HELLO",  "AUTH",  "MANIFEST", "BITFIELD", "HAVE",
     "REQUEST", "CANCEL", "CHUNK", "REJECT",   "PEERS",    "PING",
-    "CROSSING"};
+    "CROSSING", "REACH"};
 
 /* Fields of each message's array. */
 static const unsigned n_fields[WIRE_TYPE_COUNT_] = {0, 6, 1, 1, 4, 3,
-                                                    3, 3, 4, 3, 1, 0, 4};
+                                                    3, 3, 4, 3, 1, 0, 4, 1};
 
 static int known(int type) { return type > 0 && type < WIRE_TYPE_COUNT_; }
 
@@ -224,6 +224,21 @@ static int get_peers(cur *c, wire_msg *m) {
   return 0;
 }
 
+static int get_reach(cur *c, wire_msg *m) {
+  uint64_t n;
+  CHECK_RC(get_array(c, "field 0 (regions)", &n));
+  RETURN_IF(n > WIRE_MAX_REACH, c->d, STITCH_ELIMIT,
+            "wire: %s: field 0 (regions) has %llu entries, at most %d",
+            c->msg, (unsigned long long)n, WIRE_MAX_REACH);
+  for (size_t i = 0; i < n; i++) {
+    char what[32];
+    snprintf(what, sizeof(what), "region %zu", i);
+    CHECK_RC(get_str(c, what, 1, STITCH_SWARM_REGION_MAX, m->reach[i]));
+    m->n_reach = i + 1;
+  }
+  return 0;
+}
+
 static int get_fields(cur *c, wire_msg *m) {
   switch (m->type) {
   case WIRE_HELLO: /* field 0, proto, was read by the caller */
@@ -256,6 +271,8 @@ static int get_fields(cur *c, wire_msg *m) {
     return get_fixed(c, "field 3 (node)", STITCH_PUBKEY_BYTES, m->node.b);
   case WIRE_PEERS:
     return get_peers(c, m);
+  case WIRE_REACH:
+    return get_reach(c, m);
   default: /* PING */
     return 0;
   }
@@ -416,6 +433,11 @@ static void emit(wr *w, const wire_msg *m) {
       w_str(w, m->peer_region[i]);
     }
     break;
+  case WIRE_REACH:
+    w_array(w, m->n_reach);
+    for (size_t i = 0; i < m->n_reach; i++)
+      w_str(w, m->reach[i]);
+    break;
   default: /* PING */
     break;
   }
@@ -466,6 +488,13 @@ static int msg_ok(const wire_msg *m) {
     for (size_t i = 0; i < m->n_peers; i++)
       if (!cstr_ok(m->peer_addr[i], 1, STITCH_SWARM_ADDR_MAX) ||
           !cstr_ok(m->peer_region[i], 0, STITCH_SWARM_REGION_MAX))
+        return 0;
+    return 1;
+  case WIRE_REACH:
+    if (m->n_reach > WIRE_MAX_REACH)
+      return 0;
+    for (size_t i = 0; i < m->n_reach; i++)
+      if (!cstr_ok(m->reach[i], 1, STITCH_SWARM_REGION_MAX))
         return 0;
     return 1;
   default:

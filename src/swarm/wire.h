@@ -17,6 +17,7 @@
 #define WIRE_PROTO 1
 #define WIRE_NONCE_BYTES 16
 #define WIRE_MAX_PEERS_MSG 64 /* addresses in one PEERS message */
+#define WIRE_MAX_REACH 16     /* regions in one REACH message */
 #define WIRE_SMALL_MAX (64u << 10) /* every message without a payload */
 
 typedef enum wire_type {
@@ -33,6 +34,7 @@ typedef enum wire_type {
   WIRE_PING = 11,    /* keepalive */
   WIRE_CROSSING = 12, /* (version, object, chunk) is being fetched from
                          another region by node key */
+  WIRE_REACH = 13,   /* the other regions the sender's links reach */
   WIRE_TYPE_COUNT_
 } wire_type;
 
@@ -66,6 +68,9 @@ typedef struct wire_msg {
   size_t n_peers;
   char peer_addr[WIRE_MAX_PEERS_MSG][STITCH_SWARM_ADDR_MAX];
   char peer_region[WIRE_MAX_PEERS_MSG][STITCH_SWARM_REGION_MAX];
+  /* REACH */
+  size_t n_reach;
+  char reach[WIRE_MAX_REACH][STITCH_SWARM_REGION_MAX];
 } wire_msg;
 
 /* The largest frame (type byte and body) a type may have. */

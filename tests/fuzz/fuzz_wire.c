@@ -70,6 +70,13 @@ static int msg_eq(const wire_msg *a, const wire_msg *b) {
           strcmp(a->peer_region[i], b->peer_region[i]) != 0)
         return 0;
     return 1;
+  case WIRE_REACH:
+    if (a->n_reach != b->n_reach)
+      return 0;
+    for (size_t i = 0; i < a->n_reach; i++)
+      if (strcmp(a->reach[i], b->reach[i]) != 0)
+        return 0;
+    return 1;
   case WIRE_PING:
     return 1;
   case WIRE_MANIFEST:

@@ -777,10 +777,13 @@ static void gen_wire(void) {
   strcpy(m->peer_addr[0], "10.1.2.4:7070");
   strcpy(m->peer_addr[1], "[2001:db8::1]:7070");
   strcpy(m->peer_region[1], "us-east");
+  m->n_reach = 2;
+  strcpy(m->reach[0], "us-east");
+  strcpy(m->reach[1], "asia");
   static const char *const names[WIRE_TYPE_COUNT_] = {
       NULL,      "hello",  "auth",  "manifest", "bitfield", "have",
       "request", "cancel", "chunk", "reject",   "peers",    "ping",
-      "crossing"};
+      "crossing", "reach"};
   for (int t = 1; t < WIRE_TYPE_COUNT_; t++) {
     m->type = (wire_type)t;
     m->data = t == WIRE_BITFIELD ? bits : blob;

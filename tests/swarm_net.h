@@ -115,7 +115,9 @@ typedef enum sn_evil {
   SN_EVIL_HUGE,     /* after AUTH: a CHUNK header of 30 MiB, then dribbles */
   SN_EVIL_GARBAGE,  /* after AUTH: thousands of malformed frames */
   SN_EVIL_UNKNOWN,  /* after AUTH: a frame of an unknown type */
-  SN_EVIL_MANIFEST  /* after AUTH: the manifest bytes in evil_buf */
+  SN_EVIL_MANIFEST, /* after AUTH: the manifest bytes in evil_buf */
+  SN_EVIL_REACH     /* after AUTH: a REACH of 16 made-up regions, and none
+                       of its own; otherwise honest */
 } sn_evil;
 
 struct sn_net;
@@ -716,6 +718,17 @@ static void sn_inject(sn_node *n, sn_pipe *p) {
     free(m);
     break;
   }
+  case SN_EVIL_REACH: {
+    wire_msg *m = calloc(1, sizeof(*m));
+    ASSERT(m != NULL);
+    m->type = WIRE_REACH;
+    m->n_reach = WIRE_MAX_REACH;
+    for (int i = 0; i < WIRE_MAX_REACH; i++)
+      snprintf(m->reach[i], sizeof(m->reach[i]), "made-up-%d", i);
+    ASSERT_EQ(wire_encode(&p->out, m), 0);
+    free(m);
+    break;
+  }
   default:
     break;
   }
@@ -738,6 +751,8 @@ static void sn_rewrite(sn_node *n, sn_pipe *p, int type, const uint8_t *body,
     free(copy);
     return;
   }
+  if (n->evil == SN_EVIL_REACH && type == WIRE_REACH)
+    return; /* its made-up REACH stands */
   sn_frame(&p->out, type, body, len);
   if (type == WIRE_AUTH && !p->injected) {
     p->injected = 1;

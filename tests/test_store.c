@@ -150,7 +150,7 @@ static void test_publish_pull(const stitch_publish_opts *o) {
       /* Anchor blocks follow the chunk size: 2^11 BF16 symbols fill 4 KiB
        * (with 2^18, each weight tensor was one chunk of some 48 KiB). A
        * chunk over the size holds one block: an F32 block is 8 KiB. */
-      ASSERT_UEQ(ob->block_log2, 11);
+      ASSERT_UEQ(2ull << ob->block_log2, o->chunk_bytes);
       for (uint64_t c = 0; c < ob->n_chunks; c++)
         ASSERT(ob->chunks[c].size <= o->chunk_bytes ||
                ob->chunks[c].n_blocks == 1);

@@ -947,25 +947,32 @@ static unsigned links_reach(const sn_net *net, int n) {
  * by a pull, a long round trip later. Every node here keeps one far link
  * of its own (cross_region 1) and few links (max_peers 4), so several of
  * the seed's neighbours reach only one other region; n7 and n8 dial one
- * of each, as many as v2 has chunks. (The seed hears n1 and n2 first.) Without the rule the seed gave v2's two chunks to
- * the first two neighbours to ask, whatever they reached. */
+ * of each, as many as v2 has chunks. Without the rule the seed gave v2's
+ * two chunks to the first two neighbours to ask, n1 and n2, whatever
+ * they reached. n3 tells the seed it reaches 16 made-up regions, which
+ * change nothing: only two go into the seed's table, and a region that
+ * one peer alone names does not count (counted, no node reached every
+ * region, and v2 went to n1 and n2 again). */
 #define N_REACH 22 /* 8 of "eu", 7 of "us", 7 of "asia" */
-#define REACH_REGION(i) ((i) <= 8 ? "eu" : (i) <= 15 ? "us" : "asia")
+static int reach_region(int i) { return i <= 8 ? 0 : i <= 15 ? 1 : 2; }
 static void scenario_reach(void) {
+  static const char *const names[3] = {"eu", "us", "asia"};
   sn_net net;
   sn_node *seed = build(&net, &default_params, 0); /* n0, "eu" */
   sn_start(&net, seed, NULL, 0);
   for (int i = 1; i <= N_REACH; i++) {
-    sn_node *n = sn_add(&net, REACH_REGION(i), 0, 1);
+    sn_node *n = sn_add(&net, names[reach_region(i)], 0, 1);
     n->cfg.cross_region = i == 7 || i == 8 ? 2 : 1;
     n->cfg.max_peers = 4;
   }
+  net.node[3].evil = SN_EVIL_REACH;
   /* The far regions first; then "eu", n7 and n8 told of a node of each. */
   for (int i = N_REACH; i >= 1; i--) {
     int told[4] = {0, i == N_REACH ? 0 : i + 1, 2 + i, 9 + i};
     int far = i == 7 || i == 8;
     sn_start(&net, &net.node[i], told, i == N_REACH ? 1 : far ? 4 : 2);
   }
+  sn_link(&net, &net.node[3], seed); /* an evil node dials no one */
   sn_run(&net, net.now + 2000, NULL, NULL);
   publish(&net, seed, 1);
   run_until_all_at(&net, 1);
@@ -973,7 +980,7 @@ static void scenario_reach(void) {
   unsigned reach[N_REACH + 1], full = 0;
   for (int i = 1; i <= N_REACH; i++) {
     before[i] = net.node[i].rx_seed_chunks;
-    reach[i] = links_reach(&net, i) | 1u << (i <= 8 ? 0 : i <= 15 ? 1 : 2);
+    reach[i] = links_reach(&net, i) | 1u << reach_region(i);
     full += reach[i] == 7;
   }
   publish(&net, seed, 2);

@@ -7,6 +7,7 @@
 
 #include <string.h>
 #include <zstd.h>
+#include <zstd_errors.h>
 
 size_t dense_bound(size_t nbytes) { return ZSTD_compressBound(nbytes); }
 
@@ -45,8 +46,8 @@ static void unsplit(uint8_t *data, const uint8_t *src, size_t nbytes,
  * KiB (blocks of 2^16 BF16 symbols, an anchor cut to 128 KiB chunks)
  * fits in one zstd block of 128 KiB with its neighbour, and coded 7%
  * larger that way (docs/codec.md "Blocks"). Any zstd decoder reads the
- * frame as before. Returns 0, STITCH_ELIMIT when CAP is too small, or
- * STITCH_ENOMEM. */
+ * frame as before. Returns 0, STITCH_ELIMIT when CAP is too small,
+ * STITCH_ENOMEM, or STITCH_EINVAL for any other zstd error. */
 static int planes_frame(const uint8_t *src, size_t nbytes, unsigned sb,
                         int level, uint8_t *out, size_t cap, size_t *out_len) {
   ZSTD_CCtx *cc = ZSTD_createCCtx();
@@ -65,7 +66,10 @@ static int planes_frame(const uint8_t *src, size_t nbytes, unsigned sb,
     for (;;) {
       size_t left = ZSTD_compressStream2(cc, &ob, &ib, end);
       if (ZSTD_isError(left)) {
-        rc = STITCH_ELIMIT;
+        ZSTD_ErrorCode e = ZSTD_getErrorCode(left);
+        rc = e == ZSTD_error_memory_allocation ? STITCH_ENOMEM
+             : e == ZSTD_error_dstSize_tooSmall ? STITCH_ELIMIT
+                                                 : STITCH_EINVAL;
         break;
       }
       if (left == 0 && ib.pos == ib.size)

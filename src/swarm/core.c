@@ -396,6 +396,7 @@ static int far_region(const stitch_swarm *s, const char *region) {
 static void maintain(stitch_swarm *s) {
   size_t have = count_peers(s, 0), pending = 0, pending_same = 0, same, cross;
   reach_tell(s, NULL); /* what our links reach, if that changed */
+  reach_regions(s);
   s->region_known = 0; /* fetch.c's estimate of our region's size */
   s->far_known = 0;
   for (size_t i = 0; i < s->n_addrs; i++) {

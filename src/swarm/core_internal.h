@@ -34,6 +34,7 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
 #define CORE_REQUEST_MS 15000   /* a request not answered */
 #define CORE_MAINTAIN_MS 500    /* neighbour upkeep */
 #define CORE_PEX_MS 20000
+#define CORE_REACH_NEW 2        /* regions one peer's REACHes may add */
 #define CORE_SEED_IDLE_MS 2000  /* the seed re-offers to a peer idle this long */
 #define CORE_RATE_PER_S 4000    /* messages a peer may send per second */
 #define CORE_RATE_BURST 20000
@@ -137,6 +138,7 @@ typedef struct peer {
    * our region table. */
   uint32_t reach;
   int reach_known;
+  unsigned regions_added; /* names its REACHes added to our table */
 } peer;
 
 typedef struct addr_entry {
@@ -205,10 +207,10 @@ struct stitch_swarm {
   double xr_sum;          /* ranks of the crossers heard of (region_size) */
   unsigned xr_n;
   /* Regions met, numbered for reach masks (reach.c); the reach we last
-   * told the seed. */
+   * told the seed; seed: every region its peers and addresses are in. */
   char regions[CORE_MAX_REGIONS][STITCH_SWARM_REGION_MAX];
   unsigned n_regions;
-  uint32_t reach_told;
+  uint32_t reach_told, regions_all;
   stitch_swarm_stats st;
 };
 
@@ -257,9 +259,12 @@ void seed_on_upload(stitch_swarm *s, const chunk_id *c);
 /* Tells the seed which other regions our links reach: P, a seed link
  * just ready, at once; with P NULL, every seed link if that changed. */
 void reach_tell(stitch_swarm *s, peer *p);
+/* Seed: the regions a receiver should reach, those of its peers and known
+ * addresses and those two peers reach (maintain, and on each REACH). */
+void reach_regions(stitch_swarm *s);
 void reach_on_msg(stitch_swarm *s, peer *p, const wire_msg *m);
-/* Seed: do P's links reach every region its other peers are in or
- * reach? Never before P has said (REACH). */
+/* Seed: do P and its links reach every region (reach_regions)? Never
+ * before P has said (REACH). */
 int reach_all(stitch_swarm *s, const peer *p);
 
 #endif

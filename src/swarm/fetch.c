@@ -877,7 +877,8 @@ void seed_on_upload(stitch_swarm *s, const chunk_id *c) {
 /* Ready peers that lack some of (version, object): those that said so,
  * and those that have not said anything about it yet, which at a new
  * version is everyone soon. Counting only those that had asked gave the
- * first peer to ask a share of the whole object. */
+ * first peer to ask a share of the whole object. REACHING: only those
+ * whose links reach every region (reach_all). */
 static unsigned wanting(stitch_swarm *s, uint64_t version, uint32_t object,
                         int reaching) {
   unsigned n = 0;
@@ -933,7 +934,9 @@ void seed_offer(stitch_swarm *s, peer *p) {
                                                     : off->since_ms;
     if (round_done && s->now_ms - moved < CORE_SEED_IDLE_MS)
       continue;
-    unsigned reaching = round_done ? 0 : wanting(s, want->version, o, 1);
+    unsigned reaching = round_done || want->n > s->n_peers
+                            ? 0
+                            : wanting(s, want->version, o, 1);
     int few = reaching > 0 && want->n <= reaching;
     if (few && !reach_all(s, p))
       continue;

@@ -260,7 +260,7 @@ void seed_on_upload(stitch_swarm *s, const chunk_id *c);
  * just ready, at once; with P NULL, every seed link if that changed. */
 void reach_tell(stitch_swarm *s, peer *p);
 /* Seed: the regions a receiver should reach, those of its peers and known
- * addresses and those two peers reach (maintain, and on each REACH). */
+ * addresses and those two peers reach (maintain, every CORE_MAINTAIN_MS). */
 void reach_regions(stitch_swarm *s);
 void reach_on_msg(stitch_swarm *s, peer *p, const wire_msg *m);
 /* Seed: do P and its links reach every region (reach_regions)? Never

@@ -121,7 +121,8 @@ void reach_on_msg(stitch_swarm *s, peer *p, const wire_msg *m) {
   }
   p->reach = mask;
   p->reach_known = 1;
-  reach_regions(s);
+  /* The regions that count are updated by maintain, not here: a peer may
+   * send thousands of REACHes a second, and that walks every address. */
 }
 
 int reach_all(stitch_swarm *s, const peer *p) {

@@ -923,10 +923,11 @@ static void scenario_cross_on_top(void) {
   sn_free(&net);
 }
 
-/* Bit r set for each region (0 "eu", 1 "us", 2 "asia") that node N's
- * open links reach, the seed's not counted. */
+static const char *const reach_names[3] = {"eu", "us", "asia"};
+
+/* Bit r set for each region (reach_names[r]) that node N's open links
+ * reach, the seed's not counted. */
 static unsigned links_reach(const sn_net *net, int n) {
-  static const char *const names[3] = {"eu", "us", "asia"};
   unsigned m = 0;
   for (size_t i = 0; i < net->n_conn; i++) {
     const sn_conn *c = &net->conn[i];
@@ -935,7 +936,7 @@ static unsigned links_reach(const sn_net *net, int n) {
       continue;
     const sn_node *o = &net->node[a == n ? b : a];
     for (int r = 0; r < 3; r++)
-      if (!o->cfg.seed && strcmp(o->region, names[r]) == 0)
+      if (!o->cfg.seed && strcmp(o->region, reach_names[r]) == 0)
         m |= 1u << r;
   }
   return m;
@@ -956,12 +957,11 @@ static unsigned links_reach(const sn_net *net, int n) {
 #define N_REACH 22 /* 8 of "eu", 7 of "us", 7 of "asia" */
 static int reach_region(int i) { return i <= 8 ? 0 : i <= 15 ? 1 : 2; }
 static void scenario_reach(void) {
-  static const char *const names[3] = {"eu", "us", "asia"};
   sn_net net;
   sn_node *seed = build(&net, &default_params, 0); /* n0, "eu" */
   sn_start(&net, seed, NULL, 0);
   for (int i = 1; i <= N_REACH; i++) {
-    sn_node *n = sn_add(&net, names[reach_region(i)], 0, 1);
+    sn_node *n = sn_add(&net, reach_names[reach_region(i)], 0, 1);
     n->cfg.cross_region = i == 7 || i == 8 ? 2 : 1;
     n->cfg.max_peers = 4;
   }

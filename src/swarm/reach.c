@@ -80,6 +80,7 @@ void reach_tell(stitch_swarm *s, peer *p) {
   uint32_t now = our_reach(s);
   if (p != NULL) { /* a seed link just became ready */
     send_reach(s, p, now);
+    s->reach_told = now;
     return;
   }
   if (now == s->reach_told)

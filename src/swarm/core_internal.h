@@ -167,9 +167,9 @@ typedef struct vstate {
   uint32_t *crossing[STITCH_MAX_OBJECTS];
   /* When our first request out for each chunk went (the endgame). */
   uint32_t *asked_at[STITCH_MAX_OBJECTS];
-  /* The chunks the seed gave us, in order: what we pass across. */
-  uint32_t *seeded[STITCH_MAX_OBJECTS];
-  uint32_t n_seeded[STITCH_MAX_OBJECTS];
+  /* The chunk the seed gave us last, plus one (0: none): what a far
+   * neighbour that was busy when it came may still be passed. */
+  uint64_t last_seeded[STITCH_MAX_OBJECTS];
   uint64_t added_ms; /* when we learnt of it */
 } vstate;
 

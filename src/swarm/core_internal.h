@@ -57,6 +57,12 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
 #define CORE_CROSS_SPREAD_MS 200
 #define CORE_CROSS_TRUST_MS 3000
 #define CORE_CROSS_SAMPLES 8    /* crossers' ranks before they size a region */
+/* A far peer asking for a chunk we have queued for, or sent within
+ * CORE_SENT_RECENT_MS to, another node of its region is told it is coming
+ * that way (fetch.c coming_into); each peer's last CORE_SENT_KEPT chunks
+ * sent are kept for that. */
+#define CORE_SENT_KEPT 4
+#define CORE_SENT_RECENT_MS 200
 
 /* One chunk of one object, as the wire names it. */
 typedef struct chunk_id {
@@ -127,6 +133,10 @@ typedef struct peer {
   chunk_id serve[CORE_MAX_SERVE];
   unsigned n_serve;
   uint64_t serve_wait_ms; /* since when it has waited for its next chunk */
+  /* The last chunks we sent it, and when (fetch.c coming_into). */
+  chunk_id sent[CORE_SENT_KEPT];
+  uint64_t sent_ms[CORE_SENT_KEPT];
+  unsigned sent_next;
   /* (version, object) pairs we sent it a BITFIELD for. */
   bits *told;
   size_t n_told;

@@ -388,13 +388,28 @@ static void tell_entering(stitch_swarm *s, vstate *v, const chunk_id *c) {
     tell_crossing(s, v, c, &no_key, NULL);
 }
 
-/* A CROSSING from P: passed on through our region once per chunk. */
+/* A CROSSING from P: passed on through our region once per chunk. From
+ * a far peer, an answer to our request instead: it will not send us the
+ * chunk, which is on its way into our region through another node
+ * (coming_into). The request is dropped, and we wait for a nearby copy as
+ * if we had heard a CROSSING, without telling the region (telling it
+ * made the last node later: those it reached waited for a copy that came
+ * slowly). A far peer may say so only of a chunk we asked it for. */
 void fetch_on_crossing(stitch_swarm *s, peer *p, const wire_msg *m) {
   vstate *v = core_find_version(s, m->version);
   if (v == NULL || m->object >= v->ref.m->n_objects ||
-      m->chunk >= v->ref.m->objects[m->object].n_chunks || far_peer(s, p) ||
-      p->is_seed || bits_get(&v->held[m->object], m->chunk))
+      m->chunk >= v->ref.m->objects[m->object].n_chunks || p->is_seed ||
+      bits_get(&v->held[m->object], m->chunk))
     return; /* not news for our region, or not ours to judge */
+  if (far_peer(s, p)) {
+    chunk_id c = {m->version, m->object, m->chunk};
+    int i = find_request(p, &c);
+    if (i < 0)
+      return;
+    drop_request(s, p, (unsigned)i);
+    v->crossing[c.object][c.chunk] = stamp(s, v);
+    return;
+  }
   uint32_t heard = v->crossing[m->object][m->chunk];
   if (heard != 0 && at_ms(v, heard) + CORE_CROSS_TRUST_MS > s->now_ms)
     return; /* passed on already */
@@ -767,6 +782,26 @@ int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
 
 /* ---- Serving ---------------------------------------------------------- */
 
+/* Is chunk C on its way from us into the region of the far peer P, through
+ * another of its nodes: queued for it (asked or passed), or sent to it in
+ * the last CORE_SENT_RECENT_MS? Returns that node. Two nodes of a region
+ * asked one far peer for the same chunk a median 14 ms apart, sooner than
+ * a CROSSING reaches one from the other. */
+static peer *coming_into(stitch_swarm *s, const peer *p, const chunk_id *c) {
+  for (size_t i = 0; i < s->n_peers; i++) {
+    peer *q = &s->peers[i];
+    if (q == p || q->state != PEER_READY || strcmp(q->region, p->region) != 0)
+      continue;
+    if (fetch_queued(q, c) >= 0)
+      return q;
+    for (unsigned k = 0; k < CORE_SENT_KEPT; k++)
+      if (q->sent_ms[k] != 0 && same_chunk(&q->sent[k], c) &&
+          s->now_ms - q->sent_ms[k] < CORE_SENT_RECENT_MS)
+        return q;
+  }
+  return NULL;
+}
+
 /* How far behind P is on what it asks of us: the fraction it holds of its
  * first queued request's object, as its bitfield and HAVEs tell us. */
 static double behind(peer *p) {
@@ -808,6 +843,16 @@ void fetch_serve_next(stitch_swarm *s, peer *p) {
     vstate *v = core_find_version(s, c.version);
     if (v == NULL || !bits_get(&v->held[c.object], c.chunk))
       continue;
+    /* Into a far region, a chunk goes about once: a second asker there
+     * is told it is coming through another node, and waits for it. */
+    peer *q;
+    if (!s->cfg.seed && far_peer(s, p) && (q = coming_into(s, p, &c)) != NULL) {
+      wire_msg x;
+      ref_msg(&x, WIRE_CROSSING, &c);
+      x.node = q->node;
+      core_send(s, p, &x);
+      continue;
+    }
     const stitch_chunk_ref *r = ref_of(v, c.object, c.chunk);
     const uint8_t *buf;
     size_t len;
@@ -830,6 +875,8 @@ void fetch_serve_next(stitch_swarm *s, peer *p) {
     }
     s->st.bytes_up += len;
     p->serve_wait_ms = s->now_ms;
+    p->sent[p->sent_next % CORE_SENT_KEPT] = c;
+    p->sent_ms[p->sent_next++ % CORE_SENT_KEPT] = s->now_ms;
     if (strcmp(p->region, s->cfg.region) == 0)
       s->st.bytes_to_same_region += len;
     else

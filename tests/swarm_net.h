@@ -116,8 +116,10 @@ typedef enum sn_evil {
   SN_EVIL_GARBAGE,  /* after AUTH: thousands of malformed frames */
   SN_EVIL_UNKNOWN,  /* after AUTH: a frame of an unknown type */
   SN_EVIL_MANIFEST, /* after AUTH: the manifest bytes in evil_buf */
-  SN_EVIL_REACH     /* after AUTH: a REACH of 16 made-up regions, and none
+  SN_EVIL_REACH,    /* after AUTH: a REACH of 16 made-up regions, and none
                        of its own; otherwise honest */
+  SN_EVIL_NOT_ME    /* answers every request from another region with a
+                       CROSSING naming a made-up node, not the chunk */
 } sn_evil;
 
 struct sn_net;
@@ -753,6 +755,19 @@ static void sn_rewrite(sn_node *n, sn_pipe *p, int type, const uint8_t *body,
   }
   if (n->evil == SN_EVIL_REACH && type == WIRE_REACH)
     return; /* its made-up REACH stands */
+  if (n->evil == SN_EVIL_NOT_ME && type == WIRE_CHUNK &&
+      strcmp(n->region, n->net->node[p->to].region) != 0) {
+    wire_msg *m = calloc(1, sizeof(*m));
+    ASSERT(m != NULL);
+    ASSERT_EQ(wire_decode(type, body, len, m, NULL), 0);
+    m->type = WIRE_CROSSING;
+    m->data = NULL;
+    m->data_len = 0;
+    memset(m->node.b, 0x42, sizeof(m->node.b));
+    ASSERT_EQ(wire_encode(&p->out, m), 0);
+    free(m);
+    return;
+  }
   sn_frame(&p->out, type, body, len);
   if (type == WIRE_AUTH && !p->injected) {
     p->injected = 1;

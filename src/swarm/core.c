@@ -235,6 +235,7 @@ static void version_free(vstate *v) {
     free(v->offers[o]);
     free(v->far_at[o]);
     free(v->crossing[o]);
+    free(v->coming[o]);
     free(v->asked_at[o]);
   }
   free(v->raw);
@@ -700,6 +701,7 @@ static int add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
           (v->offers[o] = calloc(n + 1, 2)) == NULL ||
           (v->far_at[o] = calloc(n + 1, 4)) == NULL ||
           (v->crossing[o] = calloc(n + 1, 4)) == NULL ||
+          (v->coming[o] = calloc(n + 1, 4)) == NULL ||
           (v->asked_at[o] = calloc(n + 1, 4)) == NULL;
     for (uint64_t c = 0; c < n && !bad; c++) {
       if (s->io.chunk_has(s->io.user, &m->objects[o].chunks[c].hash))

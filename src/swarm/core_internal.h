@@ -57,12 +57,16 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
 #define CORE_CROSS_SPREAD_MS 200
 #define CORE_CROSS_TRUST_MS 3000
 #define CORE_CROSS_SAMPLES 8    /* crossers' ranks before they size a region */
-/* A far peer asking for a chunk we have queued for, or sent within
- * CORE_SENT_RECENT_MS to, another node of its region is told it is coming
- * that way (fetch.c coming_into); each peer's last CORE_SENT_KEPT chunks
- * sent are kept for that. */
+/* A far peer asking for a chunk we sent within CORE_SENT_RECENT_MS to
+ * another node of its region is told it is coming that way (fetch.c
+ * coming_into); each peer's last CORE_SENT_KEPT chunks sent are kept for
+ * that. */
 #define CORE_SENT_KEPT 4
 #define CORE_SENT_RECENT_MS 200
+/* Told so, a node fetches that chunk across from no one for this long,
+ * once per chunk: the copy is about a far round trip away, and a far peer
+ * that says so of everything must not hold a region back for long. */
+#define CORE_COMING_WAIT_MS 500
 
 /* One chunk of one object, as the wire names it. */
 typedef struct chunk_id {
@@ -175,6 +179,9 @@ typedef struct vstate {
    * (or sent) a CROSSING for it. */
   uint32_t *far_at[STITCH_MAX_OBJECTS];
   uint32_t *crossing[STITCH_MAX_OBJECTS];
+  /* When a far peer last answered our request for each chunk that it is
+   * coming into our region another way (fetch.c coming_into). */
+  uint32_t *coming[STITCH_MAX_OBJECTS];
   /* When our first request out for each chunk went (the endgame). */
   uint32_t *asked_at[STITCH_MAX_OBJECTS];
   /* The chunk the seed gave us last, plus one (0: none): what a far

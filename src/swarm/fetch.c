@@ -329,10 +329,13 @@ static int cross_ok(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c) {
   if (held_nearby(s, v->ref.m->version, o, c))
     return 0;
   uint64_t next;
-  if (v->crossing[o][c] != 0 &&
-      (next = at_ms(v, v->crossing[o][c]) + CORE_CROSS_TRUST_MS) > s->now_ms) {
-    wake_at(s, next);
-    return 0;
+  for (int k = 0; k < 2; k++) {
+    uint32_t heard = k == 0 ? v->crossing[o][c] : v->coming[o][c];
+    uint64_t wait = k == 0 ? CORE_CROSS_TRUST_MS : CORE_COMING_WAIT_MS;
+    if (heard != 0 && (next = at_ms(v, heard) + wait) > s->now_ms) {
+      wake_at(s, next);
+      return 0;
+    }
   }
   if (v->far_at[o][c] == 0)
     v->far_at[o][c] = stamp(s, v);
@@ -391,10 +394,12 @@ static void tell_entering(stitch_swarm *s, vstate *v, const chunk_id *c) {
 /* A CROSSING from P: passed on through our region once per chunk. From
  * a far peer, an answer to our request instead: it will not send us the
  * chunk, which is on its way into our region through another node
- * (coming_into). The request is dropped, and we wait for a nearby copy as
- * if we had heard a CROSSING, without telling the region (telling it
- * made the last node later: those it reached waited for a copy that came
- * slowly). A far peer may say so only of a chunk we asked it for. */
+ * (coming_into). It counts as a REJECT (we ask that peer for the chunk no
+ * more), and we wait for a nearby copy as after a CROSSING, without
+ * telling the region (telling it made the last node later: those it
+ * reached waited for a copy that came slowly). A far peer may say so only
+ * of a chunk we asked it for, so one that says it of everything holds
+ * back each chunk from us once, for CORE_CROSS_TRUST_MS. */
 void fetch_on_crossing(stitch_swarm *s, peer *p, const wire_msg *m) {
   vstate *v = core_find_version(s, m->version);
   if (v == NULL || m->object >= v->ref.m->n_objects ||
@@ -403,11 +408,11 @@ void fetch_on_crossing(stitch_swarm *s, peer *p, const wire_msg *m) {
     return; /* not news for our region, or not ours to judge */
   if (far_peer(s, p)) {
     chunk_id c = {m->version, m->object, m->chunk};
-    int i = find_request(p, &c);
-    if (i < 0)
+    if (find_request(p, &c) < 0)
       return;
-    drop_request(s, p, (unsigned)i);
-    v->crossing[c.object][c.chunk] = stamp(s, v);
+    fetch_on_reject(s, p, &c);
+    if (v->coming[c.object][c.chunk] == 0)
+      v->coming[c.object][c.chunk] = stamp(s, v);
     return;
   }
   uint32_t heard = v->crossing[m->object][m->chunk];
@@ -639,12 +644,14 @@ static int wanted_by_all(const stitch_swarm *s, const vstate *v, uint32_t o) {
  * has nothing queued with us: a link across carries little at once (its
  * window over the long round trip), and a backlog of passed chunks held
  * its own requests back for 2 s in the simulator. Not if a neighbour of
- * Q's region holds it, or has it coming from us. */
+ * Q's region holds it, or has it coming from us (queued, or sent lately:
+ * coming_into would not send it then). */
+static peer *coming_into(stitch_swarm *s, const peer *p, const chunk_id *c);
 static int may_pass(stitch_swarm *s, peer *q, vstate *v, const chunk_id *c) {
   return q->state == PEER_READY && far_peer(s, q) && q->n_serve == 0 &&
          (peer_bits(q, c->version, c->object, 0, 0) != NULL ||
           wanted_by_all(s, v, c->object)) &&
-         !region_has(s, q->region, c);
+         !region_has(s, q->region, c) && coming_into(s, q, c) == NULL;
 }
 
 /* Queues C ahead of Q's requests, unasked, and counts it as Q's from now:
@@ -782,17 +789,23 @@ int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
 
 /* ---- Serving ---------------------------------------------------------- */
 
-/* Is chunk C on its way from us into the region of the far peer P, through
- * another of its nodes: queued for it (asked or passed), or sent to it in
- * the last CORE_SENT_RECENT_MS? Returns that node. Two nodes of a region
- * asked one far peer for the same chunk a median 14 ms apart, sooner than
- * a CROSSING reaches one from the other. */
+/* Is chunk C on its way from us into the region of the far peer P: sent
+ * to another node of that region in the last CORE_SENT_RECENT_MS, or
+ * queued for one whose link is moving (we began a chunk to it in that
+ * time; a requester that stops reading must not hold the chunk back from
+ * its region)? Returns that node. Two nodes of a region asked one far
+ * peer for the same chunk a median 14 ms apart, sooner than a CROSSING
+ * reaches one from the other. Without the queued ones the last node came
+ * later (docs/simulator.md, "One copy into a region at a time"). */
 static peer *coming_into(stitch_swarm *s, const peer *p, const chunk_id *c) {
   for (size_t i = 0; i < s->n_peers; i++) {
     peer *q = &s->peers[i];
-    if (q == p || q->state != PEER_READY || strcmp(q->region, p->region) != 0)
+    if (q == p || q->state != PEER_READY || q->is_seed ||
+        strcmp(q->region, p->region) != 0)
       continue;
-    if (fetch_queued(q, c) >= 0)
+    uint64_t last = q->sent_ms[(q->sent_next + CORE_SENT_KEPT - 1) % CORE_SENT_KEPT];
+    if (q->sent_next > 0 && s->now_ms - last < CORE_SENT_RECENT_MS &&
+        fetch_queued(q, c) >= 0)
       return q;
     for (unsigned k = 0; k < CORE_SENT_KEPT; k++)
       if (q->sent_ms[k] != 0 && same_chunk(&q->sent[k], c) &&

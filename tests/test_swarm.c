@@ -720,8 +720,9 @@ static void scenario_regions(void) {
  * chunk and passes that chunk later (fetch.c pass_more). What "eu" sends
  * into "us" is counted at the senders, second copies included. Passing
  * later whichever chunk the seed gave that the far neighbour still seemed
- * to lack sent 1.49-1.57 times v1 (test seeds 1 to 8); passing the last
- * one only, 1.08-1.15 times. */
+ * to lack sent 1.49-1.57 times v1 (test seeds 1 to 8; 1.48-1.52 over
+ * seeds 1 to 4 once coming_into was in); passing the last one only,
+ * 1.08-1.15 times. */
 static void scenario_pass_fresh(void) {
   sn_net net;
   sn_params p = default_params;

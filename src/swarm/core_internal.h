@@ -179,7 +179,7 @@ typedef struct vstate {
    * (or sent) a CROSSING for it. */
   uint32_t *far_at[STITCH_MAX_OBJECTS];
   uint32_t *crossing[STITCH_MAX_OBJECTS];
-  /* When a far peer last answered our request for each chunk that it is
+  /* When a far peer first answered our request for each chunk that it is
    * coming into our region another way (fetch.c coming_into). */
   uint32_t *coming[STITCH_MAX_OBJECTS];
   /* When our first request out for each chunk went (the endgame). */

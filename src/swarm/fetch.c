@@ -325,18 +325,23 @@ static void count_crosser(stitch_swarm *s, double rank) {
  * seed for a chunk, or is passed one unasked across (tell_entering). A
  * node that sees a nearby copy fetches that. docs/swarm.md has the rule,
  * docs/simulator.md the figures. */
+/* Is it under WAIT ms since the time stamped SINCE (0: never)? Then the
+ * schedule runs again when the wait ends. */
+static int still_waiting(stitch_swarm *s, const vstate *v, uint32_t since,
+                         uint64_t wait) {
+  if (since == 0 || at_ms(v, since) + wait <= s->now_ms)
+    return 0;
+  wake_at(s, at_ms(v, since) + wait);
+  return 1;
+}
+
 static int cross_ok(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c) {
   if (held_nearby(s, v->ref.m->version, o, c))
     return 0;
+  if (still_waiting(s, v, v->crossing[o][c], CORE_CROSS_TRUST_MS) ||
+      still_waiting(s, v, v->coming[o][c], CORE_COMING_WAIT_MS))
+    return 0;
   uint64_t next;
-  for (int k = 0; k < 2; k++) {
-    uint32_t heard = k == 0 ? v->crossing[o][c] : v->coming[o][c];
-    uint64_t wait = k == 0 ? CORE_CROSS_TRUST_MS : CORE_COMING_WAIT_MS;
-    if (heard != 0 && (next = at_ms(v, heard) + wait) > s->now_ms) {
-      wake_at(s, next);
-      return 0;
-    }
-  }
   if (v->far_at[o][c] == 0)
     v->far_at[o][c] = stamp(s, v);
   double rank = cross_rank(v, o, c, &s->cfg.node_pk);
@@ -398,8 +403,9 @@ static void tell_entering(stitch_swarm *s, vstate *v, const chunk_id *c) {
  * more), and we wait for a nearby copy as after a CROSSING, without
  * telling the region (telling it made the last node later: those it
  * reached waited for a copy that came slowly). A far peer may say so only
- * of a chunk we asked it for, so one that says it of everything holds
- * back each chunk from us once, for CORE_CROSS_TRUST_MS. */
+ * of a chunk we asked it for, and the wait starts at the first time only,
+ * so one that says it of everything holds back each chunk from us once,
+ * for CORE_COMING_WAIT_MS. */
 void fetch_on_crossing(stitch_swarm *s, peer *p, const wire_msg *m) {
   vstate *v = core_find_version(s, m->version);
   if (v == NULL || m->object >= v->ref.m->n_objects ||
@@ -803,8 +809,8 @@ static peer *coming_into(stitch_swarm *s, const peer *p, const chunk_id *c) {
     if (q == p || q->state != PEER_READY || q->is_seed ||
         strcmp(q->region, p->region) != 0)
       continue;
-    uint64_t last = q->sent_ms[(q->sent_next + CORE_SENT_KEPT - 1) % CORE_SENT_KEPT];
-    if (q->sent_next > 0 && s->now_ms - last < CORE_SENT_RECENT_MS &&
+    unsigned last = (q->sent_next + CORE_SENT_KEPT - 1) % CORE_SENT_KEPT;
+    if (q->sent_next > 0 && s->now_ms - q->sent_ms[last] < CORE_SENT_RECENT_MS &&
         fetch_queued(q, c) >= 0)
       return q;
     for (unsigned k = 0; k < CORE_SENT_KEPT; k++)

@@ -39,14 +39,15 @@ check_traj() {
   echo "ok: $name, 4 steps bit-exact"
 }
 
-# Large tensors code their blocks as GAPS by default and as SPARSE with
-# --small (docs/codec.md, "Two sparse codings"): both come back bit for bit.
+# Large tensors code their blocks as GAPS by default, as SPARSE with
+# --small and as RANS with --fastest (docs/codec.md, "Two sparse codings",
+# "The fastest mode"): all come back bit for bit.
 check_modes() {
   local dir="$work/modes" mode
   "$bin/stitch-synth" --out "$dir" --steps 1 --params 3e6 --quiet --view "$1" --lr "$2"
-  for mode in fast small; do
+  for mode in fast small fastest; do
     local extra=()
-    [ "$mode" = small ] && extra=(--small)
+    [ "$mode" != fast ] && extra=(--"$mode")
     "$bin/stitch" delta "$dir/step_0000.safetensors" "$dir/step_0001.safetensors" \
       -o "$work/$mode.delta" --json "${extra[@]}" >"$work/$mode.json"
     "$bin/stitch" apply "$dir/step_0000.safetensors" "$work/$mode.delta" -o "$work/out.safetensors"
@@ -60,7 +61,11 @@ check_modes() {
   if grep -q '"gaps"' "$work/small.json"; then
     echo "FAIL: $1: --small coded a GAPS block" >&2; exit 1
   fi
-  echo "ok: $1, GAPS by default and SPARSE with --small, both bit-exact"
+  grep -q '"rans"' "$work/fastest.json" || { echo "FAIL: $1: no RANS block with --fastest" >&2; exit 1; }
+  if grep -q '"gaps"' "$work/fastest.json"; then
+    echo "FAIL: $1: --fastest coded a GAPS block" >&2; exit 1
+  fi
+  echo "ok: $1, GAPS by default, SPARSE with --small, RANS with --fastest, all bit-exact"
 }
 
 check_modes bf16 3e-6
@@ -71,4 +76,4 @@ check_traj fp8 10 --view fp8 --lr 1e-6
 check_traj fp8-block 10 --view fp8 --fp8-block 128 --lr 1e-6
 check_traj nvfp4 10 --view nvfp4 --lr 1e-6
 check_traj f32 100 --view f32 --lr 1e-6
-echo "roundtrip_synth: 6 trajectories and 2 coding modes ok"
+echo "roundtrip_synth: 6 trajectories and 3 coding modes ok"

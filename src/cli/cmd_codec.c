@@ -82,13 +82,16 @@ int cmd_delta(int argc, char **argv) {
   const char *pos[2];
   flag fl[] = {{"-o", 1, NULL},     {"--stats", 0, NULL}, {"--json", 0, NULL},
                {"--block-log2", 1, NULL}, {"--level", 1, NULL},
-               {"--small", 0, NULL}};
-  int n = cli_parse_args(argc, argv, pos, 2, fl, 6);
+               {"--small", 0, NULL}, {"--fastest", 0, NULL}};
+  int n = cli_parse_args(argc, argv, pos, 2, fl, 7);
   if (n < 0)
     return 2;
   if (n != 2 || fl[0].value == NULL)
     return cli_usage_error("stitch delta OLD NEW -o OUT [--stats] [--json] "
-                           "[--block-log2 N] [--level L] [--small]");
+                           "[--block-log2 N] [--level L] [--small | --fastest]");
+  if (fl[5].value && fl[6].value)
+    return cli_usage_error("stitch delta: --small and --fastest do not go "
+                           "together");
   stitch_delta_opts o = {0};
   if (fl[3].value)
     o.block_log2 = (uint32_t)strtoul(fl[3].value, NULL, 10);
@@ -96,6 +99,8 @@ int cmd_delta(int argc, char **argv) {
     o.zstd_level = atoi(fl[4].value);
   if (fl[5].value) /* SPARSE everywhere: a few % smaller, slower */
     o.sparse_mode = STITCH_SPARSE_SMALL;
+  if (fl[6].value) /* RANS: at about the memoryless bound, fastest */
+    o.sparse_mode = STITCH_SPARSE_FASTEST;
   int last_pct = -1;
   if (isatty(2)) {
     o.progress = show_progress;

@@ -17,7 +17,7 @@
 #include <zstd.h>
 
 const char *stitch_coding_name(int coding) {
-  static const char *names[] = {"same", "sparse", "xor", "planes", "raw", "gaps"};
+  static const char *names[] = {"same", "sparse", "xor", "planes", "raw", "gaps", "rans"};
   return coding >= 0 && coding < STITCH_CODING_COUNT_ ? names[coding] : "?";
 }
 
@@ -88,15 +88,21 @@ static int code_block(enc *e, const sym_fmt *f, const uint8_t *old,
   /* Raw is the ceiling every other coding must beat. */
   *coding = STITCH_CODING_RAW;
   *len = nb;
-  /* The sparse coding of this block: GAPS, fast, for large blocks unless
-   * the caller wants the smallest (docs/codec.md). */
+  /* The sparse coding of this block: for large blocks GAPS, fast, or
+   * RANS, fastest, unless the caller wants the smallest (docs/codec.md). */
   int sc = e->o->sparse_mode == STITCH_SPARSE_FAST && sp.n >= GAPS_MIN_SYMBOLS
                ? STITCH_CODING_GAPS
+           : e->o->sparse_mode == STITCH_SPARSE_FASTEST &&
+                   sp.n >= RANS_MIN_SYMBOLS
+               ? STITCH_CODING_RANS
                : STITCH_CODING_SPARSE;
   if (ob != NULL) {
     size_t n = 0;
     int rc = sc == STITCH_CODING_GAPS
                  ? gaps_encode(f, old, nw, sp, e->cand, nb, &n, changed)
+             : sc == STITCH_CODING_RANS
+                 ? rans_encode(f, old, nw, sp, e->cand, nb, &n, changed,
+                               e->scratch, e->work_cap)
                  : GAPS_DECLINED;
     if (rc == GAPS_DECLINED) { /* SPARSE, perhaps coded by pick_nibble */
       sc = STITCH_CODING_SPARSE;
@@ -194,7 +200,7 @@ static int pick_nibble(enc *e, const stitch_tensor *bt, const stitch_tensor *t,
     uint64_t n = t->nbytes - s < sample ? t->nbytes - s : sample;
     if (memcmp(bt->data + s, t->data + s, n) == 0)
       continue;
-    if (e->o->sparse_mode == STITCH_SPARSE_FAST) { /* counts, no coding */
+    if (e->o->sparse_mode != STITCH_SPARSE_SMALL) { /* counts, no coding */
       *nibble = nibbles_cheaper(bt->data + s, t->data + s, n);
       return 0;
     }
@@ -389,7 +395,8 @@ int stitch_delta_encode(const stitch_st *base, const stitch_st *result,
             d, STITCH_EINVAL, "block size 2^%u is out of range [2^%d, 2^%d]",
             e.block_log2, DELTA_MIN_BLOCK_LOG2, DELTA_MAX_BLOCK_LOG2);
   RETURN_IF(opts->sparse_mode != STITCH_SPARSE_FAST &&
-                opts->sparse_mode != STITCH_SPARSE_SMALL,
+                opts->sparse_mode != STITCH_SPARSE_SMALL &&
+                opts->sparse_mode != STITCH_SPARSE_FASTEST,
             d, STITCH_EINVAL, "unknown sparse mode %d", opts->sparse_mode);
   e.level = opts->zstd_level ? opts->zstd_level : 3;
   e.index.max = DELTA_MAX_INDEX;

@@ -128,6 +128,17 @@ int gaps_decode(const sym_fmt *f, uint8_t *data, block_span sp,
 unsigned gaps_weight_of_code(unsigned b);
 uint8_t gaps_code_of_weight(double w);
 
+/* The RANS coding (rans.c): same contract as sparse_encode, with SCRATCH
+ * (two bytes a change; STITCH_ELIMIT when it is too small). The decoder
+ * patches exactly CHANGED changes, the index's count. */
+#define RANS_MIN_SYMBOLS (1u << 12) /* smaller blocks: SPARSE */
+int rans_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
+                block_span sp, uint8_t *out, size_t cap, size_t *out_len,
+                uint64_t *changed, uint8_t *scratch, size_t scratch_cap);
+int rans_decode(const sym_fmt *f, uint8_t *data, block_span sp,
+                const uint8_t *in, size_t len, uint64_t changed,
+                stitch_diag *d);
+
 /* Dense codings over the byte range of a block. */
 size_t dense_bound(size_t nbytes);
 int dense_encode(int coding, unsigned sym_bytes, const uint8_t *old,

@@ -255,8 +255,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   CHECK(stitch_st_parse(bbuf, blen, &base, &d) == 0);
   CHECK(stitch_st_parse(rbuf, rlen, &res, &d) == 0);
 
-  stitch_delta_opts o = {.block_log2 = 8 + (flags & 3),
-                         .zstd_level = 1 + ((flags >> 2) & 3)};
+  /* Bit 7: the fastest mode, in blocks large enough for RANS. */
+  stitch_delta_opts o = {.block_log2 = (flags & 0x80 ? 12 : 8) + (flags & 3),
+                         .zstd_level = 1 + ((flags >> 2) & 3),
+                         .sparse_mode = flags & 0x80 ? STITCH_SPARSE_FASTEST
+                                                     : STITCH_SPARSE_FAST};
   uint8_t *dbytes, *dbytes2;
   size_t dlen, dlen2;
   stitch_delta_stats st = {0};

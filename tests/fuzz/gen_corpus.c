@@ -26,6 +26,7 @@
 
 static const char *outdir;
 static int failures;
+static int sparse_mode; /* of the deltas make_delta codes */
 
 static void write_file(const char *target, const char *name, const uint8_t *p,
                        size_t n) {
@@ -159,7 +160,7 @@ static uint8_t *make_delta(const tdata *b, size_t nb, const tdata *r, size_t nr,
     fprintf(stderr, "gen_corpus: %s\n", d.msg);
     exit(1);
   }
-  stitch_delta_opts o = {.block_log2 = block_log2};
+  stitch_delta_opts o = {.block_log2 = block_log2, .sparse_mode = sparse_mode};
   uint8_t *out;
   if (stitch_delta_encode(bs, rs, &o, &out, len, NULL, &d) != 0) {
     fprintf(stderr, "gen_corpus: encode: %s\n", d.msg);
@@ -239,6 +240,11 @@ static void gen_deltas(uint8_t **keep, size_t *keep_len) {
     size_t len;
     uint8_t *p = make_delta(&b, 1, &n, 1, NULL, 16, &len);
     emit_delta("gaps-bf16", p, len, (want){STITCH_CODING_GAPS, 0, 0});
+    free(p);
+    sparse_mode = STITCH_SPARSE_FASTEST; /* the same change, as RANS */
+    p = make_delta(&b, 1, &n, 1, NULL, 16, &len);
+    sparse_mode = STITCH_SPARSE_FAST;
+    emit_delta("rans-bf16", p, len, (want){STITCH_CODING_RANS, 0, 0});
     free(p);
     free_all(&b, 1), free_all(&n, 1);
   }

@@ -43,7 +43,7 @@
 
 #define USAGE                                                                 \
   "usage: " PROG " TRAJ_DIR [--reps N] [--json] [--json-out FILE] "         \
-  "[--step K] [--threads N] "                                                \
+  "[--step K] [--threads N] [--fastest] "                                    \
   "[--only load|encode|zstd|apply]"
 
 #define HELP                                                                  \
@@ -56,6 +56,7 @@
   "  --step K     only the pair ending at step K\n"                          \
   "  --threads N  apply, and the memcpy it is compared with, on N threads\n" \
   "               (default 1; 0: every CPU)\n"                             \
+  "  --fastest    code changes as RANS (stitch delta --fastest)\n"         \
   "  --only OP    run OP once for one pair (--step, default 1), untimed,\n"  \
   "               for callgrind: load (baseline), encode, zstd, apply\n"     \
   "\nExit status: 0, 1 if an applied copy is not bit-exact or on error,\n"   \
@@ -71,6 +72,7 @@ typedef struct opts {
   unsigned step; /* 0: all */
   only_op only;
   unsigned threads; /* apply threads: 1 (default), or 0 for every CPU */
+  int sparse_mode;  /* STITCH_SPARSE_FAST, or _FASTEST with --fastest */
 } opts;
 
 /* One pair's figures. Times are the best of the reps, in seconds. */
@@ -143,6 +145,8 @@ static int parse_args(int argc, char **argv, opts *o) {
       exit(0);
     } else if (!strcmp(a, "--json")) {
       o->json = 1;
+    } else if (!strcmp(a, "--fastest")) {
+      o->sparse_mode = STITCH_SPARSE_FASTEST;
     } else if (!strcmp(a, "--reps") || !strcmp(a, "--step") ||
                !strcmp(a, "--only") || !strcmp(a, "--json-out") ||
                !strcmp(a, "--threads")) {
@@ -411,7 +415,8 @@ static int run_only(const opts *o) {
     return 1;
   /* Digests are trusted as given: zeros keep the digest out of the count. */
   stitch_digest zero = {{0}};
-  stitch_delta_opts eo = {.base_digest = &zero, .result_digest = &zero};
+  stitch_delta_opts eo = {.base_digest = &zero, .result_digest = &zero,
+                         .sparse_mode = o->sparse_mode};
   stitch_diag d = {{0}};
   int rc = 0;
   uint8_t *delta = NULL;
@@ -485,7 +490,8 @@ static int bench_pair(const opts *o, unsigned k, ZSTD_CCtx *cc,
   }
 
   /* Encode (codec alone: digests given) and zstd -1, alternating. */
-  stitch_delta_opts eo = {.base_digest = base_dg, .result_digest = res_dg};
+  stitch_delta_opts eo = {.base_digest = base_dg, .result_digest = res_dg,
+                         .sparse_mode = o->sparse_mode};
   uint8_t *delta = NULL;
   size_t dlen = 0;
   for (unsigned i = 0; i < o->reps; i++) {

@@ -28,6 +28,7 @@ typedef enum stitch_coding {
   STITCH_CODING_PLANES = 3, /* zstd(byte planes of new) */
   STITCH_CODING_RAW = 4,    /* new bytes as they are */
   STITCH_CODING_GAPS = 5,   /* weighted gaps between changes, fixed model */
+  STITCH_CODING_RANS = 6,   /* gaps and steps from static tables, rANS */
   STITCH_CODING_COUNT_
 } stitch_coding;
 
@@ -47,11 +48,13 @@ typedef struct stitch_delta_opts {
   /* How changes are coded: STITCH_SPARSE_FAST (the default) codes blocks
    * of 2^16 symbols or more as GAPS and smaller ones as SPARSE;
    * STITCH_SPARSE_SMALL codes every sparse block as SPARSE (docs/codec.md,
-   * "Two sparse codings"). */
+   * "Two sparse codings"); STITCH_SPARSE_FASTEST codes them as RANS, at
+   * about the memoryless bound, for speed (docs/codec.md, "The fastest
+   * mode"). */
   int sparse_mode;
 } stitch_delta_opts;
 
-enum { STITCH_SPARSE_FAST = 0, STITCH_SPARSE_SMALL = 1 };
+enum { STITCH_SPARSE_FAST = 0, STITCH_SPARSE_SMALL = 1, STITCH_SPARSE_FASTEST = 2 };
 
 /* What one tensor of a delta holds; filled by the encoder and by
  * stitch_delta_tensor_info. Strings point into the owner. */

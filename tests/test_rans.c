@@ -1,0 +1,259 @@
+/* test_rans.c: the RANS block coding (src/codec/rans.c), the fastest
+ * mode's: exact round trips on every symbol format, long gaps and wide
+ * steps (the raw bits), its size against the memoryless bound, the
+ * encoder's mode choosing it, and damaged payloads that must fail
+ * cleanly. */
+#include "ckpt_util.h"
+
+#include "stitch.h"
+
+#include "codec/delta_internal.h"
+
+#include <math.h>
+
+static test_rng rng;
+
+#include "block_util.h"
+
+/* Codes symbols [0, n) of BASE -> NW as RANS, decodes it onto a copy of
+ * BASE, and returns the payload (caller frees). */
+static uint8_t *round_trip(const fmt_case *fc, const sym_fmt *f, uint64_t n,
+                           const uint8_t *base, const uint8_t *nw,
+                           size_t *plen, uint64_t *pch) {
+  size_t nb = f->bits == 4 ? n / 2 : n * (f->bits / 8);
+  size_t cap = nb + 4096, scap = 8 * n + 4096;
+  uint8_t *out = malloc(cap), *scratch = malloc(scap), *data = malloc(nb);
+  size_t len = 0;
+  uint64_t ch = 0;
+  block_span sp = {0, n};
+  int rc = rans_encode(f, base, nw, sp, out, cap, &len, &ch, scratch, scap);
+  if (rc != 0)
+    FAIL_("%s, %" PRIu64 " symbols: rans_encode returned %d", fc->name, n, rc);
+  ASSERT_UEQ(ch, count_diff(f, base, nw, n));
+  stitch_diag d = {{0}};
+  memcpy(data, base, nb);
+  ASSERT_OK(rans_decode(f, data, sp, out, len, ch, &d), d);
+  if (memcmp(data, nw, nb) != 0)
+    FAIL_("%s, %" PRIu64 " symbols: decoded block differs", fc->name, n);
+  free(scratch);
+  free(data);
+  *plen = len;
+  *pch = ch;
+  return out;
+}
+
+static void test_formats(void) {
+  static const struct {
+    uint64_t n;
+    double p;
+  } sizes[] = {{70000, 0.05}, {200002, 0.01}, {1u << 19, 0.0035},
+               {8192, 0.4},   {4098, 1.0},    {65538, 0.02},
+               {1001, 0.001}, {77, 0.3}};
+  for (size_t i = 0; i < sizeof(FORMATS) / sizeof(FORMATS[0]); i++) {
+    sym_fmt f;
+    ASSERT_EQ(sym_fmt_for(FORMATS[i].dt, FORMATS[i].nibble, &f), 0);
+    for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+      uint64_t n = sizes[s].n & ~1ull; /* nibble blocks start on a byte */
+      size_t nb = f.bits == 4 ? n / 2 : n * (f.bits / 8);
+      uint8_t *a = malloc(nb), *b = malloc(nb);
+      make_block(&f, n, sizes[s].p, a, b);
+      if (count_diff(&f, a, b, n) == 0) /* SAME, not RANS */
+        st_sym(b, n / 2, f.bits, ld_sym(a, n / 2, f.bits) ^ 1);
+      size_t len;
+      uint64_t ch;
+      free(round_trip(&FORMATS[i], &f, n, a, b, &len, &ch));
+      free(a);
+      free(b);
+    }
+  }
+}
+
+/* Gaps up to the largest block's (2^24 symbols) and steps of every width
+ * up to 2^63 take raw bits past a table's symbols; the last symbol of the
+ * block and the first change too. */
+static void test_edges(void) {
+  sym_fmt f;
+  ASSERT_EQ(sym_fmt_for(STITCH_DT_U8, 0, &f), 0);
+  uint64_t n = 1u << 24;
+  uint8_t *a = calloc(n, 1), *b = calloc(n, 1);
+  b[0] = 1;
+  b[5000000] = 200;
+  b[n - 1] = 7;
+  size_t len;
+  uint64_t ch;
+  free(round_trip(&FORMATS[4], &f, n, a, b, &len, &ch));
+  ASSERT_UEQ(ch, 3);
+  free(a);
+  free(b);
+
+  ASSERT_EQ(sym_fmt_for(STITCH_DT_U64, 0, &f), 0);
+  n = 32768;
+  uint64_t *x = calloc(n, 8), *y = calloc(n, 8);
+  for (uint64_t j = 0; j < n; j++) {
+    x[j] = y[j] = test_rng_next(&rng);
+    if (j % 8 != 3)
+      continue;
+    unsigned k = (unsigned)(j / 8 % 64); /* a step of every bit length */
+    uint64_t step = k == 0 ? 1 : (1ull << k) | (test_rng_next(&rng) >> (64 - k));
+    y[j] = j & 16 ? x[j] + step : x[j] - step;
+  }
+  free(round_trip(&FORMATS[14], &f, n, (uint8_t *)x, (uint8_t *)y, &len, &ch));
+  ASSERT_UEQ(ch, n / 8);
+  free(x);
+  free(y);
+}
+
+/* BF16 steps of +-1 at 1 % density: the memoryless bound is n h(p) for
+ * the positions plus a bit a change for the sign; RANS comes within 5 %
+ * of it (gaps in buckets of four, two tables). */
+static void test_near_bound(void) {
+  sym_fmt f;
+  ASSERT_EQ(sym_fmt_for(STITCH_DT_BF16, 0, &f), 0);
+  uint64_t n = 1u << 21;
+  double p = 0.01;
+  uint16_t *a = malloc(2 * n), *b = malloc(2 * n);
+  for (uint64_t j = 0; j < n; j++) {
+    a[j] = (uint16_t)(0x3c00 + test_rng_next(&rng) % 0x300);
+    b[j] = a[j];
+    if (test_rng_unit(&rng) < p)
+      b[j] = (uint16_t)(test_rng_next(&rng) & 1 ? a[j] + 1 : a[j] - 1);
+  }
+  size_t len;
+  uint64_t ch;
+  free(round_trip(&FORMATS[5], &f, n, (uint8_t *)a, (uint8_t *)b, &len, &ch));
+  double q = (double)ch / (double)n;
+  double bound = ((double)n * -(q * log2(q) + (1 - q) * log2(1 - q)) +
+                  (double)ch) / 8;
+  fprintf(stderr, "near_bound: %" PRIu64 " changes, %zu B, bound %.0f B (x%.3f)\n",
+          ch, len, bound, (double)len / bound);
+  ASSERT_DBL_LE((double)len, 1.05 * bound);
+  ASSERT_DBL_LE(0.99 * bound, (double)len);
+  free(a);
+  free(b);
+}
+
+/* The encoder's modes: FASTEST codes large blocks as RANS, FAST as GAPS,
+ * and each applies exactly; a mode it does not know is refused. */
+static void test_modes(void) {
+  uint64_t n = 1u << 18;
+  sym_fmt f;
+  ASSERT_EQ(sym_fmt_for(STITCH_DT_BF16, 0, &f), 0);
+  uint8_t *a = malloc(2 * n), *b = malloc(2 * n), *c = malloc(2 * n);
+  make_block(&f, n, 0.02, a, b);
+  tspec ta = {"w", STITCH_DT_BF16, 1, {n}, a}, tb = {"w", STITCH_DT_BF16, 1, {n}, b};
+  const char *pa = test_path("ra.safetensors"), *pb = test_path("rb.safetensors");
+  write_ckpt(pa, &ta, 1, NULL);
+  write_ckpt(pb, &tb, 1, NULL);
+  static const struct {
+    int mode, coding;
+  } want[] = {{STITCH_SPARSE_FASTEST, STITCH_CODING_RANS},
+              {STITCH_SPARSE_FAST, STITCH_CODING_GAPS}};
+  for (int m = 0; m < 2; m++) {
+    stitch_st *sa = open_ckpt(pa), *sb = open_ckpt(pb);
+    stitch_diag d = {{0}};
+    stitch_delta_opts o = {.block_log2 = 16, .sparse_mode = want[m].mode};
+    stitch_delta_stats st;
+    uint8_t *buf;
+    size_t len;
+    ASSERT_OK(stitch_delta_encode(sa, sb, &o, &buf, &len, &st, &d), d);
+    ASSERT_EQ(st.t[0].blocks_by_coding[want[m].coding], 4u);
+    stitch_delta_stats_free(&st);
+    stitch_delta *dl;
+    ASSERT_OK(stitch_delta_parse(buf, len, &dl, &d), d);
+    memcpy(c, a, 2 * n);
+    ASSERT_OK(stitch_delta_apply_tensor(dl, 0, c, 2 * n, &d), d);
+    ASSERT_MEM_EQ(c, b, 2 * n);
+    ASSERT_STR_EQ(stitch_coding_name(STITCH_CODING_RANS), "rans");
+    stitch_delta_free(dl);
+    free(buf);
+    stitch_st_free(sa);
+    stitch_st_free(sb);
+  }
+  free(a);
+  free(b);
+  free(c);
+}
+
+/* No room: the encoder says so (the caller then codes the block densely)
+ * instead of writing past its buffers. */
+static void test_no_room(void) {
+  sym_fmt f;
+  ASSERT_EQ(sym_fmt_for(STITCH_DT_BF16, 0, &f), 0);
+  uint64_t n = 1u << 16;
+  uint8_t *a = malloc(2 * n), *b = malloc(2 * n), *scratch = malloc(8 * n);
+  make_block(&f, n, 0.5, a, b);
+  size_t len;
+  uint64_t ch;
+  uint8_t *out = malloc(4096);
+  block_span sp = {0, n};
+  ASSERT_EQ(rans_encode(&f, a, b, sp, out, 4096, &len, &ch, scratch, 8 * n),
+            STITCH_ELIMIT);
+  ASSERT_EQ(rans_encode(&f, a, b, sp, out, 4096, &len, &ch, scratch, 4 * n),
+            STITCH_ELIMIT);
+  free(out);
+  free(a);
+  free(b);
+  free(scratch);
+}
+
+/* Damaged payloads and wrong counts: a clean error or some decoding, never
+ * a read or write out of bounds (run under ASan), and the damage that
+ * must be caught is. */
+static void test_damage(void) {
+  sym_fmt f;
+  ASSERT_EQ(sym_fmt_for(STITCH_DT_BF16, 0, &f), 0);
+  uint64_t n = 1u << 16;
+  uint8_t *a = malloc(2 * n), *b = malloc(2 * n), *data = malloc(2 * n);
+  make_block(&f, n, 0.03, a, b);
+  size_t len;
+  uint64_t ch;
+  uint8_t *p = round_trip(&FORMATS[5], &f, n, a, b, &len, &ch);
+  block_span sp = {0, n};
+  stitch_diag d = {{0}};
+  memcpy(data, a, 2 * n);
+  ASSERT_ERR(rans_decode(&f, data, sp, p, len, ch + 1, &d), STITCH_EFORMAT, d,
+             "rans block");
+  memcpy(data, a, 2 * n);
+  ASSERT_ERR(rans_decode(&f, data, sp, p, len, ch - 1, &d), STITCH_EFORMAT, d,
+             "does not end cleanly");
+  ASSERT_ERR(rans_decode(&f, data, sp, p, 0, ch, &d), STITCH_EFORMAT, d,
+             "bad table");
+  /* A table whose frequencies do not sum to 4096. */
+  uint8_t *q = malloc(len);
+  memcpy(q, p, len);
+  ASSERT(q[0] > 0 && q[1] > 1); /* the gap table's count, first frequency */
+  q[1]--;
+  ASSERT_ERR(rans_decode(&f, data, sp, q, len, ch, &d), STITCH_EFORMAT, d,
+             "bad table");
+  /* Random damage anywhere, and cuts. */
+  for (int it = 0; it < 600; it++) {
+    memcpy(q, p, len);
+    size_t cut = len;
+    if (it % 4 == 0)
+      cut = test_rng_next(&rng) % len;
+    else
+      q[test_rng_next(&rng) % len] ^= (uint8_t)(1u << (test_rng_next(&rng) % 8));
+    memcpy(data, a, 2 * n);
+    int rc = rans_decode(&f, data, sp, q, cut, ch, &d);
+    ASSERT(rc == 0 || rc == STITCH_EFORMAT);
+    if (it % 4 == 0)
+      ASSERT(rc != 0); /* every byte counts: a cut is always caught */
+  }
+  free(q);
+  free(p);
+  free(a);
+  free(b);
+  free(data);
+}
+
+int main(void) {
+  rng = test_rng_seeded("test_rans", 20261201);
+  test_formats();
+  test_edges();
+  test_near_bound();
+  test_modes();
+  test_no_room();
+  test_damage();
+  puts("test_rans: ok");
+  return 0;
+}

@@ -174,8 +174,11 @@ static void test_modes(void) {
   free(c);
 }
 
-/* No room: the encoder says so (the caller then codes the block densely)
- * instead of writing past its buffers. */
+/* No room: the encoder says so, by what ran out, and never writes past
+ * either buffer (ASan in CI). Out of scratch (wide steps at a high
+ * density) it declines and the delta encoder codes the block SPARSE; out
+ * of output it reports STITCH_ELIMIT. Every cap and scratch size around
+ * what a block needs, each buffer allocated to exactly that size. */
 static void test_no_room(void) {
   sym_fmt f;
   ASSERT_EQ(sym_fmt_for(STITCH_DT_BF16, 0, &f), 0);
@@ -189,11 +192,282 @@ static void test_no_room(void) {
   ASSERT_EQ(rans_encode(&f, a, b, sp, out, 4096, &len, &ch, scratch, 8 * n),
             STITCH_ELIMIT);
   ASSERT_EQ(rans_encode(&f, a, b, sp, out, 4096, &len, &ch, scratch, 4 * n),
-            STITCH_ELIMIT);
+            RANS_DECLINED);
   free(out);
+  free(scratch);
+
+  /* F32 symbols 70 % of them new at random: the steps' raw bits (some 28
+   * a change) outgrow the scratch the delta encoder gives (8 bytes a
+   * symbol). */
+  ASSERT_EQ(sym_fmt_for(STITCH_DT_F32, 0, &f), 0);
+  uint32_t *x = malloc(4 * n), *y = malloc(4 * n);
+  for (uint64_t j = 0; j < n; j++) {
+    x[j] = y[j] = (uint32_t)test_rng_next(&rng) & 0x3fffffffu;
+    if (test_rng_unit(&rng) < 0.7)
+      y[j] = x[j] ^ (1u + ((uint32_t)test_rng_next(&rng) & 0x3ffffffeu));
+  }
+  scratch = malloc(8 * n);
+  out = malloc(4 * n);
+  ASSERT_EQ(rans_encode(&f, (uint8_t *)x, (uint8_t *)y, sp, out, 4 * n, &len,
+                        &ch, scratch, 8 * n),
+            RANS_DECLINED);
+  free(out);
+  free(scratch);
+  tspec ta = {"w", STITCH_DT_F32, 1, {n}, (uint8_t *)x},
+        tb = {"w", STITCH_DT_F32, 1, {n}, (uint8_t *)y};
+  const char *pa = test_path("wa.safetensors"), *pb = test_path("wb.safetensors");
+  write_ckpt(pa, &ta, 1, NULL);
+  write_ckpt(pb, &tb, 1, NULL);
+  stitch_st *sa = open_ckpt(pa), *sb = open_ckpt(pb);
+  stitch_diag d = {{0}};
+  stitch_delta_opts o = {.block_log2 = 16, .sparse_mode = STITCH_SPARSE_FASTEST};
+  stitch_delta_stats st;
+  uint8_t *buf;
+  ASSERT_OK(stitch_delta_encode(sa, sb, &o, &buf, &len, &st, &d), d);
+  ASSERT_EQ(st.t[0].blocks_by_coding[STITCH_CODING_RANS], 0u);
+  stitch_delta_stats_free(&st);
+  stitch_delta *dl;
+  ASSERT_OK(stitch_delta_parse(buf, len, &dl, &d), d);
+  uint32_t *z = malloc(4 * n);
+  memcpy(z, x, 4 * n);
+  ASSERT_OK(stitch_delta_apply_tensor(dl, 0, (uint8_t *)z, 4 * n, &d), d);
+  ASSERT_MEM_EQ(z, y, 4 * n);
+  free(z);
+  stitch_delta_free(dl);
+  free(buf);
+  stitch_st_free(sa);
+  stitch_st_free(sb);
+  free(x);
+  free(y);
+
+  /* Exact sizes around the need: a success decodes, a failure says why. */
+  ASSERT_EQ(sym_fmt_for(STITCH_DT_BF16, 0, &f), 0);
+  n = 1u << 13;
+  make_block(&f, n, 0.2, a, b);
+  size_t need;
+  uint8_t *big = malloc(2 * n), *sbig = malloc(8 * n);
+  ASSERT_EQ(rans_encode(&f, a, b, (block_span){0, n}, big, 2 * n, &need, &ch,
+                        sbig, 8 * n),
+            0);
+  uint8_t *data = malloc(2 * n);
+  int ok = 0, limit = 0, declined = 0;
+  for (size_t c = need > 900 ? need - 900 : 0; c <= need + 40; c += 7)
+    for (size_t sc = 6 * n; sc <= 8 * n; sc += n / 4) {
+      uint8_t *o2 = malloc(c ? c : 1), *s2 = malloc(sc);
+      int rc = rans_encode(&f, a, b, (block_span){0, n}, o2, c, &len, &ch, s2,
+                           sc);
+      if (rc == 0) {
+        ok++;
+        ASSERT(len <= c);
+        memcpy(data, a, 2 * n);
+        ASSERT_OK(rans_decode(&f, data, (block_span){0, n}, o2, len, ch, &d), d);
+        ASSERT_MEM_EQ(data, b, 2 * n);
+      } else {
+        ASSERT(rc == STITCH_ELIMIT || rc == RANS_DECLINED);
+        limit += rc == STITCH_ELIMIT;
+        declined += rc == RANS_DECLINED;
+      }
+      free(o2);
+      free(s2);
+    }
+  ASSERT(ok > 0 && limit > 0 && declined > 0);
+  free(data);
+  free(big);
+  free(sbig);
   free(a);
   free(b);
-  free(scratch);
+}
+
+/* A payload's parts (proto/delta.md "RANS"), to damage one at a time. */
+typedef struct parts {
+  const uint8_t *gtab, *stab, *gb, *gs, *sb, *ss;
+  size_t ngtab, nstab, ngb, ngs, nsb, nss;
+} parts;
+
+static size_t table_len(const uint8_t *p) {
+  size_t k = 1;
+  for (unsigned i = 0; i < p[0]; i++)
+    while (p[k++] & 0x80)
+      ;
+  return k;
+}
+
+static size_t get_varint(const uint8_t *p, size_t *v) {
+  size_t k = 0;
+  *v = 0;
+  do
+    *v |= (size_t)(p[k] & 0x7f) << (7 * k);
+  while (p[k++] & 0x80);
+  return k;
+}
+
+static void split(const uint8_t *p, size_t len, parts *x) {
+  size_t k = 0;
+  x->gtab = p;
+  k += x->ngtab = table_len(p);
+  x->stab = p + k;
+  k += x->nstab = table_len(p + k);
+  k += get_varint(p + k, &x->ngb);
+  x->gb = p + k;
+  k += x->ngb;
+  k += get_varint(p + k, &x->ngs);
+  x->gs = p + k;
+  k += x->ngs;
+  k += get_varint(p + k, &x->nsb);
+  x->sb = p + k;
+  k += x->nsb;
+  x->ss = p + k;
+  ASSERT(k <= len);
+  x->nss = len - k;
+}
+
+static size_t put_varint(uint8_t *p, size_t v) {
+  size_t k = 0;
+  do {
+    p[k++] = (uint8_t)(v >= 0x80 ? (v & 0x7f) | 0x80 : v);
+    v >>= 7;
+  } while (v);
+  return k;
+}
+
+static size_t join(const parts *x, uint8_t *out) {
+  size_t k = 0;
+  memcpy(out + k, x->gtab, x->ngtab), k += x->ngtab;
+  memcpy(out + k, x->stab, x->nstab), k += x->nstab;
+  k += put_varint(out + k, x->ngb);
+  memcpy(out + k, x->gb, x->ngb), k += x->ngb;
+  k += put_varint(out + k, x->ngs);
+  memcpy(out + k, x->gs, x->ngs), k += x->ngs;
+  k += put_varint(out + k, x->nsb);
+  memcpy(out + k, x->sb, x->nsb), k += x->nsb;
+  memcpy(out + k, x->ss, x->nss), k += x->nss;
+  return k;
+}
+
+/* Each rule the spec lists, broken on purpose, gets its own error. */
+static void test_rules(void) {
+  sym_fmt f;
+  ASSERT_EQ(sym_fmt_for(STITCH_DT_BF16, 0, &f), 0);
+  uint64_t n = 1u << 14;
+  uint16_t *a = malloc(2 * n), *b = malloc(2 * n), *data = malloc(2 * n);
+  for (uint64_t j = 0; j < n; j++)
+    a[j] = b[j] = (uint16_t)(0x3c00 + j % 512);
+  b[100] += 1;  /* gap 100: four raw bits, four of padding */
+  b[140] -= 3;  /* a step of 3: one raw bit */
+  b[5000] += 1; /* gap 4859: ten raw bits */
+  size_t len;
+  uint64_t ch;
+  uint8_t *p = round_trip(&FORMATS[5], &f, n, (uint8_t *)a, (uint8_t *)b,
+                          &len, &ch);
+  ASSERT_UEQ(ch, 3);
+  parts x;
+  split(p, len, &x);
+  ASSERT(x.ngb == 3 && x.nsb == 1); /* 4 + 10 gap bits, 1 step bit */
+  uint8_t *q = malloc(len + 64), t1[300], t2[300], bytes[64];
+  block_span sp = {0, n};
+  stitch_diag d = {{0}};
+#define EXPECT(what)                                                          \
+  do {                                                                        \
+    size_t ql = join(&y, q);                                                  \
+    memcpy(data, a, 2 * n);                                                   \
+    ASSERT_ERR(rans_decode(&f, (uint8_t *)data, sp, q, ql, ch, &d),           \
+               STITCH_EFORMAT, d, what);                                      \
+  } while (0)
+  parts y = x;
+  { /* a nonzero padding bit */
+    memcpy(bytes, x.gb, x.ngb);
+    bytes[x.ngb - 1] |= 0x80;
+    y.gb = bytes;
+    EXPECT("does not end cleanly");
+  }
+  y = x;
+  { /* a raw byte left over */
+    memcpy(bytes, x.sb, x.nsb);
+    bytes[x.nsb] = 0;
+    y.sb = bytes;
+    y.nsb = x.nsb + 1;
+    EXPECT("does not end cleanly");
+  }
+  y = x;
+  { /* a stream byte left over */
+    memcpy(bytes, x.gs, x.ngs);
+    bytes[x.ngs] = 0;
+    y.gs = bytes;
+    y.ngs = x.ngs + 1;
+    EXPECT("does not end cleanly");
+  }
+  y = x;
+  { /* a start state below 2^23, then one of 2^31 */
+    memcpy(bytes, x.gs, x.ngs);
+    memset(bytes, 0, 4);
+    bytes[0] = 1;
+    y.gs = bytes;
+    EXPECT("bad coder state");
+    memset(bytes, 0, 4);
+    bytes[3] = 0x80;
+    EXPECT("bad coder state");
+  }
+  y = x;
+  { /* raw bits cut short */
+    y.ngb = 1;
+    EXPECT("raw bits end early");
+  }
+  y = x;
+  { /* a step table of one code, 40 (above 2w - 1 = 31): accepted as a
+       table, rejected when decoded */
+    size_t k = 0;
+    t1[k++] = 41;
+    for (int i = 0; i < 40; i++)
+      t1[k++] = 0;
+    k += put_varint(t1 + k, 4096);
+    y.stab = t1;
+    y.nstab = k;
+    EXPECT("bad step");
+  }
+  y = x;
+  { /* a gap table of one code, 31 of 4096: the fourth change would be at
+       124, but the steps' stream runs out first, or the block ends */
+    size_t k = 0;
+    t2[k++] = 32;
+    for (int i = 0; i < 31; i++)
+      t2[k++] = 0;
+    k += put_varint(t2 + k, 4096);
+    y.gtab = t2;
+    y.ngtab = k;
+    EXPECT("rans block");
+  }
+  y = x;
+  { /* tables that do not sum to 4096, counts past the last code, empty */
+    t1[0] = 1;
+    t1[1] = 0x80, t1[2] = 0x10; /* 2048 */
+    y.gtab = t1;
+    y.ngtab = 3;
+    EXPECT("bad table");
+    t1[0] = 109; /* gap codes are 0..107 */
+    y.ngtab = 1;
+    EXPECT("bad table");
+    t1[0] = 0;
+    EXPECT("an empty table");
+    y = x;
+    t2[0] = 129; /* step codes are 0..127 */
+    y.stab = t2;
+    y.nstab = 1;
+    EXPECT("bad table");
+  }
+  y = x;
+  { /* a gap past the block's end: the block is shorter than the coded */
+    size_t ql = join(&y, q);
+    memcpy(data, a, 2 * n);
+    ASSERT_ERR(rans_decode(&f, (uint8_t *)data, (block_span){0, 4000}, q, ql,
+                           ch, &d),
+               STITCH_EFORMAT, d, "lies past the block");
+  }
+#undef EXPECT
+  free(q);
+  free(p);
+  free(a);
+  free(b);
+  free(data);
 }
 
 /* Damaged payloads and wrong counts: a clean error or some decoding, never
@@ -253,6 +527,7 @@ int main(void) {
   test_near_bound();
   test_modes();
   test_no_room();
+  test_rules();
   test_damage();
   puts("test_rans: ok");
   return 0;

@@ -104,7 +104,8 @@ static int code_block(enc *e, const sym_fmt *f, const uint8_t *old,
                  ? rans_encode(f, old, nw, sp, e->cand, nb, &n, changed,
                                e->scratch, e->work_cap)
                  : GAPS_DECLINED;
-    if (rc == GAPS_DECLINED) { /* SPARSE, perhaps coded by pick_nibble */
+    if (rc == GAPS_DECLINED) { /* or RANS_DECLINED: SPARSE, perhaps coded
+                                  by pick_nibble */
       sc = STITCH_CODING_SPARSE;
       if (pre != NULL) {
         rc = pre->rc;

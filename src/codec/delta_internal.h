@@ -129,9 +129,13 @@ unsigned gaps_weight_of_code(unsigned b);
 uint8_t gaps_code_of_weight(double w);
 
 /* The RANS coding (rans.c): same contract as sparse_encode, with SCRATCH
- * (two bytes a change; STITCH_ELIMIT when it is too small). The decoder
- * patches exactly CHANGED changes, the index's count. */
+ * of 8 bytes a symbol (6 for the first pass, the rest for the steps' raw
+ * bits and the gaps' stream). It returns RANS_DECLINED, coding nothing,
+ * when the scratch runs out (wide steps at a high density), and the
+ * caller codes SPARSE instead. The decoder patches exactly CHANGED
+ * changes, the index's count. */
 #define RANS_MIN_SYMBOLS (1u << 12) /* smaller blocks: SPARSE */
+#define RANS_DECLINED GAPS_DECLINED /* the same: code_block takes both */
 int rans_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
                 block_span sp, uint8_t *out, size_t cap, size_t *out_len,
                 uint64_t *changed, uint8_t *scratch, size_t scratch_cap);

@@ -318,8 +318,9 @@ typedef struct rans_enc {
  * (four BF16 symbols a word), so within a unit of four words that differ
  * somewhere the words are not tested: each lane's index is stored and the
  * count moves on by whether it changed. Equal units, most of them below
- * 2 %, are skipped at once. Returns -1 when the raw bits' room runs out. */
-static inline __attribute__((always_inline)) int
+ * 2 %, are skipped at once. A raw-bit writer that runs out says so
+ * (bitw.full). */
+static inline __attribute__((always_inline)) void
 scan_block(rans_enc *e, const sym_fmt *f, const unsigned bits,
            const uint8_t *old, const uint8_t *nw, block_span sp) {
   const uint8_t *o = old + span_bytes(sp.start, bits);
@@ -368,7 +369,6 @@ scan_block(rans_enc *e, const sym_fmt *f, const unsigned bits,
     e->scount[s]++;
     origin = j + 1;
   }
-  return e->gbits.full || e->sbits.full ? -1 : 0;
 }
 
 static size_t varint_put(uint64_t v, uint8_t *out) {
@@ -394,28 +394,31 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
             size_t scratch_cap) {
   static rans_enc zero;
   rans_enc e = zero;
-  /* Scratch: an index a symbol (and slack for the first pass's stores
-   * past the count), two symbols a change, then the steps' raw bits, and
-   * the gaps' stream down from its end; OUT: room for the tables and
-   * lengths, the gaps' raw bits, and the steps' stream down from its
-   * end. */
-  size_t head = TABLE_BYTES + 40, used = 6 * (size_t)sp.n + 256;
+  /* Scratch: an index a symbol (the first pass stores each lane's at the
+   * count, which never passes the lane), two symbols a change, then the
+   * steps' raw bits, and the gaps' stream down from its end; OUT: room
+   * for the tables and lengths, the gaps' raw bits, and the steps' stream
+   * down from its end. Out of scratch, the block is declined (wide steps
+   * at a high density; SPARSE codes those); out of OUT, it is no smaller
+   * than its raw bytes. */
+  size_t head = TABLE_BYTES + 40, used = 6 * (size_t)sp.n;
   if (cap < head + 64 || scratch_cap < used + 64 || sp.n > UINT32_MAX)
-    return STITCH_ELIMIT;
+    return RANS_DECLINED;
   e.pos = (uint32_t *)(void *)scratch;
-  e.gs = scratch + 4 * (sp.n + 64);
+  e.gs = scratch + 4 * sp.n;
   e.ss = e.gs + sp.n;
   e.gbits = (bitw){out + head, out + cap, 0, 0, 0};
   e.sbits = (bitw){scratch + used, scratch + scratch_cap, 0, 0, 0};
-  if (scan_block(&e, f, bits, old, nw, sp) != 0)
-    return STITCH_ELIMIT;
+  scan_block(&e, f, bits, old, nw, sp);
   bitw_put(&e.gbits, 0, 7); /* the last partial bytes */
   bitw_put(&e.sbits, 0, 7);
-  if (e.gbits.full || e.sbits.full)
+  if (e.sbits.full)
+    return RANS_DECLINED;
+  if (e.gbits.full)
     return STITCH_ELIMIT;
   *changed = e.n;
   if (e.n == 0)
-    return STITCH_EINVAL; /* the caller codes SAME */
+    return RANS_DECLINED; /* the caller codes SAME before it gets here */
   size_t ngb = (size_t)(e.gbits.p - (out + head));
   size_t nsb = (size_t)(e.sbits.p - (scratch + used));
 
@@ -434,14 +437,14 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
   esyms_of(sf, STEP_SYMS, se);
   uint8_t *ps = out + cap, *pg = scratch + scratch_cap;
   uint32_t x0 = STATE_LOW, x1 = STATE_LOW;
-  for (uint64_t i = e.n; i-- > 0;) {
-    if (ps - e.gbits.p < 8 || pg - e.sbits.p < 8)
+  for (uint64_t i = e.n; i-- > 0;) { /* at most 2 bytes a put, 4 a state */
+    if (ps - e.gbits.p < 8)
       return STITCH_ELIMIT;
+    if (pg - e.sbits.p < 8)
+      return RANS_DECLINED;
     rans_put(&x1, &ps, &se[e.ss[i]]);
     rans_put(&x0, &pg, &ge[e.gs[i]]);
   }
-  if (ps - e.gbits.p < 4 || pg - e.sbits.p < 4)
-    return STITCH_ELIMIT;
   state_put(x1, &ps);
   state_put(x0, &pg);
   size_t nss = (size_t)(out + cap - ps), ngs = (size_t)(scratch + scratch_cap - pg);

@@ -84,4 +84,39 @@ static inline uint64_t count_diff(const sym_fmt *f, const uint8_t *a,
   return k;
 }
 
+/* A coding's round trip: codes BASE -> NW (N symbols of F), checks the
+ * decoding, and returns the payload (caller frees). */
+typedef uint8_t *(*round_trip_fn)(const fmt_case *fc, const sym_fmt *f,
+                                  uint64_t n, const uint8_t *base,
+                                  const uint8_t *nw, size_t *plen,
+                                  uint64_t *pch);
+
+typedef struct block_size {
+  uint64_t n; /* symbols (even: a nibble block starts on a byte) */
+  double p;   /* the fraction changed */
+} block_size;
+
+/* RT on a block of every size in SIZES, in every format; a block that
+ * came out unchanged gets one change (a coding sees only changed ones). */
+static inline void each_format(round_trip_fn rt, const block_size *sizes,
+                               size_t nsizes) {
+  for (size_t i = 0; i < sizeof(FORMATS) / sizeof(FORMATS[0]); i++) {
+    sym_fmt f;
+    ASSERT_EQ(sym_fmt_for(FORMATS[i].dt, FORMATS[i].nibble, &f), 0);
+    for (size_t s = 0; s < nsizes; s++) {
+      uint64_t n = sizes[s].n;
+      size_t nb = f.bits == 4 ? n / 2 : n * (f.bits / 8);
+      uint8_t *a = malloc(nb), *b = malloc(nb);
+      make_block(&f, n, sizes[s].p, a, b);
+      if (count_diff(&f, a, b, n) == 0)
+        st_sym(b, n / 2, f.bits, ld_sym(a, n / 2, f.bits) ^ 1);
+      size_t len;
+      uint64_t ch;
+      free(rt(&FORMATS[i], &f, n, a, b, &len, &ch));
+      free(a);
+      free(b);
+    }
+  }
+}
+
 #endif

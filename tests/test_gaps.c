@@ -51,26 +51,10 @@ static uint8_t *round_trip(const fmt_case *fc, const sym_fmt *f, uint64_t n,
 }
 
 static void test_formats(void) {
-  static const struct {
-    uint64_t n;
-    double p;
-  } sizes[] = {{70000, 0.05}, {200002, 0.01}, {1u << 19, 0.0035},
-               {8192, 0.4},   {4098, 1.0},    {65538, 0.02}};
-  for (size_t i = 0; i < sizeof(FORMATS) / sizeof(FORMATS[0]); i++) {
-    sym_fmt f;
-    ASSERT_EQ(sym_fmt_for(FORMATS[i].dt, FORMATS[i].nibble, &f), 0);
-    for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
-      uint64_t n = sizes[s].n;
-      size_t nb = f.bits == 4 ? n / 2 : n * (f.bits / 8);
-      uint8_t *a = malloc(nb), *b = malloc(nb);
-      make_block(&f, n, sizes[s].p, a, b);
-      size_t len;
-      uint64_t ch;
-      free(round_trip(&FORMATS[i], &f, n, a, b, &len, &ch));
-      free(a);
-      free(b);
-    }
-  }
+  static const block_size sizes[] = {{70000, 0.05}, {200002, 0.01},
+                                     {1u << 19, 0.0035}, {8192, 0.4},
+                                     {4098, 1.0}, {65538, 0.02}};
+  each_format(round_trip, sizes, sizeof(sizes) / sizeof(sizes[0]));
 }
 
 /* Too few changes: GAPS declines and codes nothing. */

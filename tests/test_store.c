@@ -96,8 +96,10 @@ static void copy_file(const char *from, const char *to) {
 static stitch_pubkey pk;
 static stitch_seckey sk;
 
-static void publish_all(const char *dir, int from, int to,
-                        const stitch_publish_opts *o) {
+/* Publishes steps FROM to TO; returns the bytes of their delta objects. */
+static uint64_t publish_all(const char *dir, int from, int to,
+                            const stitch_publish_opts *o) {
+  uint64_t delta_bytes = 0;
   for (int s = from; s <= to; s++) {
     char p[256];
     ckpt_path(s, p);
@@ -110,8 +112,12 @@ static void publish_all(const char *dir, int from, int to,
       ASSERT_EQ(res.kind[0], STITCH_OBJ_ANCHOR);
     else
       ASSERT(res.n_objects >= 1);
+    for (size_t k = 0; k < res.n_objects; k++)
+      if (res.kind[k] == STITCH_OBJ_DELTA)
+        delta_bytes += res.bytes[k];
     stitch_st_free(st);
   }
+  return delta_bytes;
 }
 
 /* The weights at PATH are exactly the version their state names. */
@@ -129,9 +135,12 @@ static uint64_t check_one_version(const char *path) {
   return ws.version;
 }
 
-static void test_publish_pull(const stitch_publish_opts *o) {
-  const char *store = at("store");
-  publish_all(store, 0, STEPS - 1, o);
+/* Publishes every step into STORE and pulls from every version; returns
+ * the bytes of the delta objects. */
+static uint64_t test_publish_pull(const char *name,
+                                  const stitch_publish_opts *o) {
+  const char *store = at(name);
+  uint64_t delta_bytes = publish_all(store, 0, STEPS - 1, o);
   stitch_diag d = {{0}};
   stitch_store *s;
   ASSERT_OK(stitch_store_open(store, &pk, 0, &s, &d), d);
@@ -175,6 +184,7 @@ static void test_publish_pull(const stitch_publish_opts *o) {
     ASSERT_UEQ(r.from, (uint64_t)(from + 1));
     ASSERT_UEQ(check_one_version(w), STEPS);
   }
+  return delta_bytes;
 }
 
 /* Stops the in-place apply after every possible number of journal records,
@@ -322,7 +332,22 @@ int main(void) {
   o.chunk_bytes = 4096;
   o.max_chain = 4;
   o.cumulative_every = 2;
-  test_publish_pull(&o);
+  uint64_t small = test_publish_pull("store", &o);
+  /* The fastest mode reaches the encoder: its deltas are RANS, at the
+   * memoryless bound, larger than the default's (SPARSE here). */
+  o.sparse_mode = STITCH_SPARSE_FASTEST;
+  uint64_t fast = test_publish_pull("store-fastest", &o);
+  printf("test_store: delta objects %" PRIu64 " B, %" PRIu64
+         " B in the fastest mode\n", small, fast);
+  ASSERT(fast > small);
+  o.sparse_mode = 7; /* not a mode: refused */
+  stitch_st *st = open_ckpt(at("w.st"));
+  stitch_diag d = {{0}};
+  stitch_publish_result res;
+  ASSERT_ERR(stitch_publish(at("store-bad"), &sk, st, &o, &res, &d),
+             STITCH_EINVAL, d, "unknown sparse mode 7");
+  stitch_st_free(st);
+  o.sparse_mode = 0;
   test_crash_points();
   test_refusals();
   test_retention();

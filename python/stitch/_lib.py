@@ -111,6 +111,7 @@ class PublishOpts(Structure):
     _fields_ = [("chunk_bytes", c_size_t), ("max_chain", c_uint),
                 ("anchor_ratio", c_double), ("cumulative_every", c_uint),
                 ("keep", c_uint), ("threads", c_uint), ("time_unix", c_uint64),
+                ("sparse_mode", c_int),
                 ("progress", PROGRESS), ("progress_arg", c_void_p)]
 
 

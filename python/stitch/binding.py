@@ -290,7 +290,8 @@ def tensor_digests(items, threads=0):
 # ---- publishing ---------------------------------------------------------
 
 _PUBLISH_OPTS = ("chunk_bytes", "max_chain", "anchor_ratio",
-                 "cumulative_every", "keep", "threads", "time_unix")
+                 "cumulative_every", "keep", "threads", "time_unix", "fastest")
+SPARSE_FASTEST = 2  # stitch/delta.h STITCH_SPARSE_FASTEST
 
 
 def publish_opts(**kw):
@@ -302,6 +303,8 @@ def publish_opts(**kw):
     for k, v in kw.items():
         if k == "cumulative_every" and v is None:
             v = 0xFFFFFFFF  # never
+        if k == "fastest":  # deltas coded as RANS (docs/codec.md)
+            k, v = "sparse_mode", SPARSE_FASTEST if v else 0
         setattr(o, k, v)
     return o
 

@@ -119,7 +119,9 @@ class Publisher:
     is built; default STORE/publisher), background (publish() returns once
     the masters are copied, with a Future of the PublishResult), and
     stitch_publish's options: chunk_bytes, max_chain, anchor_ratio,
-    cumulative_every (None: never), keep, threads, time_unix.
+    cumulative_every (None: never), keep, threads, time_unix, fastest
+    (True: deltas in the fastest coding, docs/codec.md "The fastest
+    mode").
     """
 
     def __init__(self, store_dir, key_path, view="bf16", fp8_block=0,

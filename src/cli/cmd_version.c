@@ -60,15 +60,17 @@ int cmd_publish(int argc, char **argv) {
   flag fl[] = {{"--key", 1, NULL},          {"--store", 1, NULL},
                {"--json", 0, NULL},         {"--chunk-kib", 1, NULL},
                {"--max-chain", 1, NULL},    {"--anchor-ratio", 1, NULL},
-               {"--cumulative-every", 1, NULL}, {"--keep", 1, NULL}};
+               {"--cumulative-every", 1, NULL}, {"--keep", 1, NULL},
+               {"--fastest", 0, NULL}};
   const char *pos[1];
-  int n = cli_parse_args(argc, argv, pos, 1, fl, 8);
+  int n = cli_parse_args(argc, argv, pos, 1, fl, 9);
   if (n != 1 || !fl[0].value || !fl[1].value)
     return n < 0 ? 2
                  : cli_usage_error(
                        "stitch publish --key PREFIX.key --store DIR CHECKPOINT "
                        "[--json] [--chunk-kib N] [--max-chain N] "
-                       "[--anchor-ratio R] [--cumulative-every N] [--keep N]");
+                       "[--anchor-ratio R] [--cumulative-every N] [--keep N] "
+                       "[--fastest]");
   stitch_publish_opts o = {0};
   uint64_t v = 0;
   if (fl[3].value) {
@@ -99,6 +101,8 @@ int cmd_publish(int argc, char **argv) {
       return cli_usage_error("--keep: at least 1");
     o.keep = (unsigned)v;
   }
+  if (fl[8].value) /* deltas as RANS: docs/codec.md "The fastest mode" */
+    o.sparse_mode = STITCH_SPARSE_FASTEST;
   int last = -1;
   if (isatty(2)) {
     o.progress = cli_progress;

@@ -96,6 +96,7 @@ static int build(pub *p, const stitch_st *base, const stitch_digest *base_view,
       kind == STITCH_OBJ_ANCHOR ? anchor_block_log2(p->o->chunk_bytes) : 0;
   dopts.base_digest = base_view;
   dopts.result_digest = &p->view;
+  dopts.sparse_mode = p->o->sparse_mode;
   dopts.progress = on_encode;
   dopts.progress_arg = &ep;
   uint8_t *buf;

@@ -156,7 +156,12 @@ def test_publish_and_engine(tmp, kind, versions):
     key, pub = os.path.join(tmp, "tr.key"), os.path.join(tmp, "tr.pub")
     model = Tiny()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    p = Publisher(store, key, view=kind, keep=8)
+    # fp8 publishes with fastest=True (RANS deltas, docs/codec.md): the
+    # option reaches stitch_publish, and the engines apply as exactly. (Tiny's
+    # tensors are below RANS's 2^12 symbols; test_store publishes RANS.)
+    p = Publisher(store, key, view=kind, keep=8, fastest=(kind == "fp8"))
+    check(p.opts.sparse_mode == (2 if kind == "fp8" else 0),
+          "%s: sparse mode %d" % (kind, p.opts.sparse_mode))
     engine = lagging = None
     for v in range(1, versions + 1):
         train(model, opt)

@@ -112,6 +112,9 @@ typedef struct stitch_publish_opts {
   unsigned keep;             /* retention window in versions; 0: 16 */
   unsigned threads;          /* 0: all CPUs */
   uint64_t time_unix;        /* 0: now */
+  int sparse_mode;           /* the delta encoder's (stitch/delta.h):
+                                0 (STITCH_SPARSE_FAST), or
+                                STITCH_SPARSE_FASTEST for a busy trainer */
   void (*progress)(void *arg, const char *what, uint64_t done,
                    uint64_t total);
   void *progress_arg;

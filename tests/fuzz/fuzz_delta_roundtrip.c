@@ -7,7 +7,8 @@
  *            bits 2-3: zstd level - 1
  *            bit 4: NEW carries __metadata__; bit 5: BASE lists its tensors
  *            in reverse order; bit 6: encode a second time, with stats,
- *            and compare
+ *            and compare; bit 7: the fastest mode (RANS), blocks of
+ *            4096..32768 symbols and tensors of up to 16 KiB
  *   byte 1   tensor count - 1 (mod 6); bits 4-5: threads - 1 for
  *            stitch_delta_apply_all
  *   then per tensor 5 bytes:
@@ -31,6 +32,7 @@
 
 #define MAX_T 6
 #define MAX_TENSOR_BYTES (4u << 10)
+#define MAX_TENSOR_BYTES_FASTEST (16u << 10) /* RANS: 2^12 symbols or more */
 
 #define CHECK(c)                                                               \
   do {                                                                         \
@@ -144,7 +146,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int ndim = (h[1] >> 4) & 3, from_input = (h[1] >> 7) && nvals > 0;
     unsigned param = h[4];
     size_t es = stitch_dtype_size(dt);
-    uint64_t numel = (uint64_t)(h[2] | h[3] << 8) % (MAX_TENSOR_BYTES / es + 1);
+    uint64_t max_bytes = flags & 0x80 ? MAX_TENSOR_BYTES_FASTEST : MAX_TENSOR_BYTES;
+    uint64_t numel = (uint64_t)(h[2] | h[3] << 8) % (max_bytes / es + 1);
     if (ndim == 0)
       numel = 1;
     if (ndim >= 2)

@@ -5,7 +5,7 @@
 # fails only when a build fails or an applied copy is not bit-exact.
 # Needs python3; the instruction counts need valgrind (skipped without it).
 #
-#   tools/bench/run.sh                 # 10-15 minutes on 2 shared cores
+#   tools/bench/run.sh                 # 15-25 minutes on 2 shared cores
 #   STITCH_BENCH_PARAMS=10M STITCH_BENCH_SMALL_PARAMS=5M \
 #     STITCH_BENCH_CG_PARAMS=2M tools/bench/run.sh     # a quick smoke run
 #
@@ -60,6 +60,11 @@ traj() {
   fi
   echo "\$ ${run[*]}"
   "${run[@]}"
+  # The fastest mode (RANS, docs/codec.md), the same steps.
+  local fast=("$bench" "$dir" --reps "$reps" --fastest
+    --json-out "$work/$name--fastest.json")
+  echo "\$ ${fast[*]}"
+  "${fast[@]}"
   echo "# elapsed ${SECONDS}s"
 }
 
@@ -124,59 +129,69 @@ fi
 echo "# elapsed ${SECONDS}s"
 
 echo
-echo "## requirement checks"
+echo "## requirement checks, by default and with --fastest"
 python3 - "$work" <<'PY'
 import glob, json, os, sys
 work = sys.argv[1]
-runs = {os.path.basename(p)[:-5]: json.load(open(p))
-        for p in sorted(glob.glob(os.path.join(work, "*.json")))
-        if not p.endswith("callgrind.json")}
+every = {os.path.basename(p)[:-5]: json.load(open(p))
+         for p in sorted(glob.glob(os.path.join(work, "*.json")))
+         if not p.endswith("callgrind.json")}
 cgp = os.path.join(work, "callgrind.json")
-cg = json.load(open(cgp)) if os.path.exists(cgp) else None
-pairs = [(n, p) for n, r in runs.items() for p in r["pairs"]]
-band = [(n, p) for n, p in pairs if 0.001 <= p["density"] <= 0.10]
-bf16 = [(n, p) for n, p in band if n.startswith("bf16")]
-near1 = [(n, p) for n, p in bf16 if 0.005 <= p["density"] <= 0.02]
+cg_default = json.load(open(cgp)) if os.path.exists(cgp) else None
 
-def line(tag, ok, text):
-    print(f"({tag}) {'PASS' if ok else 'FAIL'}: {text}")
+def check(runs, cg):
+    pairs = [(n, p) for n, r in runs.items() for p in r["pairs"]]
+    band = [(n, p) for n, p in pairs if 0.001 <= p["density"] <= 0.10]
+    bf16 = [(n, p) for n, p in band if n.startswith("bf16")]
+    near1 = [(n, p) for n, p in bf16 if 0.005 <= p["density"] <= 0.02]
 
-def worst(rows, key, hi):
-    return (max if hi else min)(rows, key=lambda np: np[1][key])
+    def line(tag, ok, text):
+        print(f"({tag}) {'PASS' if ok else 'FAIL'}: {text}")
 
-if band:
-    n, p = worst(band, "delta_over_bound", True)
-    line("a", p["delta_over_bound"] <= 1.10,
-         f"delta/bound at most {p['delta_over_bound']:.3f} over {len(band)} "
-         f"steps with density 0.1%-10% (worst: {n} step {p['step']}, "
-         f"density {100 * p['density']:.3f}%); need <= 1.10")
-if near1:
-    n, p = worst(near1, "full_over_delta", False)
-    line("b", p["full_over_delta"] >= 150,
-         f"full BF16 / delta at least {p['full_over_delta']:.1f}x over "
-         f"{len(near1)} BF16 steps at 0.5%-2% density (worst: {n} step "
-         f"{p['step']}, density {100 * p['density']:.3f}%); need >= 150x")
-if band:
-    n, p = worst(band, "idxval_over_delta", False)
-    line("c", p["idxval_over_delta"] >= 5,
-         f"int32+value / delta at least {p['idxval_over_delta']:.1f}x over "
-         f"{len(band)} steps (worst: {n} step {p['step']}); need >= 5x")
-tw = {n: r["totals"]["encode_speedup_vs_zstd1"] for n, r in runs.items()}
-tc = {n: r["totals"]["encode_speedup_vs_zstd1_cpu"] for n, r in runs.items()}
-ci = cg["zstd1"] / cg["encode"] if cg else None
-line("d", min(tw.values()) > 1 and min(tc.values()) > 1 and (ci or 2) > 1,
-     "encode speed / zstd -1 speed, one core: wall "
-     + ", ".join(f"{n} {v:.2f}" for n, v in tw.items())
-     + "; CPU time " + ", ".join(f"{n} {v:.2f}" for n, v in tc.items())
-     + (f"; callgrind instructions zstd/encode {ci:.2f}" if cg else "")
-     + "; need > 1")
-fr = {n: r["totals"]["apply_fraction_of_memcpy"] for n, r in runs.items()}
-ap = {n: r["totals"]["apply_Bps"] / 1e9 for n, r in runs.items()}
-mc = {n: r["totals"]["memcpy_Bps"] / 1e9 for n, r in runs.items()}
-line("e", min(fr.values()) >= 0.5,
-     "apply in place / memcpy: "
-     + ", ".join(f"{n} {ap[n]:.2f}/{mc[n]:.2f} GB/s = {fr[n]:.3f}"
-                 for n in fr) + "; taken as >= 0.5")
-exact = all(p["bit_exact"] for _, p in pairs)
-print(f"bit-exact apply: {'all' if exact else 'NOT all'} {len(pairs)} steps")
+    def worst(rows, key, hi):
+        return (max if hi else min)(rows, key=lambda np: np[1][key])
+
+    if band:
+        n, p = worst(band, "delta_over_bound", True)
+        line("a", p["delta_over_bound"] <= 1.10,
+             f"delta/bound at most {p['delta_over_bound']:.3f} over {len(band)} "
+             f"steps with density 0.1%-10% (worst: {n} step {p['step']}, "
+             f"density {100 * p['density']:.3f}%); need <= 1.10")
+    if near1:
+        n, p = worst(near1, "full_over_delta", False)
+        line("b", p["full_over_delta"] >= 150,
+             f"full BF16 / delta at least {p['full_over_delta']:.1f}x over "
+             f"{len(near1)} BF16 steps at 0.5%-2% density (worst: {n} step "
+             f"{p['step']}, density {100 * p['density']:.3f}%); need >= 150x")
+    if band:
+        n, p = worst(band, "idxval_over_delta", False)
+        line("c", p["idxval_over_delta"] >= 5,
+             f"int32+value / delta at least {p['idxval_over_delta']:.1f}x over "
+             f"{len(band)} steps (worst: {n} step {p['step']}); need >= 5x")
+    tw = {n: r["totals"]["encode_speedup_vs_zstd1"] for n, r in runs.items()}
+    tc = {n: r["totals"]["encode_speedup_vs_zstd1_cpu"] for n, r in runs.items()}
+    ci = cg["zstd1"] / cg["encode"] if cg else None
+    line("d", min(tw.values()) > 1 and min(tc.values()) > 1 and (ci or 2) > 1,
+         "encode speed / zstd -1 speed, one core: wall "
+         + ", ".join(f"{n} {v:.2f}" for n, v in tw.items())
+         + "; CPU time " + ", ".join(f"{n} {v:.2f}" for n, v in tc.items())
+         + (f"; callgrind instructions zstd/encode {ci:.2f}" if cg else "")
+         + "; need > 1")
+    fr = {n: r["totals"]["apply_fraction_of_memcpy"] for n, r in runs.items()}
+    ap = {n: r["totals"]["apply_Bps"] / 1e9 for n, r in runs.items()}
+    mc = {n: r["totals"]["memcpy_Bps"] / 1e9 for n, r in runs.items()}
+    line("e", min(fr.values()) >= 0.5,
+         "apply in place / memcpy: "
+         + ", ".join(f"{n} {ap[n]:.2f}/{mc[n]:.2f} GB/s = {fr[n]:.3f}"
+                     for n in fr) + "; taken as >= 0.5")
+    exact = all(p["bit_exact"] for _, p in pairs)
+    print(f"bit-exact apply: {'all' if exact else 'NOT all'} {len(pairs)} steps")
+
+for mode in ("default", "fastest"):
+    fast = mode == "fastest"
+    runs = {n.split("--")[0]: r for n, r in every.items()
+            if n.endswith("--fastest") == fast}
+    print(f"# {mode}")
+    if runs:  # callgrind counts the default mode's encode only
+        check(runs, None if fast else cg_default)
 PY

@@ -171,6 +171,23 @@ static void normalize(const uint32_t *c, unsigned n, uint64_t total,
   }
 }
 
+/* V as a varint at OUT; returns its bytes. */
+static size_t varint_put(uint64_t v, uint8_t *out) {
+  size_t k = 0;
+  do {
+    out[k++] = (uint8_t)(v >= 0x80 ? (v & 0x7f) | 0x80 : v);
+    v >>= 7;
+  } while (v != 0);
+  return k;
+}
+
+static size_t varint_len(uint64_t v) {
+  size_t k = 1;
+  while (v >>= 7)
+    k++;
+  return k;
+}
+
 /* A table as sent: the count of symbols up to the last that occurs, then
  * each one's frequency, varints. An empty table (no symbol of it coded)
  * is a single 0. Returns the bytes written. */
@@ -181,14 +198,8 @@ static size_t table_put(const uint32_t *f, unsigned n, uint8_t *out) {
       last = s + 1;
   size_t k = 0;
   out[k++] = (uint8_t)last;
-  for (unsigned s = 0; s < last; s++) {
-    uint32_t v = f[s];
-    while (v >= 0x80) {
-      out[k++] = (uint8_t)(v | 0x80);
-      v >>= 7;
-    }
-    out[k++] = (uint8_t)v;
-  }
+  for (unsigned s = 0; s < last; s++)
+    k += varint_put(f[s], out + k);
   return k;
 }
 
@@ -371,15 +382,6 @@ scan_block(rans_enc *e, const sym_fmt *f, const unsigned bits,
   }
 }
 
-static size_t varint_put(uint64_t v, uint8_t *out) {
-  size_t k = 0;
-  do {
-    out[k++] = (uint8_t)(v >= 0x80 ? (v & 0x7f) | 0x80 : v);
-    v >>= 7;
-  } while (v != 0);
-  return k;
-}
-
 /* The final state X, below *P. */
 static void state_put(uint32_t x, uint8_t **p) {
   *p -= 4;
@@ -392,8 +394,7 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
             const uint8_t *nw, block_span sp, uint8_t *out, size_t cap,
             size_t *out_len, uint64_t *changed, uint8_t *scratch,
             size_t scratch_cap) {
-  static rans_enc zero;
-  rans_enc e = zero;
+  rans_enc e = {0};
   /* Scratch: an index a symbol (the first pass stores each lane's at the
    * count, which never passes the lane), two symbols a change, then the
    * steps' raw bits, and the gaps' stream down from its end; OUT: room
@@ -451,15 +452,11 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
 
   /* Tables; the gaps' raw bits and stream; the steps' raw bits and
    * stream, to the end. Each part moves down, in order. */
-  uint8_t lens[30];
-  size_t nl = varint_put(ngb, lens);
-  size_t k = nt + nl + ngb;
-  k += varint_put(ngs, lens + 10) + ngs + varint_put(nsb, lens + 20) + nsb;
-  if (k + nss > cap)
+  if (nt + varint_len(ngb) + ngb + varint_len(ngs) + ngs + varint_len(nsb) +
+          nsb + nss > cap)
     return STITCH_ELIMIT;
-  k = 0;
   memcpy(out, tb, nt);
-  k = nt;
+  size_t k = nt;
   k += varint_put(ngb, out + k);
   memmove(out + k, out + head, ngb);
   k += ngb;

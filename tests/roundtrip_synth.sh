@@ -39,9 +39,11 @@ check_traj() {
   echo "ok: $name, 4 steps bit-exact"
 }
 
-# Large tensors code their blocks as GAPS by default, as SPARSE with
-# --small and as RANS with --fastest (docs/codec.md, "Two sparse codings",
-# "The fastest mode"): all come back bit for bit.
+# Large tensors code their blocks by default as RANSC where changes are
+# dense (2.5 % or more) and as GAPS elsewhere, as SPARSE with --small and
+# as RANS with --fastest (docs/codec.md, "Two sparse codings", "The
+# fastest mode", "RANSC"): all come back bit for bit. $3 is the coding
+# the default must use.
 check_modes() {
   local dir="$work/modes" mode
   "$bin/stitch-synth" --out "$dir" --steps 1 --params 3e6 --quiet --view "$1" --lr "$2"
@@ -57,19 +59,20 @@ check_modes() {
       exit 1
     fi
   done
-  grep -q '"gaps"' "$work/fast.json" || { echo "FAIL: $1: no GAPS block by default" >&2; exit 1; }
-  if grep -q '"gaps"' "$work/small.json"; then
-    echo "FAIL: $1: --small coded a GAPS block" >&2; exit 1
+  grep -q "\"$3\"" "$work/fast.json" || { echo "FAIL: $1 $2: no ${3^^} block by default" >&2; exit 1; }
+  if grep -qE '"(gaps|ransc)"' "$work/small.json"; then
+    echo "FAIL: $1: --small coded a GAPS or RANSC block" >&2; exit 1
   fi
   grep -q '"rans"' "$work/fastest.json" || { echo "FAIL: $1: no RANS block with --fastest" >&2; exit 1; }
-  if grep -q '"gaps"' "$work/fastest.json"; then
-    echo "FAIL: $1: --fastest coded a GAPS block" >&2; exit 1
+  if grep -qE '"(gaps|ransc)"' "$work/fastest.json"; then
+    echo "FAIL: $1: --fastest coded a GAPS or RANSC block" >&2; exit 1
   fi
-  echo "ok: $1, GAPS by default, SPARSE with --small, RANS with --fastest, all bit-exact"
+  echo "ok: $1 $2, ${3^^} by default, SPARSE with --small, RANS with --fastest, all bit-exact"
 }
 
-check_modes bf16 3e-6
-check_modes nvfp4 1e-5
+check_modes bf16 3e-6 ransc
+check_modes bf16 1e-7 gaps
+check_modes nvfp4 1e-5 gaps
 check_traj bf16 10 --view bf16 --lr 1e-6
 check_traj bf16-3e-6 10 --view bf16 --lr 3e-6 --seed 7
 check_traj fp8 10 --view fp8 --lr 1e-6

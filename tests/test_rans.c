@@ -15,7 +15,9 @@ static test_rng rng;
 
 #include "block_util.h"
 
-/* Codes symbols [0, n) of BASE -> NW as RANS, decodes it onto a copy of
+static int rt_coding; /* the coding round_trip's encoder chose */
+
+/* Codes symbols [0, n) of BASE -> NW as RANS or RANSC, decodes it onto a copy of
  * BASE, and returns the payload (caller frees). */
 static uint8_t *round_trip(const fmt_case *fc, const sym_fmt *f, uint64_t n,
                            const uint8_t *base, const uint8_t *nw,
@@ -25,14 +27,17 @@ static uint8_t *round_trip(const fmt_case *fc, const sym_fmt *f, uint64_t n,
   uint8_t *out = malloc(cap), *scratch = malloc(scap), *data = malloc(nb);
   size_t len = 0;
   uint64_t ch = 0;
+  int coding = -1;
   block_span sp = {0, n};
-  int rc = rans_encode(f, base, nw, sp, out, cap, &len, &ch, scratch, scap);
+  int rc = rans_encode(f, base, nw, sp, out, cap, &len, &ch, &coding, 0, scratch, scap);
   if (rc != 0)
     FAIL_("%s, %" PRIu64 " symbols: rans_encode returned %d", fc->name, n, rc);
   ASSERT_UEQ(ch, count_diff(f, base, nw, n));
   stitch_diag d = {{0}};
   memcpy(data, base, nb);
-  ASSERT_OK(rans_decode(f, data, sp, out, len, ch, &d), d);
+  ASSERT(coding == STITCH_CODING_RANS || coding == STITCH_CODING_RANSC);
+  rt_coding = coding;
+  ASSERT_OK(rans_decode(f, coding, data, sp, out, len, ch, &d), d);
   if (memcmp(data, nw, nb) != 0)
     FAIL_("%s, %" PRIu64 " symbols: decoded block differs", fc->name, n);
   free(scratch);
@@ -168,29 +173,30 @@ static void test_no_room(void) {
   make_block(&f, n, 0.5, a, b);
   size_t len;
   uint64_t ch;
+  int coding;
   uint8_t *out = malloc(4096);
   block_span sp = {0, n};
-  ASSERT_EQ(rans_encode(&f, a, b, sp, out, 4096, &len, &ch, scratch, 8 * n),
+  ASSERT_EQ(rans_encode(&f, a, b, sp, out, 4096, &len, &ch, &coding, 0, scratch, 8 * n),
             STITCH_ELIMIT);
-  ASSERT_EQ(rans_encode(&f, a, b, sp, out, 4096, &len, &ch, scratch, 4 * n),
+  ASSERT_EQ(rans_encode(&f, a, b, sp, out, 4096, &len, &ch, &coding, 0, scratch, 4 * n),
             RANS_DECLINED);
   free(out);
   free(scratch);
 
-  /* F32 symbols 70 % of them new at random: the steps' raw bits (some 28
+  /* F32 symbols 95 % of them new at random: the steps' raw bits (some 28
    * a change) outgrow the scratch the delta encoder gives (8 bytes a
    * symbol). */
   ASSERT_EQ(sym_fmt_for(STITCH_DT_F32, 0, &f), 0);
   uint32_t *x = malloc(4 * n), *y = malloc(4 * n);
   for (uint64_t j = 0; j < n; j++) {
     x[j] = y[j] = (uint32_t)test_rng_next(&rng) & 0x3fffffffu;
-    if (test_rng_unit(&rng) < 0.7)
+    if (test_rng_unit(&rng) < 0.95)
       y[j] = x[j] ^ (1u + ((uint32_t)test_rng_next(&rng) & 0x3ffffffeu));
   }
   scratch = malloc(8 * n);
   out = malloc(4 * n);
   ASSERT_EQ(rans_encode(&f, (uint8_t *)x, (uint8_t *)y, sp, out, 4 * n, &len,
-                        &ch, scratch, 8 * n),
+                        &ch, &coding, 0, scratch, 8 * n),
             RANS_DECLINED);
   free(out);
   free(scratch);
@@ -228,20 +234,20 @@ static void test_no_room(void) {
   size_t need;
   uint8_t *big = malloc(2 * n), *sbig = malloc(8 * n);
   ASSERT_EQ(rans_encode(&f, a, b, (block_span){0, n}, big, 2 * n, &need, &ch,
-                        sbig, 8 * n),
+                        &coding, 0, sbig, 8 * n),
             0);
   uint8_t *data = malloc(2 * n);
   int ok = 0, limit = 0, declined = 0;
   for (size_t c = need > 900 ? need - 900 : 0; c <= need + 40; c += 7)
     for (size_t sc = 6 * n; sc <= 8 * n; sc += n / 4) {
       uint8_t *o2 = malloc(c ? c : 1), *s2 = malloc(sc);
-      int rc = rans_encode(&f, a, b, (block_span){0, n}, o2, c, &len, &ch, s2,
-                           sc);
+      int rc = rans_encode(&f, a, b, (block_span){0, n}, o2, c, &len, &ch,
+                           &coding, 0, s2, sc);
       if (rc == 0) {
         ok++;
         ASSERT(len <= c);
         memcpy(data, a, 2 * n);
-        ASSERT_OK(rans_decode(&f, data, (block_span){0, n}, o2, len, ch, &d), d);
+        ASSERT_OK(rans_decode(&f, coding, data, (block_span){0, n}, o2, len, ch, &d), d);
         ASSERT_MEM_EQ(data, b, 2 * n);
       } else {
         ASSERT(rc == STITCH_ELIMIT || rc == RANS_DECLINED);
@@ -341,6 +347,7 @@ static void test_rules(void) {
   uint8_t *p = round_trip(&FORMATS[5], &f, n, (uint8_t *)a, (uint8_t *)b,
                           &len, &ch);
   ASSERT_UEQ(ch, 3);
+  ASSERT_EQ(rt_coding, STITCH_CODING_RANS);
   parts x;
   split(p, len, &x);
   ASSERT(x.ngb == 3 && x.nsb == 1); /* 4 + 10 gap bits, 1 step bit */
@@ -351,7 +358,7 @@ static void test_rules(void) {
   do {                                                                        \
     size_t ql = join(&y, q);                                                  \
     memcpy(data, a, 2 * n);                                                   \
-    ASSERT_ERR(rans_decode(&f, (uint8_t *)data, sp, q, ql, ch, &d),           \
+    ASSERT_ERR(rans_decode(&f, STITCH_CODING_RANS, (uint8_t *)data, sp, q, ql, ch, &d),           \
                STITCH_EFORMAT, d, what);                                      \
   } while (0)
   parts y = x;
@@ -439,7 +446,7 @@ static void test_rules(void) {
   { /* a gap past the block's end: the block is shorter than the coded */
     size_t ql = join(&y, q);
     memcpy(data, a, 2 * n);
-    ASSERT_ERR(rans_decode(&f, (uint8_t *)data, (block_span){0, 4000}, q, ql,
+    ASSERT_ERR(rans_decode(&f, STITCH_CODING_RANS, (uint8_t *)data, (block_span){0, 4000}, q, ql,
                            ch, &d),
                STITCH_EFORMAT, d, "lies past the block");
   }
@@ -466,19 +473,19 @@ static void test_damage(void) {
   block_span sp = {0, n};
   stitch_diag d = {{0}};
   memcpy(data, a, 2 * n);
-  ASSERT_ERR(rans_decode(&f, data, sp, p, len, ch + 1, &d), STITCH_EFORMAT, d,
+  ASSERT_ERR(rans_decode(&f, rt_coding, data, sp, p, len, ch + 1, &d), STITCH_EFORMAT, d,
              "rans block");
   memcpy(data, a, 2 * n);
-  ASSERT_ERR(rans_decode(&f, data, sp, p, len, ch - 1, &d), STITCH_EFORMAT, d,
+  ASSERT_ERR(rans_decode(&f, rt_coding, data, sp, p, len, ch - 1, &d), STITCH_EFORMAT, d,
              "does not end cleanly");
-  ASSERT_ERR(rans_decode(&f, data, sp, p, 0, ch, &d), STITCH_EFORMAT, d,
+  ASSERT_ERR(rans_decode(&f, rt_coding, data, sp, p, 0, ch, &d), STITCH_EFORMAT, d,
              "bad table");
   /* A table whose frequencies do not sum to 4096. */
   uint8_t *q = malloc(len);
   memcpy(q, p, len);
   ASSERT(q[0] > 0 && q[1] > 1); /* the gap table's count, first frequency */
   q[1]--;
-  ASSERT_ERR(rans_decode(&f, data, sp, q, len, ch, &d), STITCH_EFORMAT, d,
+  ASSERT_ERR(rans_decode(&f, rt_coding, data, sp, q, len, ch, &d), STITCH_EFORMAT, d,
              "bad table");
   /* Random damage anywhere, and cuts. */
   for (int it = 0; it < 600; it++) {
@@ -489,7 +496,246 @@ static void test_damage(void) {
     else
       q[test_rng_next(&rng) % len] ^= (uint8_t)(1u << (test_rng_next(&rng) % 8));
     memcpy(data, a, 2 * n);
-    int rc = rans_decode(&f, data, sp, q, cut, ch, &d);
+    int rc = rans_decode(&f, rt_coding, data, sp, q, cut, ch, &d);
+    ASSERT(rc == 0 || rc == STITCH_EFORMAT);
+    if (it % 4 == 0)
+      ASSERT(rc != 0); /* every byte counts: a cut is always caught */
+  }
+  free(q);
+  free(p);
+  free(a);
+  free(b);
+  free(data);
+}
+
+/* ---- RANSC ------------------------------------------------------------ */
+
+/* A float block whose changes follow magnitude, as under Adam: exponents
+ * spread evenly over up to 8 octaves below a top, and a symbol OCT
+ * octaves below the top changes with chance P * 4^OCT (at most 0.9),
+ * by one step. */
+static void make_class_block(const sym_fmt *f, uint64_t n, double p,
+                             uint8_t *base, uint8_t *nw) {
+  unsigned bits = f->bits, emax = (1u << f->exp_bits) - 1;
+  unsigned top = emax > 4 ? emax / 2 + 2 : emax, span = top < 7 ? top + 1 : 8;
+  uint64_t mask = bits == 64 ? ~0ull : (1ull << bits) - 1;
+  for (uint64_t j = 0; j < n; j++) {
+    unsigned oct = (unsigned)(test_rng_next(&rng) % span);
+    uint64_t v = (test_rng_next(&rng) & 1) << (bits - 1) |
+                 (uint64_t)(top - oct) << f->mant_bits |
+                 (test_rng_next(&rng) & ((1ull << f->mant_bits) - 1));
+    st_sym(base, j, bits, v);
+    st_sym(nw, j, bits, v);
+    double q = p * (double)(1u << (2 * oct));
+    if (test_rng_unit(&rng) >= (q < 0.9 ? q : 0.9))
+      continue;
+    uint64_t nv = (test_rng_next(&rng) & 1 ? v + 1 : v - 1) & mask;
+    st_sym(nw, j, bits, nv == v ? (v + 2) & mask : nv);
+  }
+}
+
+/* Codes BASE -> NW with CLASSES, expecting RC and (on success) CODING;
+ * a payload decodes exactly. Returns the payload, or NULL. */
+static uint8_t *code_one(const sym_fmt *f, uint64_t n, const uint8_t *base,
+                         const uint8_t *nw, int classes, int want_rc,
+                         int want_coding, size_t *plen) {
+  size_t nb = f->bits == 4 ? n / 2 : n * (f->bits / 8);
+  size_t cap = nb + 4096, scap = 8 * n + 4096;
+  uint8_t *out = malloc(cap), *scratch = malloc(scap), *data = malloc(nb);
+  uint64_t ch = 0;
+  int coding = -1;
+  int rc = rans_encode(f, base, nw, (block_span){0, n}, out, cap, plen, &ch,
+                       &coding, classes, scratch, scap);
+  if (rc != want_rc)
+    FAIL_("%u-bit symbols, %" PRIu64 " of them, %" PRIu64 " changed: "
+          "rans_encode returned %d, not %d", f->bits, n,
+          count_diff(f, base, nw, n), rc, want_rc);
+  free(scratch);
+  if (rc != 0) {
+    free(out);
+    free(data);
+    return NULL;
+  }
+  ASSERT_EQ(coding, want_coding);
+  ASSERT_UEQ(ch, count_diff(f, base, nw, n));
+  stitch_diag d = {{0}};
+  memcpy(data, base, nb);
+  ASSERT_OK(rans_decode(f, coding, data, (block_span){0, n}, out, *plen, ch, &d), d);
+  ASSERT_MEM_EQ(data, nw, nb);
+  free(data);
+  return out;
+}
+
+/* Every float format at sizes around the window (4096 symbols) and the
+ * word: RANSC round trips, and the vector class words (AVX2) give the
+ * reference loops' bytes, both ways. */
+static void test_classes_formats(void) {
+  static const uint64_t sizes[] = {65536, 70002, 200000, 135170}; /* and
+                                          partial windows and words */
+  static const int floats[] = {0, 1, 2, 5, 6, 9, 12}; /* in FORMATS */
+  int coded = 0;
+  for (size_t i = 0; i < sizeof(floats) / sizeof(floats[0]); i++) {
+    const fmt_case *fc = &FORMATS[floats[i]];
+    sym_fmt f;
+    ASSERT_EQ(sym_fmt_for(fc->dt, fc->nibble, &f), 0);
+    for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+      uint64_t n = sizes[s];
+      size_t nb = f.bits == 4 ? n / 2 : n * (f.bits / 8), la = 0, lb = 0;
+      uint8_t *a = malloc(nb), *b = malloc(nb);
+      for (double p = 1e-7;; p *= 1.5) { /* 3 % or more: RANSC's range */
+        make_class_block(&f, n, p, a, b);
+        if (count_diff(&f, a, b, n) * 100 >= 3 * n)
+          break;
+      }
+      uint8_t *p1 = code_one(&f, n, a, b, 1, 0, STITCH_CODING_RANSC, &la);
+      rans_force_scalar(1);
+      uint8_t *p2 = code_one(&f, n, a, b, 1, 0, STITCH_CODING_RANSC, &lb);
+      stitch_diag d = {{0}};
+      uint8_t *data = malloc(nb);
+      memcpy(data, a, nb); /* the vector encoder's payload, decoded by the reference */
+      ASSERT_OK(rans_decode(&f, STITCH_CODING_RANSC, data, (block_span){0, n}, p1,
+                            la, count_diff(&f, a, b, n), &d), d);
+      ASSERT_MEM_EQ(data, b, nb);
+      rans_force_scalar(0);
+      if (la != lb || memcmp(p1, p2, la) != 0)
+        FAIL_("%s, %" PRIu64 " symbols: vector and reference payloads differ",
+              fc->name, n);
+      coded++;
+      free(data);
+      free(p1);
+      free(p2);
+      free(a);
+      free(b);
+    }
+  }
+  ASSERT_EQ(coded, 28);
+}
+
+/* The memoryless bound of a BF16 block (steps of one: a bit each). */
+static double bound_bytes(uint64_t n, uint64_t k) {
+  double q = (double)k / (double)n;
+  return ((double)n * -(q * log2(q) + (1 - q) * log2(1 - q)) + (double)k) / 8;
+}
+
+/* Where changes follow magnitude, classes code well below the memoryless
+ * bound, and below RANS; the encoder declines what they cannot help. */
+static void test_classes_gain(void) {
+  sym_fmt f;
+  ASSERT_EQ(sym_fmt_for(STITCH_DT_BF16, 0, &f), 0);
+  uint64_t n = 1u << 20;
+  uint8_t *a = malloc(2 * n), *b = malloc(2 * n);
+  make_class_block(&f, n, 0.00003, a, b);
+  uint64_t k = count_diff(&f, a, b, n);
+  ASSERT(k > n / 40 && k < n / 4); /* dense enough, not too dense */
+  size_t lc = 0, lr = 0;
+  free(code_one(&f, n, a, b, 1, 0, STITCH_CODING_RANSC, &lc));
+  free(code_one(&f, n, a, b, 0, 0, STITCH_CODING_RANS, &lr));
+  double bound = bound_bytes(n, k);
+  fprintf(stderr, "classes: %" PRIu64 " changes, RANSC %zu B, RANS %zu B, bound %.0f B (x%.3f)\n",
+          k, lc, lr, bound, (double)lc / bound);
+  ASSERT_DBL_LE((double)lc, 0.85 * bound);
+  ASSERT_DBL_LE((double)lc, 0.85 * (double)lr);
+
+  /* Declined: changes blind to magnitude (classes do not pay); below
+   * 2.5 % (GAPS codes those); above a quarter; integers. */
+  make_block(&f, n, 0.05, a, b);
+  ASSERT(code_one(&f, n, a, b, 1, RANS_DECLINED, 0, &lc) == NULL);
+  make_class_block(&f, n, 0.000001, a, b);
+  ASSERT(count_diff(&f, a, b, n) < n / 50);
+  ASSERT(code_one(&f, n, a, b, 1, RANS_DECLINED, 0, &lc) == NULL);
+  make_class_block(&f, n, 0.001, a, b);
+  ASSERT(count_diff(&f, a, b, n) > n / 4);
+  ASSERT(code_one(&f, n, a, b, 1, RANS_DECLINED, 0, &lc) == NULL);
+  ASSERT_EQ(sym_fmt_for(STITCH_DT_U16, 0, &f), 0);
+  make_block(&f, n, 0.05, a, b);
+  ASSERT(code_one(&f, n, a, b, 1, RANS_DECLINED, 0, &lc) == NULL);
+  free(a);
+  free(b);
+}
+
+/* Each rule of the spec's RANSC header broken on purpose, each with its
+ * own error; then random damage and cuts: a clean error or a decoding,
+ * never a read or write out of bounds (ASan in CI). */
+static void test_classes_rules(void) {
+  sym_fmt f, u16;
+  ASSERT_EQ(sym_fmt_for(STITCH_DT_BF16, 0, &f), 0);
+  ASSERT_EQ(sym_fmt_for(STITCH_DT_U16, 0, &u16), 0);
+  uint64_t n = 1u << 16;
+  uint8_t *a = malloc(2 * n), *b = malloc(2 * n), *data = malloc(2 * n);
+  make_class_block(&f, n, 0.00003, a, b);
+  uint64_t ch = count_diff(&f, a, b, n);
+  size_t len = 0;
+  uint8_t *p = code_one(&f, n, a, b, 1, 0, STITCH_CODING_RANSC, &len);
+  ASSERT(p[0] >= 2 && p[0] <= 4);
+  uint8_t *q = malloc(len + 16);
+  block_span sp = {0, n};
+  stitch_diag d = {{0}};
+#define EXPECT_C(fmt, ql, chg, what)                                          \
+  do {                                                                        \
+    memcpy(data, a, 2 * n);                                                   \
+    ASSERT_ERR(rans_decode(fmt, STITCH_CODING_RANSC, data, sp, q, ql, chg, &d), \
+               STITCH_EFORMAT, d, what);                                      \
+  } while (0)
+  memcpy(q, p, len);
+  q[0] = 1; /* one class: that is RANS */
+  EXPECT_C(&f, len, ch, "bad class count");
+  q[0] = 5;
+  EXPECT_C(&f, len, ch, "bad class count");
+  memcpy(q, p, len);
+  q[1] = 0; /* a limit of 0 */
+  EXPECT_C(&f, len, ch, "bad class limits");
+  memcpy(q, p, len); /* the first limit at 2^15: past every level */
+  q[1] = 0x80, q[2] = 0x80, q[3] = 0x02;
+  EXPECT_C(&f, len, ch, "bad class limits");
+  if (p[0] >= 3) { /* limits that do not fall */
+    memcpy(q, p, len);
+    size_t k1 = 1;
+    while (q[k1] & 0x80)
+      k1++;
+    memcpy(q + k1 + 1, q + 1, k1); /* the second limit = the first */
+    EXPECT_C(&f, len, ch, "bad class limits");
+  }
+  memcpy(q, p, len);
+  EXPECT_C(&f, len, ch + 1, "class counts");
+  EXPECT_C(&f, len, ch - 1, "class counts");
+  q[len] = 0;
+  EXPECT_C(&f, len + 1, ch, "trailing bytes");
+  EXPECT_C(&u16, len, ch, "need a float format");
+  EXPECT_C(&f, 1, ch, "ransc block");
+#undef EXPECT_C
+  /* Exact buffer sizes around the need (ASan in CI): a success decodes,
+   * a failure says why. */
+  int ok = 0, short_ = 0;
+  for (size_t c = len - 300; c <= len + 40; c += 3)
+    for (size_t sc = 6 * n + 64; sc <= 8 * n; sc += n / 2) {
+      uint8_t *o2 = malloc(c), *s2 = malloc(sc);
+      size_t l2;
+      uint64_t ch2;
+      int coding = -1;
+      int rc = rans_encode(&f, a, b, sp, o2, c, &l2, &ch2, &coding, 1, s2, sc);
+      if (rc == 0) {
+        ok++;
+        ASSERT(l2 <= c && coding == STITCH_CODING_RANSC);
+        memcpy(data, a, 2 * n);
+        ASSERT_OK(rans_decode(&f, coding, data, sp, o2, l2, ch2, &d), d);
+        ASSERT_MEM_EQ(data, b, 2 * n);
+      } else {
+        ASSERT(rc == STITCH_ELIMIT || rc == RANS_DECLINED);
+        short_++;
+      }
+      free(o2);
+      free(s2);
+    }
+  ASSERT(ok > 0 && short_ > 0);
+  for (int it = 0; it < 600; it++) {
+    memcpy(q, p, len);
+    size_t cut = len;
+    if (it % 4 == 0)
+      cut = test_rng_next(&rng) % len;
+    else
+      q[test_rng_next(&rng) % len] ^= (uint8_t)(1u << (test_rng_next(&rng) % 8));
+    memcpy(data, a, 2 * n);
+    int rc = rans_decode(&f, STITCH_CODING_RANSC, data, sp, q, cut, ch, &d);
     ASSERT(rc == 0 || rc == STITCH_EFORMAT);
     if (it % 4 == 0)
       ASSERT(rc != 0); /* every byte counts: a cut is always caught */
@@ -510,6 +756,9 @@ int main(void) {
   test_no_room();
   test_rules();
   test_damage();
+  test_classes_formats();
+  test_classes_gain();
+  test_classes_rules();
   puts("test_rans: ok");
   return 0;
 }

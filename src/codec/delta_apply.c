@@ -324,8 +324,8 @@ int delta_block_decode(const sym_fmt *f, block_span sp, int coding,
   }
   if (coding == STITCH_CODING_GAPS)
     return gaps_decode(f, tensor_data, sp, in, len, changed, d);
-  if (coding == STITCH_CODING_RANS)
-    return rans_decode(f, tensor_data, sp, in, len, changed, d);
+  if (coding == STITCH_CODING_RANS || coding == STITCH_CODING_RANSC)
+    return rans_decode(f, coding, tensor_data, sp, in, len, changed, d);
   RETURN_IF(coding >= STITCH_CODING_COUNT_, d, STITCH_EFORMAT,
             "delta: tensor '%s' block %llu has unknown coding %d", name,
             (unsigned long long)b, coding);

@@ -17,7 +17,7 @@
 #include <zstd.h>
 
 const char *stitch_coding_name(int coding) {
-  static const char *names[] = {"same", "sparse", "xor", "planes", "raw", "gaps", "rans"};
+  static const char *names[] = {"same", "sparse", "xor", "planes", "raw", "gaps", "rans", "ransc"};
   return coding >= 0 && coding < STITCH_CODING_COUNT_ ? names[coding] : "?";
 }
 
@@ -88,8 +88,9 @@ static int code_block(enc *e, const sym_fmt *f, const uint8_t *old,
   /* Raw is the ceiling every other coding must beat. */
   *coding = STITCH_CODING_RAW;
   *len = nb;
-  /* The sparse coding of this block: for large blocks GAPS, fast, or
-   * RANS, fastest, unless the caller wants the smallest (docs/codec.md). */
+  /* The sparse coding of this block: for large blocks RANSC where dense
+   * and GAPS elsewhere, or RANS, fastest, unless the caller wants the
+   * smallest (docs/codec.md). */
   int sc = e->o->sparse_mode == STITCH_SPARSE_FAST && sp.n >= GAPS_MIN_SYMBOLS
                ? STITCH_CODING_GAPS
            : e->o->sparse_mode == STITCH_SPARSE_FASTEST &&
@@ -98,12 +99,20 @@ static int code_block(enc *e, const sym_fmt *f, const uint8_t *old,
                : STITCH_CODING_SPARSE;
   if (ob != NULL) {
     size_t n = 0;
-    int rc = sc == STITCH_CODING_GAPS
-                 ? gaps_encode(f, old, nw, sp, e->cand, nb, &n, changed)
-             : sc == STITCH_CODING_RANS
-                 ? rans_encode(f, old, nw, sp, e->cand, nb, &n, changed,
-                               e->scratch, e->work_cap)
-                 : GAPS_DECLINED;
+    int rc = GAPS_DECLINED;
+    if (sc == STITCH_CODING_GAPS) {
+      /* RANSC where the block is dense enough for its classes to pay;
+       * else GAPS. */
+      rc = rans_encode(f, old, nw, sp, e->cand, nb, &n, changed, &sc, 1,
+                       e->scratch, e->work_cap);
+      if (rc != 0) {
+        sc = STITCH_CODING_GAPS;
+        rc = gaps_encode(f, old, nw, sp, e->cand, nb, &n, changed);
+      }
+    } else if (sc == STITCH_CODING_RANS) {
+      rc = rans_encode(f, old, nw, sp, e->cand, nb, &n, changed, &sc, 0,
+                       e->scratch, e->work_cap);
+    }
     if (rc == GAPS_DECLINED) { /* or RANS_DECLINED: SPARSE, perhaps coded
                                   by pick_nibble */
       sc = STITCH_CODING_SPARSE;

@@ -128,20 +128,26 @@ int gaps_decode(const sym_fmt *f, uint8_t *data, block_span sp,
 unsigned gaps_weight_of_code(unsigned b);
 uint8_t gaps_code_of_weight(double w);
 
-/* The RANS coding (rans.c): same contract as sparse_encode, with SCRATCH
- * of 8 bytes a symbol (6 for the first pass, the rest for the steps' raw
- * bits and the gaps' stream). It returns RANS_DECLINED, coding nothing,
- * when the scratch runs out (wide steps at a high density), and the
- * caller codes SPARSE instead. The decoder patches exactly CHANGED
- * changes, the index's count. */
+/* The RANS and RANSC codings (rans.c): the contract of sparse_encode,
+ * with SCRATCH of 8 bytes a symbol. CLASSES 0 codes RANS (the fastest
+ * mode); 1 codes RANSC, or declines a block that is not a float format,
+ * not dense enough (RANSC_MIN_PER_MILLE, sampled) or whose classes do not
+ * pay (the default mode then codes GAPS). *CODING says which. It returns
+ * RANS_DECLINED, coding nothing, also when the scratch runs out (wide
+ * steps at a high density), and the caller codes SPARSE instead. The
+ * decoder patches exactly CHANGED changes, the index's count. */
 #define RANS_MIN_SYMBOLS (1u << 12) /* smaller blocks: SPARSE */
 #define RANS_DECLINED GAPS_DECLINED /* the same: code_block takes both */
+#define RANSC_MIN_PER_MILLE 25     /* sparser blocks: GAPS (docs/codec.md) */
 int rans_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
                 block_span sp, uint8_t *out, size_t cap, size_t *out_len,
-                uint64_t *changed, uint8_t *scratch, size_t scratch_cap);
-int rans_decode(const sym_fmt *f, uint8_t *data, block_span sp,
+                uint64_t *changed, int *coding, int classes, uint8_t *scratch,
+                size_t scratch_cap);
+int rans_decode(const sym_fmt *f, int coding, uint8_t *data, block_span sp,
                 const uint8_t *in, size_t len, uint64_t changed,
                 stitch_diag *d);
+/* Tests: nonzero runs the scalar reference loops even on CPUs with AVX2. */
+void rans_force_scalar(int on);
 
 /* Dense codings over the byte range of a block. */
 size_t dense_bound(size_t nbytes);

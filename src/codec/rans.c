@@ -1,4 +1,5 @@
-/* rans.c: the RANS coding (proto/delta.md "RANS"), for the fastest mode.
+/* rans.c: the RANS coding (proto/delta.md "RANS"), for the fastest mode,
+ * and RANSC, RANS within classes, for dense blocks by default.
  *
  * Each change of a block is two symbols: its gap (the unchanged symbols
  * before it, since the last change) and its step (sign and magnitude in
@@ -9,28 +10,39 @@
  * table cannot name exactly (long gaps, large steps) goes as raw bits,
  * again a stream for each kind.
  *
- * Nothing depends on the base's symbols: no weights, no contexts. So the
- * encoder only compares the two blocks word by word, and the decoder
- * touches only the symbols that change. It decodes a batch of gaps ahead
- * of their steps and prefetches the symbols they name: no decision waits
- * on a symbol's load. (A step table chosen by the old symbol's sign bit
- * held every change up on that load, half the decoder's time at 1.5 %
- * density, and coded no smaller.) The price is the context gain: RANS
+ * RANS depends on nothing of the base's symbols: no weights, no contexts.
+ * So the encoder only compares the two blocks word by word, and the
+ * decoder touches only the symbols that change. It decodes a batch of
+ * gaps ahead of their steps and prefetches the symbols they name: no
+ * decision waits on a symbol's load. The price is the context gain: RANS
  * codes at about the memoryless bound, where GAPS codes 20-30 % below it
  * (docs/codec.md, "The fastest mode").
+ *
+ * RANSC (proto/delta.md "RANSC") takes that gain back the rANS way: the
+ * block's symbols fall into 2 to 4 classes by their base magnitude (runs
+ * of octaves; a small weight changes more often), and each class is coded
+ * as RANS over its own members, gaps counting members of the class. The
+ * decoder classifies a window of 4096 symbols at a time (AVX2 where the
+ * CPU has it), then turns each class's ranks into positions and applies
+ * their steps; its streams run two rANS states in turn, and its tables
+ * have 10-bit probabilities, so that more of its work overlaps and its
+ * tables stay in L1.
  *
  * rANS encodes backwards: the first pass stores each change's two symbols
  * (in the caller's scratch) and writes the raw bits; the second codes the
  * symbols from the last to the first, both streams in one loop so that
- * the two states' chains overlap. */
+ * the states' chains overlap. */
 #include "codec/delta_internal.h"
 #include "codec/symbol.h"
 #include "common/diag.h"
 
 #include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
 #include <string.h>
 
-#define SCALE_BITS 12
+#define SCALE_BITS 12  /* RANS's probabilities */
+#define SCALE_BITS_C 10 /* RANSC's: its 2 to 8 tables then stay in L1 */
 #define SCALE (1u << SCALE_BITS)
 #define STATE_LOW (1u << 23)
 #define GAP_DIRECT 32  /* gaps below this are symbols of their own */
@@ -117,7 +129,8 @@ typedef struct bitr {
 } bitr;
 
 /* The next N (at most 32) bits, or -1 past the end. */
-static inline int bitr_get(bitr *r, unsigned n, uint64_t *v) {
+static inline __attribute__((always_inline)) int
+bitr_get(bitr *r, unsigned n, uint64_t *v) {
   while (r->n < n) {
     if (r->p == r->end)
       return -1;
@@ -144,28 +157,29 @@ static inline int bitr_get_wide(bitr *r, unsigned n, uint64_t *v) {
 /* ---- Tables ----------------------------------------------------------- */
 
 /* Scales the counts C[0..N) (summing to TOTAL > 0) to frequencies F that
- * sum to SCALE, every symbol that occurs keeping at least 1. */
+ * sum to 2^SB, every symbol that occurs keeping at least 1. */
 static void normalize(const uint32_t *c, unsigned n, uint64_t total,
-                      uint32_t *f) {
+                      uint32_t *f, unsigned sb) {
+  const uint32_t scale = 1u << sb;
   uint32_t sum = 0;
   for (unsigned s = 0; s < n; s++) {
-    f[s] = c[s] == 0 ? 0 : (uint32_t)(((uint64_t)c[s] * SCALE) / total);
+    f[s] = c[s] == 0 ? 0 : (uint32_t)(((uint64_t)c[s] * scale) / total);
     if (c[s] != 0 && f[s] == 0)
       f[s] = 1;
     sum += f[s];
   }
   /* Rounding down leaves at most N short, the floor of 1 at most N over:
    * settle the difference on the largest frequencies. */
-  while (sum != SCALE) {
+  while (sum != scale) {
     unsigned big = 0;
     for (unsigned s = 1; s < n; s++)
       if (f[s] > f[big])
         big = s;
-    if (sum < SCALE) {
-      f[big] += SCALE - sum;
-      sum = SCALE;
+    if (sum < scale) {
+      f[big] += scale - sum;
+      sum = scale;
     } else {
-      f[big]--; /* the largest is above 1 while the sum passes SCALE */
+      f[big]--; /* the largest is above 1 while the sum passes the scale */
       sum--;
     }
   }
@@ -211,13 +225,13 @@ typedef struct esym {
   uint16_t shift;
 } esym;
 
-static void esym_init(esym *e, uint32_t start, uint32_t f) {
-  e->x_max = ((STATE_LOW >> SCALE_BITS) << 8) * f;
-  e->cmpl = (uint16_t)(SCALE - f);
+static void esym_init(esym *e, uint32_t start, uint32_t f, unsigned sb) {
+  e->x_max = ((STATE_LOW >> sb) << 8) * f;
+  e->cmpl = (uint16_t)((1u << sb) - f);
   if (f < 2) { /* q = x - 1 from a reciprocal of just under 1 */
     e->rcp = ~0u;
     e->shift = 0;
-    e->bias = start + SCALE - 1;
+    e->bias = start + (1u << sb) - 1;
     return;
   }
   unsigned sh = 0;
@@ -228,10 +242,10 @@ static void esym_init(esym *e, uint32_t start, uint32_t f) {
   e->bias = start;
 }
 
-static void esyms_of(const uint32_t *f, unsigned n, esym *e) {
+static void esyms_of(const uint32_t *f, unsigned n, esym *e, unsigned sb) {
   uint32_t start = 0;
   for (unsigned s = 0; s < n; s++) {
-    esym_init(&e[s], start, f[s] ? f[s] : 1);
+    esym_init(&e[s], start, f[s] ? f[s] : 1, sb);
     start += f[s];
   }
 }
@@ -254,11 +268,14 @@ static inline void rans_put(uint32_t *x, uint8_t **p, const esym *e) {
 /* The decoder's form: symbol, start and frequency by slot. */
 typedef struct dtab {
   int empty;
+  unsigned sb; /* the table's scale: 2^sb */
   uint16_t freq[STEP_SYMS], start[STEP_SYMS];
   uint8_t sym[SCALE];
 } dtab;
 
-static int table_get(rd *r, unsigned n, dtab *t) {
+static int table_get(rd *r, unsigned n, dtab *t, unsigned sb) {
+  const uint32_t scale = 1u << sb;
+  t->sb = sb;
   uint8_t cnt;
   if (rd_u8(r, &cnt) != 0 || cnt > n)
     return -1;
@@ -266,23 +283,23 @@ static int table_get(rd *r, unsigned n, dtab *t) {
   uint32_t start = 0;
   for (unsigned s = 0; s < cnt; s++) {
     uint64_t f;
-    if (rd_varint(r, &f) != 0 || f > SCALE - start)
+    if (rd_varint(r, &f) != 0 || f > scale - start)
       return -1;
     t->freq[s] = (uint16_t)f;
     t->start[s] = (uint16_t)start;
     memset(t->sym + start, (int)s, f);
     start += (uint32_t)f;
   }
-  return t->empty || start == SCALE ? 0 : -1;
+  return t->empty || start == scale ? 0 : -1;
 }
 
 /* Decodes a symbol of table T from state X, reading from *P (before
  * END) as it renormalises. */
 static inline int rans_get(uint32_t *x, const uint8_t **p, const uint8_t *end,
                            const dtab *t, unsigned *s) {
-  uint32_t slot = *x & (SCALE - 1);
+  uint32_t slot = *x & ((1u << t->sb) - 1);
   unsigned v = t->sym[slot];
-  uint32_t y = t->freq[v] * (*x >> SCALE_BITS) + slot - t->start[v];
+  uint32_t y = t->freq[v] * (*x >> t->sb) + slot - t->start[v];
   if (end - *p >= 2) { /* at most two bytes, read without a branch */
     for (int k = 0; k < 2; k++) {
       unsigned in = y < STATE_LOW;
@@ -302,6 +319,250 @@ static inline int rans_get(uint32_t *x, const uint8_t **p, const uint8_t *end,
   return 0;
 }
 
+/* ---- Classes (RANSC) -------------------------------------------------- */
+
+/* RANSC sorts a block's symbols into 2 to 4 classes by the magnitude of
+ * their base value, each class a run of octaves: a symbol's level is its
+ * bits without the sign, and its class the count of the block's limits
+ * L[0] > L[1] > ... that the level is below. Class 0 holds the largest
+ * magnitudes. Within a window of WIN symbols, word w of limit word row t
+ * has bit i set where symbol 64 w + i has a level below L[t]. */
+#define WIN 4096
+#define WIN_WORDS (WIN / 64)
+#define MAX_CLASSES 4
+
+/* The levels below each limit, one symbol at a time: the reference for
+ * the vector code, and what every other layout (F64) takes. */
+static inline __attribute__((always_inline)) void
+class_words_ref(const unsigned bits, const uint8_t *p, uint64_t first,
+                unsigned m, unsigned from, const uint64_t *lim, unsigned nl,
+                uint64_t lt[][WIN_WORDS]) {
+  const uint64_t absm = (1ull << (bits - 1)) - 1;
+  for (unsigned w = from; w < (m + 63) / 64; w++) {
+    uint64_t acc[MAX_CLASSES - 1] = {0};
+    for (unsigned i = 0; i < 64 && 64 * w + i < m; i++) {
+      uint64_t v = ld(p, first + 64 * w + i, bits) & absm;
+      for (unsigned t = 0; t < nl; t++)
+        acc[t] |= (uint64_t)(v < lim[t]) << i;
+    }
+    for (unsigned t = 0; t < nl; t++)
+      lt[t][w] = acc[t];
+  }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(STITCH_NO_AVX2) && \
+    !defined(STITCH_NO_SIMD)
+#include <immintrin.h>
+#define RANSC_AVX2 1
+
+/* The same, 64 symbols at a time, for the float layouts of 4 (E2M1
+ * nibbles, the even symbol in the low half of a byte), 8, 16 and 32 bits;
+ * returns the whole words done. Levels and limits stay below 2^(bits-1),
+ * so signed compares serve. */
+__attribute__((target("avx2,popcnt"), noinline)) static unsigned
+class_words_avx2(unsigned bits, const uint8_t *p, uint64_t first, unsigned m,
+                 const uint64_t *lim, unsigned nl, uint64_t lt[][WIN_WORDS]) {
+  if (bits == 64)
+    return 0;
+  const uint8_t *q = p + span_bytes(first, bits);
+  unsigned words = m / 64;
+  __m256i L[MAX_CLASSES - 1];
+  for (unsigned t = 0; t < nl; t++)
+    L[t] = bits == 32   ? _mm256_set1_epi32((int)lim[t])
+           : bits == 16 ? _mm256_set1_epi16((short)lim[t])
+                        : _mm256_set1_epi8((char)lim[t]);
+  for (unsigned w = 0; w < words; w++) {
+    const uint8_t *s = q + (size_t)w * 8 * bits;
+    if (bits == 16) {
+      const __m256i am = _mm256_set1_epi16(0x7fff);
+      __m256i v[4];
+      for (int k = 0; k < 4; k++)
+        v[k] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(s + 32 * k)), am);
+      for (unsigned t = 0; t < nl; t++) {
+        uint64_t r = 0;
+        for (int h = 0; h < 2; h++) {
+          __m256i c = _mm256_packs_epi16(_mm256_cmpgt_epi16(L[t], v[2 * h]),
+                                         _mm256_cmpgt_epi16(L[t], v[2 * h + 1]));
+          c = _mm256_permute4x64_epi64(c, 0xd8);
+          r |= (uint64_t)(uint32_t)_mm256_movemask_epi8(c) << (32 * h);
+        }
+        lt[t][w] = r;
+      }
+    } else if (bits == 8 || bits == 4) {
+      __m256i y0, y1;
+      const __m256i m7 = _mm256_set1_epi8(0x07);
+      if (bits == 8) {
+        const __m256i am = _mm256_set1_epi8(0x7f);
+        y0 = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)s), am);
+        y1 = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(s + 32)), am);
+      } else {
+        __m256i v = _mm256_loadu_si256((const __m256i *)s);
+        __m256i lo = _mm256_and_si256(v, m7);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m7);
+        __m256i x0 = _mm256_unpacklo_epi8(lo, hi), x1 = _mm256_unpackhi_epi8(lo, hi);
+        y0 = _mm256_permute2x128_si256(x0, x1, 0x20);
+        y1 = _mm256_permute2x128_si256(x0, x1, 0x31);
+      }
+      for (unsigned t = 0; t < nl; t++)
+        lt[t][w] = (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpgt_epi8(L[t], y0)) |
+                   (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpgt_epi8(L[t], y1)) << 32;
+    } else { /* 32 */
+      const __m256i am = _mm256_set1_epi32(0x7fffffff);
+      __m256i v[8];
+      for (int k = 0; k < 8; k++)
+        v[k] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(s + 32 * k)), am);
+      for (unsigned t = 0; t < nl; t++) {
+        uint64_t r = 0;
+        for (int k = 0; k < 8; k++)
+          r |= (uint64_t)(uint32_t)_mm256_movemask_ps(
+                   _mm256_castsi256_ps(_mm256_cmpgt_epi32(L[t], v[k])))
+               << (8 * k);
+        lt[t][w] = r;
+      }
+    }
+  }
+  return words;
+}
+#endif
+
+/* The class words of the window of M symbols at FIRST: row 0 the
+ * window's symbols, rows 1 to NL the limit words, row NL + 1 none; so
+ * class c's members are row c and not row c + 1. Vector where the CPU
+ * can (SIMD: the caller's flag, set by rans_encode and rans_decode). */
+typedef uint64_t class_rows[MAX_CLASSES + 1][WIN_WORDS];
+
+static inline __attribute__((always_inline)) void
+class_words(const int simd, const unsigned bits, const uint8_t *p,
+            uint64_t first, unsigned m, const uint64_t *lim, unsigned nl,
+            class_rows cw) {
+  unsigned from = 0, nw = (m + 63) / 64;
+#ifdef RANSC_AVX2
+  if (simd)
+    from = class_words_avx2(bits, p, first, m, lim, nl, cw + 1);
+#else
+  (void)simd;
+#endif
+  class_words_ref(bits, p, first, m, from, lim, nl, cw + 1);
+  for (unsigned w = 0; w < nw; w++) {
+    cw[0][w] = ~0ull;
+    cw[nl + 1][w] = 0;
+  }
+  if (m % 64)
+    cw[0][nw - 1] = (1ull << (m % 64)) - 1;
+}
+
+static inline uint64_t members(class_rows cw, unsigned c, unsigned w) {
+  return cw[c][w] & ~cw[c + 1][w];
+}
+
+/* SEL8[b][r]: the position of the set bit of byte b with r set bits
+ * below it. */
+static uint8_t sel8[256][8];
+static pthread_once_t sel8_once = PTHREAD_ONCE_INIT;
+
+static void sel8_init(void) {
+  for (unsigned b = 0; b < 256; b++)
+    for (unsigned i = 0, r = 0; i < 8; i++)
+      if (b >> i & 1)
+        sel8[b][r++] = (uint8_t)i;
+}
+
+/* The position of the set bit of M with R set bits below it (R below
+ * M's count), without a branch: the byte's counts summed in the bytes of
+ * one word (Vigna's broadword rank), the bytes whose sums do not pass R
+ * counted, then the table for the byte. */
+static inline unsigned select64(uint64_t m, unsigned r) {
+  const uint64_t L8 = 0x0101010101010101ull, H8 = 0x8080808080808080ull;
+  uint64_t s = m - ((m >> 1) & 0x5555555555555555ull);
+  s = (s & 0x3333333333333333ull) + ((s >> 2) & 0x3333333333333333ull);
+  s = ((s + (s >> 4)) & 0x0f0f0f0f0f0f0f0full) * L8; /* byte i: bytes 0..i */
+  uint64_t le = (((uint64_t)r * L8) | H8) - s;        /* bit 7: sum <= r */
+  unsigned place = (unsigned)((((le & H8) >> 7) * L8) >> 56) * 8;
+  unsigned below = (unsigned)((s << 8) >> place) & 0xff;
+  return place + sel8[(m >> place) & 0xff][r - below];
+}
+
+/* The encoder's choice of classes: *NL limits (0: classes do not pay).
+ * A class's mask costs about n h(k/n) bits (its n symbols, k changes), so
+ * the limits split the block's exponents into runs that minimise the sum,
+ * counted on up to CLASS_SAMPLES base symbols and every change; each
+ * class beyond the first costs its tables and states, about 100 bytes,
+ * and the classes must save 3 % of the mask. */
+#define CLASS_SAMPLES 16384 /* base symbols counted, at most */
+#define CLASS_COST_BITS 800.0
+#define CLASS_BINS 16 /* exponents below the largest 15 share a bin */
+
+static double mask_bits(double n, double k) {
+  if (k <= 0 || n <= k)
+    return 0;
+  double p = k / n;
+  return -(k * log2(p) + (n - k) * log2(1 - p));
+}
+
+static inline __attribute__((always_inline)) unsigned
+choose_limits(const sym_fmt *f, const unsigned bits, const uint8_t *o,
+              uint64_t nsym, const uint32_t *pos, uint64_t k, uint64_t *lim) {
+  if (!f->is_float)
+    return 0;
+  const unsigned ne = 1u << f->exp_bits, mb = f->mant_bits;
+  const uint64_t absm = (1ull << (bits - 1)) - 1;
+  uint32_t hn[MI_MAX] = {0}, hk[MI_MAX] = {0};
+  const uint64_t every = nsym > CLASS_SAMPLES ? nsym / CLASS_SAMPLES : 1;
+  for (uint64_t j = 0; j < nsym; j += every)
+    hn[(ld(o, j, bits) & absm) >> mb]++;
+  for (uint64_t i = 0; i < k; i++)
+    hk[(ld(o, pos[i], bits) & absm) >> mb]++;
+  /* Bins from the largest exponent down; BE[i] the smallest in bin i. */
+  double bn[CLASS_BINS] = {0}, bk[CLASS_BINS] = {0};
+  unsigned be[CLASS_BINS], nb = 0;
+  for (unsigned e = ne; e-- > 0;) {
+    if (hn[e] == 0 && hk[e] == 0)
+      continue;
+    if (nb < CLASS_BINS)
+      nb++;
+    bn[nb - 1] += (double)hn[e] * (double)every;
+    bk[nb - 1] += hk[e];
+    be[nb - 1] = e;
+  }
+  if (nb < 2)
+    return 0;
+  /* best[q][j]: bins [0, j) in q classes; cut[q][j]: where the last
+   * class starts. */
+  double best[MAX_CLASSES + 1][CLASS_BINS + 1];
+  unsigned cut[MAX_CLASSES + 1][CLASS_BINS + 1];
+  for (unsigned q = 0; q <= MAX_CLASSES; q++)
+    for (unsigned j = 0; j <= nb; j++)
+      best[q][j] = q == 0 && j == 0 ? 0 : HUGE_VAL;
+  for (unsigned q = 1; q <= MAX_CLASSES; q++)
+    for (unsigned j = 1; j <= nb; j++) {
+      double n = 0, kk = 0;
+      for (unsigned i = j; i-- > 0;) {
+        n += bn[i];
+        kk += bk[i];
+        double c = best[q - 1][i] + mask_bits(n > kk ? n : kk + 1, kk);
+        if (c < best[q][j]) {
+          best[q][j] = c;
+          cut[q][j] = i;
+        }
+      }
+    }
+  unsigned qb = 1;
+  for (unsigned q = 2; q <= MAX_CLASSES; q++)
+    if (best[q][nb] + (q - 1) * CLASS_COST_BITS <
+        best[qb][nb] + (qb - 1) * CLASS_COST_BITS)
+      qb = q;
+  if (qb == 1 || best[qb][nb] > 0.97 * best[1][nb])
+    return 0;
+  /* Limit t parts class t from class t + 1: the smallest exponent of
+   * class t, as a level. */
+  unsigned j = nb;
+  for (unsigned q = qb; q > 1; q--) {
+    j = cut[q][j];
+    lim[q - 2] = (uint64_t)be[j - 1] << mb;
+  }
+  return qb - 1;
+}
+
 /* ---- Encoding --------------------------------------------------------- */
 
 /* The top bit of each W-bit lane of X set where the lane is not zero:
@@ -315,30 +576,18 @@ lanes_nonzero(uint64_t x, unsigned w) {
   return (((x & ~hi) + ~hi) | x) & hi;
 }
 
-typedef struct rans_enc {
-  uint32_t *pos;    /* the changed symbols' indices in the block */
-  uint8_t *gs, *ss; /* per change: its gap's and its step's symbols */
-  uint64_t n;
-  uint32_t gcount[GAP_SYMS], scount[STEP_SYMS];
-  bitw gbits, sbits; /* the gaps' and the steps' raw bits */
-} rans_enc;
-
-/* First pass: every change of the block, in order, into E, and the raw
- * bits into E's writers, which the caller has set up. Whether a
- * word of the base equals the result's is a coin toss at 10 % density
- * (four BF16 symbols a word), so within a unit of four words that differ
- * somewhere the words are not tested: each lane's index is stored and the
- * count moves on by whether it changed. Equal units, most of them below
- * 2 %, are skipped at once. A raw-bit writer that runs out says so
- * (bitw.full). */
-static inline __attribute__((always_inline)) void
-scan_block(rans_enc *e, const sym_fmt *f, const unsigned bits,
-           const uint8_t *old, const uint8_t *nw, block_span sp) {
-  const uint8_t *o = old + span_bytes(sp.start, bits);
-  const uint8_t *q = nw + span_bytes(sp.start, bits);
+/* First pass: the indices of the changed symbols among the first NSYM of
+ * O -> Q, in order, into POS (room for one a symbol); returns their
+ * count. Whether a word of the base equals the result's is a coin toss
+ * at 10 % density (four BF16 symbols a word), so within a unit of four
+ * words that differ somewhere the words are not tested: each lane's
+ * index is stored and the count moves on by whether it changed. Equal
+ * units, most of them below 2 %, are skipped at once. */
+static inline __attribute__((always_inline)) uint64_t
+find_changes(const unsigned bits, const uint8_t *o, const uint8_t *q,
+             uint64_t nsym, uint32_t *pos) {
   const unsigned per = 64 / bits; /* symbols a word */
-  uint64_t words = sp.n / per / 4 * 4, n = 0;
-  uint32_t *pos = e->pos;
+  uint64_t words = nsym / per / 4 * 4, n = 0;
   for (uint64_t w = 0; w < words; w += 4) {
     uint64_t x[4], any = 0;
     for (int i = 0; i < 4; i++) {
@@ -358,28 +607,10 @@ scan_block(rans_enc *e, const sym_fmt *f, const unsigned bits,
       }
     }
   }
-  for (uint64_t j = words * per; j < sp.n; j++)
+  for (uint64_t j = words * per; j < nsym; j++)
     if (ld(o, j, bits) != ld(q, j, bits))
       pos[n++] = (uint32_t)j;
-  e->n = n;
-  uint64_t origin = 0;
-  for (uint64_t i = 0; i < n; i++) {
-    uint64_t j = pos[i];
-    unsigned nr;
-    uint64_t raw;
-    unsigned g = gap_sym(j - origin, &nr, &raw);
-    if (nr != 0)
-      bitw_put(&e->gbits, raw, nr);
-    unsigned s = step_sym(step_of(f, bits, ld(o, j, bits), ld(q, j, bits)),
-                          &nr, &raw);
-    if (nr != 0)
-      bitw_put_wide(&e->sbits, raw, nr);
-    e->gs[i] = (uint8_t)g;
-    e->ss[i] = (uint8_t)s;
-    e->gcount[g]++;
-    e->scount[s]++;
-    origin = j + 1;
-  }
+  return n;
 }
 
 /* The final state X, below *P. */
@@ -389,66 +620,87 @@ static void state_put(uint32_t x, uint8_t **p) {
     (*p)[k] = (uint8_t)(x >> (8 * k));
 }
 
+/* Codes K changes as a RANS payload into OUT (CAP bytes): change i at
+ * symbol POS[i] of O -> Q, or (POS NULL) at AT[i] among its class's
+ * members with the key difference KD[i]. WORK to WORK_END holds
+ * two symbols a change and the steps' raw bits from the bottom, the
+ * gaps' stream from the top; OUT holds room for the tables and lengths,
+ * the gaps' raw bits and the steps' stream from its end. Out of work
+ * room the changes are declined (wide steps at a high density); out of
+ * OUT, they are no smaller than the block's raw bytes. */
 static inline __attribute__((always_inline)) int
-encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
-            const uint8_t *nw, block_span sp, uint8_t *out, size_t cap,
-            size_t *out_len, uint64_t *changed, uint8_t *scratch,
-            size_t scratch_cap) {
-  rans_enc e = {0};
-  /* Scratch: an index a symbol (the first pass stores each lane's at the
-   * count, which never passes the lane), two symbols a change, then the
-   * steps' raw bits, and the gaps' stream down from its end; OUT: room
-   * for the tables and lengths, the gaps' raw bits, and the steps' stream
-   * down from its end. Out of scratch, the block is declined (wide steps
-   * at a high density; SPARSE codes those); out of OUT, it is no smaller
-   * than its raw bytes. */
-  size_t head = TABLE_BYTES + 40, used = 6 * (size_t)sp.n;
-  if (cap < head + 64 || scratch_cap < used + 64 || sp.n > UINT32_MAX)
+code_changes(const sym_fmt *f, const unsigned bits, const uint8_t *o,
+             const uint8_t *q, const uint32_t *pos, const uint32_t *at,
+             const uint64_t *kd, uint64_t k, const unsigned lanes,
+             uint8_t *out, size_t cap, size_t *out_len, uint8_t *work,
+             uint8_t *work_end) {
+  const size_t head = TABLE_BYTES + 40;
+  if (cap < head + 64 || (size_t)(work_end - work) < 2 * k + 64)
     return RANS_DECLINED;
-  e.pos = (uint32_t *)(void *)scratch;
-  e.gs = scratch + 4 * sp.n;
-  e.ss = e.gs + sp.n;
-  e.gbits = (bitw){out + head, out + cap, 0, 0, 0};
-  e.sbits = (bitw){scratch + used, scratch + scratch_cap, 0, 0, 0};
-  scan_block(&e, f, bits, old, nw, sp);
-  bitw_put(&e.gbits, 0, 7); /* the last partial bytes */
-  bitw_put(&e.sbits, 0, 7);
-  if (e.sbits.full)
+  uint8_t *gs = work, *ss = work + k;
+  bitw gbits = {out + head, out + cap, 0, 0, 0};
+  bitw sbits = {work + 2 * k, work_end, 0, 0, 0};
+  uint32_t gcount[GAP_SYMS] = {0}, scount[STEP_SYMS] = {0};
+  uint64_t origin = 0;
+  for (uint64_t i = 0; i < k; i++) {
+    uint64_t a = pos ? pos[i] : at[i];
+    unsigned nr;
+    uint64_t raw;
+    unsigned g = gap_sym(a - origin, &nr, &raw);
+    if (nr != 0)
+      bitw_put(&gbits, raw, nr);
+    unsigned s = step_sym(pos ? step_of(f, bits, ld(o, a, bits), ld(q, a, bits))
+                              : step_of_delta(bits, kd[i]),
+                          &nr, &raw);
+    if (nr != 0)
+      bitw_put_wide(&sbits, raw, nr);
+    gs[i] = (uint8_t)g;
+    ss[i] = (uint8_t)s;
+    gcount[g]++;
+    scount[s]++;
+    origin = a + 1;
+  }
+  bitw_put(&gbits, 0, 7); /* the last partial bytes */
+  bitw_put(&sbits, 0, 7);
+  if (sbits.full)
     return RANS_DECLINED;
-  if (e.gbits.full)
+  if (gbits.full)
     return STITCH_ELIMIT;
-  *changed = e.n;
-  if (e.n == 0)
-    return RANS_DECLINED; /* the caller codes SAME before it gets here */
-  size_t ngb = (size_t)(e.gbits.p - (out + head));
-  size_t nsb = (size_t)(e.sbits.p - (scratch + used));
+  size_t ngb = (size_t)(gbits.p - (out + head));
+  size_t nsb = (size_t)(sbits.p - (work + 2 * k));
 
   uint32_t gf[GAP_SYMS], sf[STEP_SYMS];
-  normalize(e.gcount, GAP_SYMS, e.n, gf);
-  normalize(e.scount, STEP_SYMS, e.n, sf);
+  const unsigned sb = lanes == 2 ? SCALE_BITS_C : SCALE_BITS;
+  normalize(gcount, GAP_SYMS, k, gf, sb);
+  normalize(scount, STEP_SYMS, k, sf, sb);
   uint8_t tb[TABLE_BYTES];
   size_t nt = table_put(gf, GAP_SYMS, tb);
   nt += table_put(sf, STEP_SYMS, tb + nt);
 
   /* Second pass, backwards: the steps' stream from the end of OUT, the
-   * gaps' from the end of SCRATCH, in one loop so that the two states'
-   * chains overlap. */
+   * gaps' from WORK_END, in one loop so that the states' chains overlap.
+   * With two LANES, change i takes state i % 2 of each stream, and the
+   * decoder's chains overlap too. */
   esym ge[GAP_SYMS], se[STEP_SYMS];
-  esyms_of(gf, GAP_SYMS, ge);
-  esyms_of(sf, STEP_SYMS, se);
-  uint8_t *ps = out + cap, *pg = scratch + scratch_cap;
-  uint32_t x0 = STATE_LOW, x1 = STATE_LOW;
-  for (uint64_t i = e.n; i-- > 0;) { /* at most 2 bytes a put, 4 a state */
-    if (ps - e.gbits.p < 8)
+  esyms_of(gf, GAP_SYMS, ge, sb);
+  esyms_of(sf, STEP_SYMS, se, sb);
+  uint8_t *ps = out + cap, *pg = work_end;
+  uint32_t xg[2] = {STATE_LOW, STATE_LOW}, xs[2] = {STATE_LOW, STATE_LOW};
+  for (uint64_t i = k; i-- > 0;) { /* at most 2 bytes a put */
+    if (ps - gbits.p < 8)
       return STITCH_ELIMIT;
-    if (pg - e.sbits.p < 8)
+    if (pg - sbits.p < 8)
       return RANS_DECLINED;
-    rans_put(&x1, &ps, &se[e.ss[i]]);
-    rans_put(&x0, &pg, &ge[e.gs[i]]);
+    rans_put(&xs[i & (lanes - 1)], &ps, &se[ss[i]]);
+    rans_put(&xg[i & (lanes - 1)], &pg, &ge[gs[i]]);
   }
-  state_put(x1, &ps);
-  state_put(x0, &pg);
-  size_t nss = (size_t)(out + cap - ps), ngs = (size_t)(scratch + scratch_cap - pg);
+  if (ps - gbits.p < 8 || pg - sbits.p < 8) /* 4 bytes a state */
+    return ps - gbits.p < 8 ? STITCH_ELIMIT : RANS_DECLINED;
+  for (unsigned l = lanes; l-- > 0;) { /* lane 0's first in the stream */
+    state_put(xs[l], &ps);
+    state_put(xg[l], &pg);
+  }
+  size_t nss = (size_t)(out + cap - ps), ngs = (size_t)(work_end - pg);
 
   /* Tables; the gaps' raw bits and stream; the steps' raw bits and
    * stream, to the end. Each part moves down, in order. */
@@ -456,19 +708,156 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
           nsb + nss > cap)
     return STITCH_ELIMIT;
   memcpy(out, tb, nt);
-  size_t k = nt;
-  k += varint_put(ngb, out + k);
-  memmove(out + k, out + head, ngb);
-  k += ngb;
-  k += varint_put(ngs, out + k);
-  memcpy(out + k, pg, ngs);
-  k += ngs;
-  k += varint_put(nsb, out + k);
-  memcpy(out + k, scratch + used, nsb);
-  k += nsb;
-  memmove(out + k, ps, nss);
-  *out_len = k + nss;
+  size_t n = nt;
+  n += varint_put(ngb, out + n);
+  memmove(out + n, out + head, ngb);
+  n += ngb;
+  n += varint_put(ngs, out + n);
+  memcpy(out + n, pg, ngs);
+  n += ngs;
+  n += varint_put(nsb, out + n);
+  memcpy(out + n, work + 2 * k, nsb);
+  n += nsb;
+  memmove(out + n, ps, nss);
+  *out_len = n + nss;
   return 0;
+}
+
+/* RANSC: the K changes at POS (the start of SCRATCH) in NL + 1 classes
+ * (proto/delta.md "RANSC"). Each change's class and rank among its
+ * class's members go after POS; then the changes are sorted by class,
+ * stably, into the top of SCRATCH (12 bytes a change), and each class
+ * is coded as RANS below them. Needs K <= NSYM / 4. */
+static inline __attribute__((always_inline)) int
+code_classes(const int simd, const sym_fmt *f, const unsigned bits,
+             const uint8_t *o, const uint8_t *q, uint64_t nsym, uint64_t k,
+             const uint64_t *lim, unsigned nl, uint8_t *out, size_t cap,
+             size_t *out_len, uint8_t *scratch, size_t scratch_cap) {
+  const unsigned nc = nl + 1;
+  uint32_t *pos = (uint32_t *)(void *)scratch, *rc = pos + k;
+  uint64_t seen[MAX_CLASSES] = {0}, kc[MAX_CLASSES] = {0};
+  class_rows cw;
+  uint64_t i = 0;
+  for (uint64_t w0 = 0; w0 < nsym && i < k; w0 += WIN) {
+    unsigned m = nsym - w0 < WIN ? (unsigned)(nsym - w0) : WIN;
+    unsigned nw = (m + 63) / 64;
+    class_words(simd, bits, o, w0, m, lim, nl, cw);
+    uint32_t before[MAX_CLASSES][WIN_WORDS + 1];
+    for (unsigned c = 0; c < nc; c++) {
+      before[c][0] = 0;
+      for (unsigned w = 0; w < nw; w++)
+        before[c][w + 1] = before[c][w] + (uint32_t)__builtin_popcountll(
+                                              members(cw, c, w));
+    }
+    for (; i < k && pos[i] < w0 + m; i++) {
+      unsigned j = (unsigned)(pos[i] - w0), w = j / 64, b = j % 64, c = 0;
+      for (unsigned t = 0; t < nl; t++)
+        c += (unsigned)(cw[t + 1][w] >> b) & 1;
+      uint64_t below = members(cw, c, w) & ((1ull << b) - 1);
+      uint64_t r = seen[c] + before[c][w] + (uint64_t)__builtin_popcountll(below);
+      rc[i] = (uint32_t)(r << 2 | c);
+      kc[c]++;
+    }
+    for (unsigned c = 0; c < nc; c++)
+      seen[c] += before[c][nw];
+  }
+  /* Sorted by class, at the top of SCRATCH: the key differences, read
+   * here in the order of the block, then the ranks. */
+  uint64_t *skd = (uint64_t *)(void *)scratch + (scratch_cap / 8 - 2 * k);
+  uint32_t *srank = (uint32_t *)(void *)(skd + k);
+  uint64_t at[MAX_CLASSES], start[MAX_CLASSES];
+  for (unsigned c = 0, s = 0; c < nc; s += (unsigned)kc[c], c++)
+    at[c] = start[c] = s;
+  for (i = 0; i < k; i++) {
+    unsigned c = rc[i] & 3;
+    uint64_t j = pos[i];
+    skd[at[c]] = key_delta(f, bits, ld(o, j, bits), ld(q, j, bits));
+    srank[at[c]++] = rc[i] >> 2;
+  }
+  /* The class count and limits, then each class's count and payload. */
+  size_t n = 0;
+  if (cap < 64)
+    return STITCH_ELIMIT;
+  out[n++] = (uint8_t)nc;
+  for (unsigned t = 0; t < nl; t++)
+    n += varint_put(lim[t], out + n);
+  for (unsigned c = 0; c < nc; c++) {
+    if (cap - n < 24)
+      return STITCH_ELIMIT;
+    n += varint_put(kc[c], out + n);
+    if (kc[c] == 0)
+      continue;
+    size_t len;
+    int rc2 = code_changes(f, bits, o, q, NULL, srank + start[c],
+                           skd + start[c], kc[c], 2, out + n + 10,
+                           cap - n - 10, &len, scratch, (uint8_t *)skd);
+    if (rc2 != 0)
+      return rc2;
+    size_t vl = varint_len(len);
+    memmove(out + n + vl, out + n + 10, len);
+    varint_put(len, out + n);
+    n += vl + len;
+  }
+  *out_len = n;
+  return 0;
+}
+
+/* The changed symbols per mille among every 16th cache line of O -> Q
+ * (all of a block under 16 lines): the default mode's quick look at
+ * whether a block is dense enough for RANSC. */
+static inline __attribute__((always_inline)) unsigned
+sampled_per_mille(const unsigned bits, const uint8_t *o, const uint8_t *q,
+                  uint64_t nsym) {
+  const unsigned per = 64 / bits; /* symbols a word */
+  uint64_t words = nsym / per, step = words >= 16 * 8 ? 16 * 8 : 8;
+  uint64_t changed = 0, seen = 0;
+  for (uint64_t w = 0; w + 8 <= words; w += step) {
+    for (int i = 0; i < 8; i++) {
+      uint64_t a, b;
+      memcpy(&a, o + 8 * (w + i), 8);
+      memcpy(&b, q + 8 * (w + i), 8);
+      changed += (uint64_t)__builtin_popcountll(lanes_nonzero(a ^ b, bits));
+    }
+    seen += 8 * per;
+  }
+  return seen ? (unsigned)(changed * 1000 / seen) : 1000;
+}
+
+static inline __attribute__((always_inline)) int
+encode_impl(const int simd, const sym_fmt *f, const unsigned bits,
+            const uint8_t *old, const uint8_t *nw, block_span sp, uint8_t *out,
+            size_t cap, size_t *out_len, uint64_t *changed, int *coding,
+            int classes, uint8_t *scratch, size_t scratch_cap) {
+  /* Scratch: an index a symbol (the first pass stores each lane's at the
+   * count, which never passes the lane), then room for two symbols a
+   * change, the steps' raw bits and the gaps' stream (RANSC: 12 bytes a
+   * change at the top, the rest below). */
+  if (scratch_cap < 6 * (size_t)sp.n + 64 || sp.n > UINT32_MAX)
+    return RANS_DECLINED;
+  const uint8_t *o = old + span_bytes(sp.start, bits);
+  const uint8_t *q = nw + span_bytes(sp.start, bits);
+  if (classes && (!f->is_float ||
+                  sampled_per_mille(bits, o, q, sp.n) < RANSC_MIN_PER_MILLE))
+    return RANS_DECLINED;
+  uint32_t *pos = (uint32_t *)(void *)scratch;
+  uint64_t k = find_changes(bits, o, q, sp.n, pos);
+  *changed = k;
+  if (k == 0)
+    return RANS_DECLINED; /* the caller codes SAME before it gets here */
+  if (!classes) {
+    *coding = STITCH_CODING_RANS;
+    return code_changes(f, bits, o, q, pos, NULL, NULL, k, 1, out, cap,
+                        out_len, scratch + 4 * k, scratch + scratch_cap);
+  }
+  uint64_t lim[MAX_CLASSES - 1];
+  unsigned nl = k <= sp.n / 4 ? choose_limits(f, bits, o, sp.n, pos, k, lim) : 0;
+  if (nl == 0)
+    return RANS_DECLINED;
+  int rc = code_classes(simd, f, bits, o, q, sp.n, k, lim, nl, out, cap,
+                        out_len, scratch, scratch_cap);
+  if (rc == 0)
+    *coding = STITCH_CODING_RANSC;
+  return rc;
 }
 
 /* ---- Decoding --------------------------------------------------------- */
@@ -495,30 +884,103 @@ static int state_get(const uint8_t **p, const uint8_t *end, uint32_t *x) {
   return *x < STATE_LOW || *x >> 31 ? -1 : 0;
 }
 
+/* A RANS payload being decoded: its tables, and its states, streams
+ * and raw bits (apart, so that a decoder can keep those in registers:
+ * stores to the block's bytes may alias anything in memory). */
+typedef struct rtab {
+  dtab gt, st;
+} rtab;
+
+typedef struct rstate {
+  uint32_t xg[2], xs[2]; /* the gaps' and the steps' states, by lane */
+  const uint8_t *gp, *gend, *sp, *send;
+  bitr gr, sr;
+  uint64_t ng, ns; /* gaps and steps decoded (RANSC: which lane is next) */
+} rstate;
+
+static int rdec_open(rtab *t, rstate *z, const uint8_t *in, size_t len,
+                     uint64_t changed, unsigned lanes, stitch_diag *d) {
+  rd r = {in, len, 0};
+  const unsigned scale_bits = lanes == 2 ? SCALE_BITS_C : SCALE_BITS;
+  RETURN_IF(table_get(&r, GAP_SYMS, &t->gt, scale_bits) != 0 ||
+                table_get(&r, STEP_SYMS, &t->st, scale_bits) != 0,
+            d, STITCH_EFORMAT, "rans block: bad table");
+  RETURN_IF(changed > 0 && (t->gt.empty || t->st.empty), d, STITCH_EFORMAT,
+            "rans block: an empty table");
+  const uint8_t *gb, *sb;
+  size_t ngb, ngs, nsb;
+  RETURN_IF(part_get(&r, &gb, &ngb) != 0 || part_get(&r, &z->gp, &ngs) != 0 ||
+                part_get(&r, &sb, &nsb) != 0,
+            d, STITCH_EFORMAT, "rans block: truncated");
+  z->sp = in + r.pos;
+  z->gend = z->gp + ngs;
+  z->send = in + len;
+  z->xg[1] = z->xs[1] = STATE_LOW; /* one lane: the second stays as it ends */
+  for (unsigned l = 0; l < lanes; l++)
+    RETURN_IF(state_get(&z->gp, z->gend, &z->xg[l]) != 0 ||
+                  state_get(&z->sp, z->send, &z->xs[l]) != 0,
+              d, STITCH_EFORMAT, "rans block: bad coder state");
+  z->ng = z->ns = 0;
+  z->gr = (bitr){gb, gb + ngb, 0, 0};
+  z->sr = (bitr){sb, sb + nsb, 0, 0};
+  return 0;
+}
+
+static inline __attribute__((always_inline)) int
+rdec_gap(rstate *z, const dtab *gt, const unsigned lane, uint64_t *gap,
+         stitch_diag *d) {
+  unsigned g;
+  uint64_t x;
+  RETURN_IF(rans_get(&z->xg[lane], &z->gp, z->gend, gt, &g) != 0, d,
+            STITCH_EFORMAT, "rans block: coded data ends early");
+  /* Without a branch on whether the gap is direct: a coin toss where a
+   * class's changes lie some 30 members apart. */
+  unsigned big = g >= GAP_DIRECT, b = big ? g - GAP_DIRECT : 0;
+  unsigned n = 6 + b / 4;
+  RETURN_IF(bitr_get(&z->gr, big ? n - 3 : 0, &x) != 0, d, STITCH_EFORMAT,
+            "rans block: raw bits end early");
+  *gap = (big ? (1ull << (n - 1)) | (uint64_t)(b & 3) << (n - 3) : g) | x;
+  return 0;
+}
+
+/* The next step, applied to symbol J of BASE. */
+static inline __attribute__((always_inline)) int
+rdec_step(rstate *z, const dtab *stab, const unsigned lane, const sym_fmt *f,
+          const unsigned bits, uint8_t *base, uint64_t j, stitch_diag *d) {
+  unsigned c;
+  uint64_t x, mag = 1;
+  RETURN_IF(rans_get(&z->xs[lane], &z->sp, z->send, stab, &c) != 0, d,
+            STITCH_EFORMAT, "rans block: coded data ends early");
+  if (c >= 2) {
+    unsigned k = (c - 2) / 2 + 1;
+    RETURN_IF(k > bits - 1, d, STITCH_EFORMAT, "rans block: bad step");
+    RETURN_IF(bitr_get_wide(&z->sr, k - 1, &x) != 0, d, STITCH_EFORMAT,
+              "rans block: raw bits end early");
+    mag = ((1ull << (k - 1)) | x) + 1;
+  }
+  st(base, j, bits, step_apply(f, bits, ld(base, j, bits), c & 1, mag));
+  return 0;
+}
+
+static int rdec_close(const rstate *z, stitch_diag *d) {
+  RETURN_IF(z->xg[0] != STATE_LOW || z->xs[0] != STATE_LOW ||
+                z->xg[1] != STATE_LOW || z->xs[1] != STATE_LOW || z->gp != z->gend ||
+                z->sp != z->send || z->gr.p != z->gr.end || z->gr.acc != 0 ||
+                z->sr.p != z->sr.end || z->sr.acc != 0,
+            d, STITCH_EFORMAT, "rans block: coded data does not end cleanly");
+  return 0;
+}
+
 #define BATCH 256 /* gaps decoded ahead of their steps */
 
 static inline __attribute__((always_inline)) int
-decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
-            block_span sp, const uint8_t *in, size_t len, uint64_t changed,
-            stitch_diag *d) {
-  dtab gt, stab;
-  rd r = {in, len, 0};
-  RETURN_IF(table_get(&r, GAP_SYMS, &gt) != 0 ||
-                table_get(&r, STEP_SYMS, &stab) != 0,
-            d, STITCH_EFORMAT, "rans block: bad table");
-  RETURN_IF(changed > 0 && (gt.empty || stab.empty), d, STITCH_EFORMAT,
-            "rans block: an empty table");
-  const uint8_t *gb, *gp, *sb, *sp_;
-  size_t ngb, ngs, nsb;
-  RETURN_IF(part_get(&r, &gb, &ngb) != 0 || part_get(&r, &gp, &ngs) != 0 ||
-                part_get(&r, &sb, &nsb) != 0,
-            d, STITCH_EFORMAT, "rans block: truncated");
-  sp_ = in + r.pos;
-  const uint8_t *gend = gp + ngs, *send = in + len;
-  uint32_t x0, x1;
-  RETURN_IF(state_get(&gp, gend, &x0) != 0 || state_get(&sp_, send, &x1) != 0,
-            d, STITCH_EFORMAT, "rans block: bad coder state");
-  bitr gr = {gb, gb + ngb, 0, 0}, sr = {sb, sb + nsb, 0, 0};
+decode_impl(const int simd, const sym_fmt *f, const unsigned bits,
+            uint8_t *data, block_span sp, const uint8_t *in, size_t len,
+            uint64_t changed, stitch_diag *d) {
+  (void)simd;
+  rtab tb;
+  rstate z;
+  CHECK_RC(rdec_open(&tb, &z, in, len, changed, 1, d));
   uint8_t *base = data + span_bytes(sp.start, bits);
   uint64_t o = 0;
   uint32_t pos[BATCH];
@@ -527,69 +989,238 @@ decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
     /* The batch's gaps, then its steps: nothing waits on a symbol's
      * load, so many are in flight at once. */
     for (unsigned t = 0; t < nb; t++) {
-      unsigned g;
-      uint64_t gap, x;
-      RETURN_IF(rans_get(&x0, &gp, gend, &gt, &g) != 0, d, STITCH_EFORMAT,
-                "rans block: coded data ends early");
-      if (g < GAP_DIRECT) {
-        gap = g;
-      } else {
-        unsigned n = 6 + (g - GAP_DIRECT) / 4;
-        RETURN_IF(bitr_get(&gr, n - 3, &x) != 0, d, STITCH_EFORMAT,
-                  "rans block: raw bits end early");
-        gap = (1ull << (n - 1)) | (uint64_t)((g - GAP_DIRECT) & 3) << (n - 3) |
-              x;
-      }
+      uint64_t gap = 0;
+      CHECK_RC(rdec_gap(&z, &tb.gt, 0, &gap, d));
       RETURN_IF(gap >= sp.n - o, d, STITCH_EFORMAT,
                 "rans block: change %" PRIu64 " lies past the block", i + t);
       pos[t] = (uint32_t)(o + gap);
       __builtin_prefetch(base + span_bytes(o + gap, bits), 1);
       o += gap + 1;
     }
-    for (unsigned t = 0; t < nb; t++) {
-      unsigned s;
-      uint64_t x, mag = 1;
-      RETURN_IF(rans_get(&x1, &sp_, send, &stab, &s) != 0, d, STITCH_EFORMAT,
-                "rans block: coded data ends early");
-      if (s >= 2) {
-        unsigned k = (s - 2) / 2 + 1;
-        RETURN_IF(k > bits - 1, d, STITCH_EFORMAT, "rans block: bad step");
-        RETURN_IF(bitr_get_wide(&sr, k - 1, &x) != 0, d, STITCH_EFORMAT,
-                  "rans block: raw bits end early");
-        mag = ((1ull << (k - 1)) | x) + 1;
-      }
-      uint64_t j = pos[t];
-      st(base, j, bits, step_apply(f, bits, ld(base, j, bits), s & 1, mag));
-    }
+    for (unsigned t = 0; t < nb; t++)
+      CHECK_RC(rdec_step(&z, &tb.st, 0, f, bits, base, pos[t], d));
     i += nb;
   }
-  RETURN_IF(x0 != STATE_LOW || x1 != STATE_LOW || gp != gend || sp_ != send ||
-                gr.p != gr.end || gr.acc != 0 || sr.p != sr.end || sr.acc != 0,
-            d, STITCH_EFORMAT, "rans block: coded data does not end cleanly");
+  return rdec_close(&z, d);
+}
+
+/* RANSC: the ranks of a class's changes below SN + CNT (its members
+ * before the window's end), less SN, into RK from *T; LANE is the next
+ * gap's, and the two lanes' chains overlap. *NX is the next change's rank,
+ * *LF the changes left. */
+static inline __attribute__((always_inline)) int
+ranks_of(rstate *z, const dtab *gt, const unsigned lane, uint64_t *lf,
+         uint64_t *nx, uint64_t sn, unsigned cnt, uint16_t *rk, unsigned *t,
+         stitch_diag *d) {
+  uint64_t left = *lf, next = *nx, end = sn + cnt, g0 = 0, g1 = 0;
+  unsigned n = *t;
+  while (left > 0 && next < end) {
+    rk[n++] = (uint16_t)(next - sn);
+    if (--left == 0)
+      break;
+    CHECK_RC(rdec_gap(z, gt, lane, &g0, d));
+    next += 1 + g0;
+    z->ng++;
+    if (next >= end)
+      break;
+    rk[n++] = (uint16_t)(next - sn);
+    if (--left == 0)
+      break;
+    CHECK_RC(rdec_gap(z, gt, lane ^ 1, &g1, d));
+    next += 1 + g1;
+    z->ng++;
+  }
+  *lf = left;
+  *nx = next;
+  *t = n;
   return 0;
 }
 
-int rans_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
-                block_span sp, uint8_t *out, size_t cap, size_t *out_len,
-                uint64_t *changed, uint8_t *scratch, size_t scratch_cap) {
-#define DISPATCH_CASE_(ID, B, FL, SG, MB, EB)                                \
-  case ID: {                                                                  \
-    static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
-    return encode_impl(&k_, B, old, new_, sp, out, cap, out_len, changed,     \
-                       scratch, scratch_cap);                                 \
+/* RANSC: a window at a time, the limit words of its symbols, then each
+ * class's changes that fall in it. */
+static inline __attribute__((always_inline)) int
+decode_classes_impl(const int simd, const sym_fmt *f, const unsigned bits,
+                    uint8_t *data, block_span sp, const uint8_t *in,
+                    size_t len, uint64_t changed, stitch_diag *d) {
+  rd r = {in, len, 0};
+  uint8_t nc;
+  RETURN_IF(!f->is_float, d, STITCH_EFORMAT,
+            "ransc block: classes need a float format");
+  RETURN_IF(rd_u8(&r, &nc) != 0 || nc < 2 || nc > MAX_CLASSES, d,
+            STITCH_EFORMAT, "ransc block: bad class count");
+  const unsigned nl = nc - 1u;
+  uint64_t lim[MAX_CLASSES - 1];
+  for (unsigned t = 0; t < nl; t++) {
+    RETURN_IF(rd_varint(&r, &lim[t]) != 0 || lim[t] == 0 ||
+                  lim[t] >= 1ull << (bits - 1) || (t > 0 && lim[t] >= lim[t - 1]),
+              d, STITCH_EFORMAT, "ransc block: bad class limits");
   }
-  DISPATCH(f, STITCH_EINVAL, encode_impl)
-#undef DISPATCH_CASE_
+  rtab tb[MAX_CLASSES];
+  rstate zs[MAX_CLASSES];
+  uint64_t left[MAX_CLASSES], counts[MAX_CLASSES], next[MAX_CLASSES];
+  uint64_t seen[MAX_CLASSES] = {0};
+  uint64_t total = 0;
+  for (unsigned c = 0; c < nc; c++) {
+    RETURN_IF(rd_varint(&r, &left[c]) != 0 || left[c] > changed - total, d,
+              STITCH_EFORMAT, "ransc block: bad class counts");
+    total += left[c];
+    counts[c] = left[c];
+    next[c] = 0;
+    if (left[c] == 0)
+      continue;
+    const uint8_t *p;
+    size_t n;
+    RETURN_IF(part_get(&r, &p, &n) != 0, d, STITCH_EFORMAT,
+              "ransc block: truncated");
+    CHECK_RC(rdec_open(&tb[c], &zs[c], p, n, left[c], 2, d));
+    CHECK_RC(rdec_gap(&zs[c], &tb[c].gt, 0, &next[c], d));
+    zs[c].ng = 1;
+  }
+  RETURN_IF(total != changed, d, STITCH_EFORMAT,
+            "ransc block: class counts sum to %" PRIu64 ", index says %" PRIu64,
+            total, changed);
+  RETURN_IF(r.pos != len, d, STITCH_EFORMAT, "ransc block: trailing bytes");
+  uint8_t *base = data + span_bytes(sp.start, bits);
+  class_rows cw;
+  uint16_t pre[WIN_WORDS], rk[WIN];
+  for (uint64_t w0 = 0; w0 < sp.n && total > 0; w0 += WIN) {
+    unsigned m = sp.n - w0 < WIN ? (unsigned)(sp.n - w0) : WIN;
+    unsigned nw = (m + 63) / 64;
+    class_words(simd, bits, base, w0, m, lim, nl, cw);
+    for (unsigned c = 0; c < nc; c++) {
+      if (left[c] == 0)
+        continue;
+      /* PRE[w]: the class's members before word w; past the window, more
+       * than any rank in it. */
+      unsigned cnt = 0;
+      for (unsigned w = 0; w < nw; w++) {
+        pre[w] = (uint16_t)cnt;
+        cnt += (unsigned)__builtin_popcountll(members(cw, c, w));
+      }
+      for (unsigned w = nw; w < WIN_WORDS; w++)
+        pre[w] = UINT16_MAX;
+      /* The ranks of the class's changes in the window, then where each
+       * lies: the last word with no more members before it than its rank,
+       * by halves without a branch. */
+      rstate z = zs[c]; /* in registers, not behind the block's stores */
+      uint64_t lf = left[c], nx = next[c], sn = seen[c];
+      unsigned t = 0;
+      if (z.ng & 1)
+        CHECK_RC(ranks_of(&z, &tb[c].gt, 1, &lf, &nx, sn, cnt, rk, &t, d));
+      else
+        CHECK_RC(ranks_of(&z, &tb[c].gt, 0, &lf, &nx, sn, cnt, rk, &t, d));
+      for (unsigned u = 0; u < t; u++) { /* no chain from one to the next */
+        unsigned x = rk[u], w = 0;
+        for (unsigned h = WIN_WORDS / 2; h > 0; h /= 2)
+          w += h & (0u - (unsigned)(pre[w + h] <= x));
+        rk[u] = (uint16_t)(64 * w + select64(members(cw, c, w), x - pre[w]));
+      }
+      /* The steps, lane by lane in turn, two chains at once. */
+      unsigned u = 0;
+      const dtab *stab = &tb[c].st;
+      if (t > 0 && z.ns & 1)
+        CHECK_RC(rdec_step(&z, stab, 1, f, bits, base, w0 + rk[u++], d));
+      for (; u + 1 < t; u += 2) {
+        CHECK_RC(rdec_step(&z, stab, 0, f, bits, base, w0 + rk[u], d));
+        CHECK_RC(rdec_step(&z, stab, 1, f, bits, base, w0 + rk[u + 1], d));
+      }
+      if (u < t)
+        CHECK_RC(rdec_step(&z, stab, 0, f, bits, base, w0 + rk[u], d));
+      z.ns += t;
+      zs[c] = z;
+      left[c] = lf;
+      next[c] = nx;
+      seen[c] = sn + cnt;
+      total -= t;
+    }
+  }
+  for (unsigned c = 0; c < nc; c++)
+    RETURN_IF(left[c] > 0, d, STITCH_EFORMAT,
+              "ransc block: a change of class %u lies past the block", c);
+  for (unsigned c = 0; c < nc; c++)
+    if (counts[c] > 0)
+      CHECK_RC(rdec_close(&zs[c], d));
+  return 0;
 }
 
-int rans_decode(const sym_fmt *f, uint8_t *data, block_span sp,
-                const uint8_t *in, size_t len, uint64_t changed,
-                stitch_diag *d) {
+/* ---- Entry points ----------------------------------------------------- */
+
+static int force_scalar; /* tests: the reference loops where AVX2 runs */
+
+void rans_force_scalar(int on) { force_scalar = on; }
+
+#ifdef RANSC_AVX2
+static int simd_ok(void) {
+  return !force_scalar && __builtin_cpu_supports("avx2") &&
+         __builtin_cpu_supports("popcnt");
+}
+#define SIMD_FN __attribute__((target("avx2,popcnt"))) static int
+#endif
+
+#define ENCODE_PARAMS                                                         \
+  const sym_fmt *f, const uint8_t *old, const uint8_t *new_, block_span sp,  \
+      uint8_t *out, size_t cap, size_t *out_len, uint64_t *changed,           \
+      int *coding, int classes, uint8_t *scratch, size_t scratch_cap
+#define DECODE_PARAMS                                                         \
+  const sym_fmt *f, int coding, uint8_t *data, block_span sp,                 \
+      const uint8_t *in, size_t len, uint64_t changed, stitch_diag *d
+
+/* Each compiled once per symbol format, and again for CPUs with AVX2
+ * (simd_ a constant in each). */
 #define DISPATCH_CASE_(ID, B, FL, SG, MB, EB)                                \
   case ID: {                                                                  \
     static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
-    return decode_impl(&k_, B, data, sp, in, len, changed, d);               \
+    return encode_impl(simd_, &k_, B, old, new_, sp, out, cap, out_len,       \
+                       changed, coding, classes, scratch, scratch_cap);       \
   }
-  DISPATCH(f, stitch_diag_set(d, STITCH_EINVAL, "bad symbol format"), decode_impl)
+static int encode_plain(ENCODE_PARAMS) {
+  const int simd_ = 0;
+  DISPATCH(f, STITCH_EINVAL, encode_impl)
+}
+#ifdef RANSC_AVX2
+SIMD_FN encode_simd(ENCODE_PARAMS) {
+  const int simd_ = 1;
+  DISPATCH(f, STITCH_EINVAL, encode_impl)
+}
+#endif
 #undef DISPATCH_CASE_
+
+#define DISPATCH_CASE_(ID, B, FL, SG, MB, EB)                                \
+  case ID: {                                                                  \
+    static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
+    return coding == STITCH_CODING_RANSC                                      \
+               ? decode_classes_impl(simd_, &k_, B, data, sp, in, len,        \
+                                     changed, d)                              \
+               : decode_impl(simd_, &k_, B, data, sp, in, len, changed, d);   \
+  }
+static int decode_plain(DECODE_PARAMS) {
+  const int simd_ = 0;
+  DISPATCH(f, stitch_diag_set(d, STITCH_EINVAL, "bad symbol format"), decode_impl)
+}
+#ifdef RANSC_AVX2
+SIMD_FN decode_simd(DECODE_PARAMS) {
+  const int simd_ = 1;
+  DISPATCH(f, stitch_diag_set(d, STITCH_EINVAL, "bad symbol format"), decode_impl)
+}
+#endif
+#undef DISPATCH_CASE_
+
+int rans_encode(ENCODE_PARAMS) {
+#ifdef RANSC_AVX2
+  if (simd_ok())
+    return encode_simd(f, old, new_, sp, out, cap, out_len, changed, coding,
+                       classes, scratch, scratch_cap);
+#endif
+  return encode_plain(f, old, new_, sp, out, cap, out_len, changed, coding,
+                      classes, scratch, scratch_cap);
+}
+
+int rans_decode(DECODE_PARAMS) {
+  if (coding == STITCH_CODING_RANSC)
+    pthread_once(&sel8_once, sel8_init);
+#ifdef RANSC_AVX2
+  if (simd_ok())
+    return decode_simd(f, coding, data, sp, in, len, changed, d);
+#endif
+  return decode_plain(f, coding, data, sp, in, len, changed, d);
 }

@@ -133,12 +133,22 @@ typedef struct step_parts {
   uint64_t mag;
 } step_parts;
 
+/* The difference of the keys of NV and OV, modulo 2^bits. */
+static inline __attribute__((always_inline)) uint64_t
+key_delta(const sym_fmt *f, unsigned bits, uint64_t ov, uint64_t nv) {
+  return (key_of(f, bits, nv) - key_of(f, bits, ov)) & mask_of(bits);
+}
+
+/* A key difference KD as a step. */
+static inline __attribute__((always_inline)) step_parts
+step_of_delta(unsigned bits, uint64_t kd) {
+  uint32_t neg = (uint32_t)((kd >> (bits - 1)) & 1);
+  return (step_parts){neg, ((kd ^ (0 - (uint64_t)neg)) + neg) & mask_of(bits)};
+}
+
 static inline __attribute__((always_inline)) step_parts
 step_of(const sym_fmt *f, unsigned bits, uint64_t ov, uint64_t nv) {
-  const uint64_t M = mask_of(bits);
-  uint64_t kd = (key_of(f, bits, nv) - key_of(f, bits, ov)) & M;
-  uint32_t neg = (uint32_t)((kd >> (bits - 1)) & 1);
-  return (step_parts){neg, ((kd ^ (0 - (uint64_t)neg)) + neg) & M};
+  return step_of_delta(bits, key_delta(f, bits, ov, nv));
 }
 
 /* The symbol OV moved by the step (NEG, MAG). */

@@ -29,6 +29,7 @@ typedef enum stitch_coding {
   STITCH_CODING_RAW = 4,    /* new bytes as they are */
   STITCH_CODING_GAPS = 5,   /* weighted gaps between changes, fixed model */
   STITCH_CODING_RANS = 6,   /* gaps and steps from static tables, rANS */
+  STITCH_CODING_RANSC = 7,  /* RANS within classes of the base's magnitudes */
   STITCH_CODING_COUNT_
 } stitch_coding;
 
@@ -46,7 +47,8 @@ typedef struct stitch_delta_opts {
   void (*progress)(void *arg, uint64_t done, uint64_t total);
   void *progress_arg;
   /* How changes are coded: STITCH_SPARSE_FAST (the default) codes blocks
-   * of 2^16 symbols or more as GAPS and smaller ones as SPARSE;
+   * of 2^16 symbols or more as RANSC where 2.5 % or more of a float
+   * block changed, else as GAPS, and smaller ones as SPARSE;
    * STITCH_SPARSE_SMALL codes every sparse block as SPARSE (docs/codec.md,
    * "Two sparse codings"); STITCH_SPARSE_FASTEST codes them as RANS, at
    * about the memoryless bound, for speed (docs/codec.md, "The fastest

@@ -128,6 +128,21 @@ static void step_some(tdata *x, fz_rng *r, unsigned per1024) {
     }
 }
 
+/* Steps BF16 symbols by +-1 with a chance that doubles with each octave
+ * below the largest (2 per 1024 there), as Adam's steps do. */
+static void step_by_magnitude(tdata *x, fz_rng *r) {
+  size_t n = (size_t)fz_numel(&x->t);
+  for (size_t i = 0; i < n; i++) {
+    uint16_t h;
+    memcpy(&h, x->p + 2 * i, 2);
+    unsigned oct = 0x7f - ((h >> 7) & 0xff);
+    if (fz_next(r) % 1024 < (2u << (oct < 8 ? oct : 8))) {
+      h = (uint16_t)(h + ((fz_next(r) & 1) ? 1 : -1));
+      memcpy(x->p + 2 * i, &h, 2);
+    }
+  }
+}
+
 static void free_all(tdata *x, size_t n) {
   for (size_t i = 0; i < n; i++)
     free(x[i].p);
@@ -245,6 +260,19 @@ static void gen_deltas(uint8_t **keep, size_t *keep_len) {
     p = make_delta(&b, 1, &n, 1, NULL, 16, &len);
     sparse_mode = STITCH_SPARSE_FAST;
     emit_delta("rans-bf16", p, len, (want){STITCH_CODING_RANS, 0, 0});
+    free(p);
+    free_all(&b, 1), free_all(&n, 1);
+  }
+  { /* ransc: a block like it, smaller weights stepping more often (its
+       own generator: the seeds after it stay as they were) */
+    fz_rng r3 = {3};
+    tdata b = mk("model.layers.1.mlp.w", STITCH_DT_BF16, 256, 256, &r3);
+    weights(&b, &r3);
+    tdata n = tdup(&b);
+    step_by_magnitude(&n, &r3);
+    size_t len;
+    uint8_t *p = make_delta(&b, 1, &n, 1, NULL, 16, &len);
+    emit_delta("ransc-bf16", p, len, (want){STITCH_CODING_RANSC, 0, 0});
     free(p);
     free_all(&b, 1), free_all(&n, 1);
   }

@@ -802,14 +802,15 @@ code_classes(const int simd, const sym_fmt *f, const unsigned bits,
   return 0;
 }
 
-/* The changed symbols per mille among every 16th cache line of O -> Q
- * (all of a block under 16 lines): the default mode's quick look at
- * whether a block is dense enough for RANSC. */
+/* The changed symbols per mille among 256 cache lines of O -> Q spread
+ * over the block (every line of a block under 256): the default mode's
+ * quick look at whether a block is dense enough for RANSC. */
 static inline __attribute__((always_inline)) unsigned
 sampled_per_mille(const unsigned bits, const uint8_t *o, const uint8_t *q,
                   uint64_t nsym) {
   const unsigned per = 64 / bits; /* symbols a word */
-  uint64_t words = nsym / per, step = words >= 16 * 8 ? 16 * 8 : 8;
+  uint64_t words = nsym / per, step = words / 256 / 8 * 8;
+  step = step < 8 ? 8 : step;
   uint64_t changed = 0, seen = 0;
   for (uint64_t w = 0; w + 8 <= words; w += step) {
     for (int i = 0; i < 8; i++) {

@@ -458,6 +458,32 @@ static void test_rules(void) {
   free(data);
 }
 
+/* 600 random damages of the payload P (a bit flipped anywhere, or a cut)
+ * decoded onto a copy of BASE (NB bytes): a clean error or a decoding,
+ * never a read or write out of bounds (ASan in CI), and every cut
+ * caught. */
+static void damage(const sym_fmt *f, int coding, const uint8_t *base,
+                   size_t nb, const uint8_t *p, size_t len, uint64_t ch) {
+  uint8_t *q = malloc(len), *data = malloc(nb);
+  block_span sp = {0, f->bits == 4 ? 2 * nb : nb / (f->bits / 8)};
+  stitch_diag d = {{0}};
+  for (int it = 0; it < 600; it++) {
+    memcpy(q, p, len);
+    size_t cut = len;
+    if (it % 4 == 0)
+      cut = test_rng_next(&rng) % len;
+    else
+      q[test_rng_next(&rng) % len] ^= (uint8_t)(1u << (test_rng_next(&rng) % 8));
+    memcpy(data, base, nb);
+    int rc = rans_decode(f, coding, data, sp, q, cut, ch, &d);
+    ASSERT(rc == 0 || rc == STITCH_EFORMAT);
+    if (it % 4 == 0)
+      ASSERT(rc != 0); /* every byte counts: a cut is always caught */
+  }
+  free(q);
+  free(data);
+}
+
 /* Damaged payloads and wrong counts: a clean error or some decoding, never
  * a read or write out of bounds (run under ASan), and the damage that
  * must be caught is. */
@@ -487,20 +513,7 @@ static void test_damage(void) {
   q[1]--;
   ASSERT_ERR(rans_decode(&f, rt_coding, data, sp, q, len, ch, &d), STITCH_EFORMAT, d,
              "bad table");
-  /* Random damage anywhere, and cuts. */
-  for (int it = 0; it < 600; it++) {
-    memcpy(q, p, len);
-    size_t cut = len;
-    if (it % 4 == 0)
-      cut = test_rng_next(&rng) % len;
-    else
-      q[test_rng_next(&rng) % len] ^= (uint8_t)(1u << (test_rng_next(&rng) % 8));
-    memcpy(data, a, 2 * n);
-    int rc = rans_decode(&f, rt_coding, data, sp, q, cut, ch, &d);
-    ASSERT(rc == 0 || rc == STITCH_EFORMAT);
-    if (it % 4 == 0)
-      ASSERT(rc != 0); /* every byte counts: a cut is always caught */
-  }
+  damage(&f, rt_coding, a, 2 * n, p, len, ch); /* anywhere, and cuts */
   free(q);
   free(p);
   free(a);
@@ -727,19 +740,7 @@ static void test_classes_rules(void) {
       free(s2);
     }
   ASSERT(ok > 0 && short_ > 0);
-  for (int it = 0; it < 600; it++) {
-    memcpy(q, p, len);
-    size_t cut = len;
-    if (it % 4 == 0)
-      cut = test_rng_next(&rng) % len;
-    else
-      q[test_rng_next(&rng) % len] ^= (uint8_t)(1u << (test_rng_next(&rng) % 8));
-    memcpy(data, a, 2 * n);
-    int rc = rans_decode(&f, STITCH_CODING_RANSC, data, sp, q, cut, ch, &d);
-    ASSERT(rc == 0 || rc == STITCH_EFORMAT);
-    if (it % 4 == 0)
-      ASSERT(rc != 0); /* every byte counts: a cut is always caught */
-  }
+  damage(&f, STITCH_CODING_RANSC, a, 2 * n, p, len, ch);
   free(q);
   free(p);
   free(a);

@@ -734,7 +734,7 @@ code_classes(const int simd, const sym_fmt *f, const unsigned bits,
              const uint64_t *lim, unsigned nl, uint8_t *out, size_t cap,
              size_t *out_len, uint8_t *scratch, size_t scratch_cap) {
   const unsigned nc = nl + 1;
-  uint32_t *pos = (uint32_t *)(void *)scratch, *rc = pos + k;
+  uint32_t *pos = (uint32_t *)(void *)scratch, *rkc = pos + k;
   uint64_t seen[MAX_CLASSES] = {0}, kc[MAX_CLASSES] = {0};
   class_rows cw;
   uint64_t i = 0;
@@ -755,7 +755,7 @@ code_classes(const int simd, const sym_fmt *f, const unsigned bits,
         c += (unsigned)(cw[t + 1][w] >> b) & 1;
       uint64_t below = members(cw, c, w) & ((1ull << b) - 1);
       uint64_t r = seen[c] + before[c][w] + (uint64_t)__builtin_popcountll(below);
-      rc[i] = (uint32_t)(r << 2 | c);
+      rkc[i] = (uint32_t)(r << 2 | c); /* rank and class */
       kc[c]++;
     }
     for (unsigned c = 0; c < nc; c++)
@@ -769,10 +769,10 @@ code_classes(const int simd, const sym_fmt *f, const unsigned bits,
   for (unsigned c = 0, s = 0; c < nc; s += (unsigned)kc[c], c++)
     at[c] = start[c] = s;
   for (i = 0; i < k; i++) {
-    unsigned c = rc[i] & 3;
+    unsigned c = rkc[i] & 3;
     uint64_t j = pos[i];
     skd[at[c]] = key_delta(f, bits, ld(o, j, bits), ld(q, j, bits));
-    srank[at[c]++] = rc[i] >> 2;
+    srank[at[c]++] = rkc[i] >> 2;
   }
   /* The class count and limits, then each class's count and payload. */
   size_t n = 0;
@@ -788,11 +788,11 @@ code_classes(const int simd, const sym_fmt *f, const unsigned bits,
     if (kc[c] == 0)
       continue;
     size_t len;
-    int rc2 = code_changes(f, bits, o, q, NULL, srank + start[c],
+    int rc = code_changes(f, bits, o, q, NULL, srank + start[c],
                            skd + start[c], kc[c], 2, out + n + 10,
                            cap - n - 10, &len, scratch, (uint8_t *)skd);
-    if (rc2 != 0)
-      return rc2;
+    if (rc != 0)
+      return rc;
     size_t vl = varint_len(len);
     memmove(out + n + vl, out + n + 10, len);
     varint_put(len, out + n);

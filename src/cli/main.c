@@ -12,7 +12,9 @@ static const struct {
   const char *help;
 } commands[] = {
     {"view", cmd_view, "view --to bf16|fp8|nvfp4 [--prev PREV] IN OUT"},
-    {"delta", cmd_delta, "delta OLD NEW -o OUT [--stats] [--json]"},
+    {"delta", cmd_delta,
+     "delta OLD NEW -o OUT [--stats] [--json] [--block-log2 N] [--level L] "
+     "[--small | --fastest]"},
     {"apply", cmd_apply, "apply OLD DELTA -o OUT"},
     {"inspect", cmd_inspect, "inspect FILE [--json]"},
     {"digest", cmd_digest, "digest FILE [--tensors]"},

@@ -455,6 +455,21 @@ static inline uint64_t members(class_rows cw, unsigned c, unsigned w) {
   return cw[c][w] & ~cw[c + 1][w];
 }
 
+/* PRE[w]: class C's members before word w of the window's NW; past the
+ * window, more than any rank in it (INT16_MAX, for signed vector
+ * compares). Returns the class's members in the window. */
+static inline unsigned word_counts(class_rows cw, unsigned c, unsigned nw,
+                                   uint16_t pre[WIN_WORDS]) {
+  unsigned cnt = 0;
+  for (unsigned w = 0; w < nw; w++) {
+    pre[w] = (uint16_t)cnt;
+    cnt += (unsigned)__builtin_popcountll(members(cw, c, w));
+  }
+  for (unsigned w = nw; w < WIN_WORDS; w++)
+    pre[w] = INT16_MAX;
+  return cnt;
+}
+
 /* SEL8[b][r]: the position of the set bit of byte b with r set bits
  * below it. */
 static uint8_t sel8[256][8];
@@ -765,13 +780,10 @@ code_classes(const int simd, const sym_fmt *f, const unsigned bits,
     unsigned m = nsym - w0 < WIN ? (unsigned)(nsym - w0) : WIN;
     unsigned nw = (m + 63) / 64;
     class_words(simd, bits, o, w0, m, lim, nl, cw);
-    uint32_t before[MAX_CLASSES][WIN_WORDS + 1];
-    for (unsigned c = 0; c < nc; c++) {
-      before[c][0] = 0;
-      for (unsigned w = 0; w < nw; w++)
-        before[c][w + 1] = before[c][w] + (uint32_t)__builtin_popcountll(
-                                              members(cw, c, w));
-    }
+    uint16_t before[MAX_CLASSES][WIN_WORDS];
+    unsigned cnt[MAX_CLASSES];
+    for (unsigned c = 0; c < nc; c++)
+      cnt[c] = word_counts(cw, c, nw, before[c]);
     for (; i < k && pos[i] < w0 + m; i++) {
       unsigned j = (unsigned)(pos[i] - w0), w = j / 64, b = j % 64, c = 0;
       for (unsigned t = 0; t < nl; t++)
@@ -782,7 +794,7 @@ code_classes(const int simd, const sym_fmt *f, const unsigned bits,
       kc[c]++;
     }
     for (unsigned c = 0; c < nc; c++)
-      seen[c] += before[c][nw];
+      seen[c] += cnt[c];
   }
   /* Sorted by class, at the top of SCRATCH: the key differences, read
    * here in the order of the block, then the ranks. */
@@ -1114,15 +1126,7 @@ decode_classes_impl(const int simd, const sym_fmt *f, const unsigned bits,
     for (unsigned c = 0; c < nc; c++) {
       if (left[c] == 0)
         continue;
-      /* PRE[w]: the class's members before word w; past the window, more
-       * than any rank in it (INT16_MAX, for signed vector compares). */
-      unsigned cnt = 0;
-      for (unsigned w = 0; w < nw; w++) {
-        pre[w] = (uint16_t)cnt;
-        cnt += (unsigned)__builtin_popcountll(members(cw, c, w));
-      }
-      for (unsigned w = nw; w < WIN_WORDS; w++)
-        pre[w] = INT16_MAX;
+      unsigned cnt = word_counts(cw, c, nw, pre);
       /* The ranks of the class's changes in the window, then where each
        * lies: the last word with no more members before it than its rank,
        * by halves without a branch. */

@@ -252,15 +252,18 @@ static void esyms_of(const uint32_t *f, unsigned n, esym *e, unsigned sb) {
 
 /* Codes symbol E into state X, writing bytes down from *P. A state
  * below 2^31 over x_max >= 2^19 sheds at most two bytes, and does so
- * without a branch: the count is a coin toss at every symbol. */
+ * without a branch: the count is a coin toss at every symbol. Both
+ * compares read the state as it came, and both bytes are stored
+ * whatever the count, so the chain to the next symbol is short; a byte
+ * stored below the new *P is overwritten by the next. (Room for two
+ * bytes below *P is the caller's check.) */
 static inline void rans_put(uint32_t *x, uint8_t **p, const esym *e) {
   uint32_t v = *x;
-  for (int k = 0; k < 2; k++) {
-    unsigned out = v >= e->x_max;
-    (*p)[-1] = (uint8_t)v;
-    *p -= out;
-    v >>= 8 * out;
-  }
+  unsigned out = (unsigned)(v >= e->x_max) + (unsigned)((v >> 8) >= e->x_max);
+  (*p)[-1] = (uint8_t)v;
+  (*p)[-2] = (uint8_t)(v >> 8);
+  *p -= out;
+  v >>= 8 * out;
   uint32_t q = (uint32_t)(((uint64_t)v * e->rcp) >> 32) >> e->shift;
   *x = v + e->bias + q * e->cmpl;
 }
@@ -724,13 +727,26 @@ code_changes(const sym_fmt *f, const unsigned bits, const uint8_t *o,
   esyms_of(sf, STEP_SYMS, se, sb);
   uint8_t *ps = out + cap, *pg = work_end;
   uint32_t xg[2] = {STATE_LOW, STATE_LOW}, xs[2] = {STATE_LOW, STATE_LOW};
-  for (uint64_t i = k; i-- > 0;) { /* at most 2 bytes a put */
+  /* Lane by lane in turn, each lane's state named, not indexed: an
+   * indexed state lives on the stack, and its chain waits on a store. */
+  uint64_t i = k;
+  if (lanes == 2 && k % 2 == 1) { /* the last change, an even one */
+    i--;
+    rans_put(&xs[0], &ps, &se[ss[i]]);
+    rans_put(&xg[0], &pg, &ge[gs[i]]);
+  }
+  while (i > 0) { /* at most 2 bytes a put, 4 an iteration */
     if (ps - gbits.p < 8)
       return STITCH_ELIMIT;
     if (pg - sbits.p < 8)
       return RANS_DECLINED;
-    rans_put(&xs[i & (lanes - 1)], &ps, &se[ss[i]]);
-    rans_put(&xg[i & (lanes - 1)], &pg, &ge[gs[i]]);
+    i -= lanes;
+    rans_put(&xs[lanes - 1], &ps, &se[ss[i + lanes - 1]]);
+    rans_put(&xg[lanes - 1], &pg, &ge[gs[i + lanes - 1]]);
+    if (lanes == 2) {
+      rans_put(&xs[0], &ps, &se[ss[i]]);
+      rans_put(&xg[0], &pg, &ge[gs[i]]);
+    }
   }
   if (ps - gbits.p < 8 || pg - sbits.p < 8) /* 4 bytes a state */
     return ps - gbits.p < 8 ? STITCH_ELIMIT : RANS_DECLINED;

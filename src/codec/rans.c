@@ -353,6 +353,23 @@ class_words_ref(const unsigned bits, const uint8_t *p, uint64_t first,
   }
 }
 
+/* The encoder's change words: bit i of word w set where symbol
+ * FIRST + 64 w + i of O and Q differ, for the words from FROM of a
+ * window of M symbols; the reference, as class_words_ref. */
+static inline __attribute__((always_inline)) void
+change_words_ref(const unsigned bits, const uint8_t *o, const uint8_t *q,
+                 uint64_t first, unsigned m, unsigned from,
+                 uint64_t chg[WIN_WORDS]) {
+  for (unsigned w = from; w < (m + 63) / 64; w++) {
+    uint64_t acc = 0;
+    for (unsigned i = 0; i < 64 && 64 * w + i < m; i++) {
+      uint64_t j = first + 64 * w + i;
+      acc |= (uint64_t)(ld(o, j, bits) != ld(q, j, bits)) << i;
+    }
+    chg[w] = acc;
+  }
+}
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(STITCH_NO_AVX2) && \
     !defined(STITCH_NO_SIMD)
 #include <immintrin.h>
@@ -426,6 +443,54 @@ class_words_avx2(unsigned bits, const uint8_t *p, uint64_t first, unsigned m,
   }
   return words;
 }
+
+/* The change words, 64 symbols at a time, for the layouts of 4, 8, 16
+ * and 32 bits; returns the whole words done. */
+__attribute__((target("avx2,popcnt"), noinline)) static unsigned
+change_words_avx2(unsigned bits, const uint8_t *o, const uint8_t *q,
+                  uint64_t first, unsigned m, uint64_t chg[WIN_WORDS]) {
+  if (bits == 64)
+    return 0;
+  const uint8_t *a = o + span_bytes(first, bits), *b = q + span_bytes(first, bits);
+  unsigned words = m / 64;
+  for (unsigned w = 0; w < words; w++) {
+    const uint8_t *s = a + (size_t)w * 8 * bits, *t = b + (size_t)w * 8 * bits;
+    uint64_t same = 0;
+#define LD_(P, K) _mm256_loadu_si256((const __m256i *)((P) + 32 * (K)))
+    if (bits == 16) {
+      for (int h = 0; h < 2; h++) {
+        __m256i c = _mm256_packs_epi16(
+            _mm256_cmpeq_epi16(LD_(s, 2 * h), LD_(t, 2 * h)),
+            _mm256_cmpeq_epi16(LD_(s, 2 * h + 1), LD_(t, 2 * h + 1)));
+        c = _mm256_permute4x64_epi64(c, 0xd8);
+        same |= (uint64_t)(uint32_t)_mm256_movemask_epi8(c) << (32 * h);
+      }
+    } else if (bits == 8) {
+      for (int h = 0; h < 2; h++)
+        same |= (uint64_t)(uint32_t)_mm256_movemask_epi8(
+                    _mm256_cmpeq_epi8(LD_(s, h), LD_(t, h)))
+                << (32 * h);
+    } else if (bits == 4) { /* each nibble's XOR, in order, then compared */
+      const __m256i m15 = _mm256_set1_epi8(0x0f), z = _mm256_setzero_si256();
+      __m256i x = _mm256_xor_si256(LD_(s, 0), LD_(t, 0));
+      __m256i lo = _mm256_and_si256(x, m15);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m15);
+      __m256i x0 = _mm256_unpacklo_epi8(lo, hi), x1 = _mm256_unpackhi_epi8(lo, hi);
+      __m256i y0 = _mm256_permute2x128_si256(x0, x1, 0x20);
+      __m256i y1 = _mm256_permute2x128_si256(x0, x1, 0x31);
+      same = (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(y0, z)) |
+             (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(y1, z)) << 32;
+    } else { /* 32 */
+      for (int k = 0; k < 8; k++)
+        same |= (uint64_t)(uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(
+                    _mm256_cmpeq_epi32(LD_(s, k), LD_(t, k))))
+                << (8 * k);
+    }
+#undef LD_
+    chg[w] = ~same;
+  }
+  return words;
+}
 #endif
 
 /* The class words of the window of M symbols at FIRST: row 0 the
@@ -452,6 +517,20 @@ class_words(const int simd, const unsigned bits, const uint8_t *p,
   }
   if (m % 64)
     cw[0][nw - 1] = (1ull << (m % 64)) - 1;
+}
+
+static inline __attribute__((always_inline)) void
+change_words(const int simd, const unsigned bits, const uint8_t *o,
+             const uint8_t *q, uint64_t first, unsigned m,
+             uint64_t chg[WIN_WORDS]) {
+  unsigned from = 0;
+#ifdef RANSC_AVX2
+  if (simd)
+    from = change_words_avx2(bits, o, q, first, m, chg);
+#else
+  (void)simd;
+#endif
+  change_words_ref(bits, o, q, first, m, from, chg);
 }
 
 static inline uint64_t members(class_rows cw, unsigned c, unsigned w) {
@@ -526,10 +605,12 @@ positions_avx2(const uint16_t *pre, uint16_t *rk, unsigned t,
 /* The encoder's choice of classes: *NL limits (0: classes do not pay).
  * A class's mask costs about n h(k/n) bits (its n symbols, k changes), so
  * the limits split the block's exponents into runs that minimise the sum,
- * counted on up to CLASS_SAMPLES base symbols and every change; each
- * class beyond the first costs its tables and states, about 100 bytes,
- * and the classes must save 3 % of the mask. */
-#define CLASS_SAMPLES 16384 /* base symbols counted, at most */
+ * counted on CLASS_WINDOWS windows spread over the block (every symbol
+ * and change in them), so that the coding pass finds the changes and
+ * classes them in one read; each class beyond the first costs its tables
+ * and states, about 100 bytes, and the classes must save 3 % of the
+ * mask. A block that looks more than a quarter changed is declined. */
+#define CLASS_WINDOWS 8 /* windows of WIN symbols counted, at most */
 #define CLASS_COST_BITS 800.0
 #define CLASS_BINS 16 /* exponents below the largest 15 share a bin */
 
@@ -542,17 +623,29 @@ static double mask_bits(double n, double k) {
 
 static inline __attribute__((always_inline)) unsigned
 choose_limits(const sym_fmt *f, const unsigned bits, const uint8_t *o,
-              uint64_t nsym, const uint32_t *pos, uint64_t k, uint64_t *lim) {
+              const uint8_t *q, uint64_t nsym, uint64_t *lim) {
   if (!f->is_float)
     return 0;
   const unsigned ne = 1u << f->exp_bits, mb = f->mant_bits;
   const uint64_t absm = (1ull << (bits - 1)) - 1;
   uint32_t hn[MI_MAX] = {0}, hk[MI_MAX] = {0};
-  const uint64_t every = nsym > CLASS_SAMPLES ? nsym / CLASS_SAMPLES : 1;
-  for (uint64_t j = 0; j < nsym; j += every)
-    hn[(ld(o, j, bits) & absm) >> mb]++;
-  for (uint64_t i = 0; i < k; i++)
-    hk[(ld(o, pos[i], bits) & absm) >> mb]++;
+  const uint64_t nwin = (nsym + WIN - 1) / WIN;
+  const uint64_t step = nwin > CLASS_WINDOWS ? nwin / CLASS_WINDOWS : 1;
+  uint64_t counted = 0, changed = 0;
+  for (uint64_t w = 0; w < nwin; w += step) {
+    uint64_t end = nsym - w * WIN < WIN ? nsym : w * WIN + WIN;
+    for (uint64_t j = w * WIN; j < end; j++) {
+      uint64_t a = ld(o, j, bits);
+      unsigned e = (unsigned)((a & absm) >> mb), c = a != ld(q, j, bits);
+      hn[e]++;
+      hk[e] += c;
+      changed += c;
+    }
+    counted += end - w * WIN;
+  }
+  if (changed * 4 > counted)
+    return 0;
+  const double every = (double)nsym / (double)counted;
   /* Bins from the largest exponent down; BE[i] the smallest in bin i. */
   double bn[CLASS_BINS] = {0}, bk[CLASS_BINS] = {0};
   unsigned be[CLASS_BINS], nb = 0;
@@ -561,47 +654,47 @@ choose_limits(const sym_fmt *f, const unsigned bits, const uint8_t *o,
       continue;
     if (nb < CLASS_BINS)
       nb++;
-    bn[nb - 1] += (double)hn[e] * (double)every;
-    bk[nb - 1] += hk[e];
+    bn[nb - 1] += (double)hn[e] * every;
+    bk[nb - 1] += (double)hk[e] * every;
     be[nb - 1] = e;
   }
   if (nb < 2)
     return 0;
-  /* best[q][j]: bins [0, j) in q classes; cut[q][j]: where the last
+  /* best[r][j]: bins [0, j) in r classes; cut[r][j]: where the last
    * class starts. */
   double best[MAX_CLASSES + 1][CLASS_BINS + 1];
   unsigned cut[MAX_CLASSES + 1][CLASS_BINS + 1];
-  for (unsigned q = 0; q <= MAX_CLASSES; q++)
+  for (unsigned r = 0; r <= MAX_CLASSES; r++)
     for (unsigned j = 0; j <= nb; j++)
-      best[q][j] = q == 0 && j == 0 ? 0 : HUGE_VAL;
-  for (unsigned q = 1; q <= MAX_CLASSES; q++)
+      best[r][j] = r == 0 && j == 0 ? 0 : HUGE_VAL;
+  for (unsigned r = 1; r <= MAX_CLASSES; r++)
     for (unsigned j = 1; j <= nb; j++) {
       double n = 0, kk = 0;
       for (unsigned i = j; i-- > 0;) {
         n += bn[i];
         kk += bk[i];
-        double c = best[q - 1][i] + mask_bits(n > kk ? n : kk + 1, kk);
-        if (c < best[q][j]) {
-          best[q][j] = c;
-          cut[q][j] = i;
+        double c = best[r - 1][i] + mask_bits(n > kk ? n : kk + 1, kk);
+        if (c < best[r][j]) {
+          best[r][j] = c;
+          cut[r][j] = i;
         }
       }
     }
-  unsigned qb = 1;
-  for (unsigned q = 2; q <= MAX_CLASSES; q++)
-    if (best[q][nb] + (q - 1) * CLASS_COST_BITS <
-        best[qb][nb] + (qb - 1) * CLASS_COST_BITS)
-      qb = q;
-  if (qb == 1 || best[qb][nb] > 0.97 * best[1][nb])
+  unsigned rb = 1;
+  for (unsigned r = 2; r <= MAX_CLASSES; r++)
+    if (best[r][nb] + (r - 1) * CLASS_COST_BITS <
+        best[rb][nb] + (rb - 1) * CLASS_COST_BITS)
+      rb = r;
+  if (rb == 1 || best[rb][nb] > 0.97 * best[1][nb])
     return 0;
   /* Limit t parts class t from class t + 1: the smallest exponent of
    * class t, as a level. */
   unsigned j = nb;
-  for (unsigned q = qb; q > 1; q--) {
-    j = cut[q][j];
-    lim[q - 2] = (uint64_t)be[j - 1] << mb;
+  for (unsigned r = rb; r > 1; r--) {
+    j = cut[r][j];
+    lim[r - 2] = (uint64_t)be[j - 1] << mb;
   }
-  return qb - 1;
+  return rb - 1;
 }
 
 /* ---- Encoding --------------------------------------------------------- */
@@ -777,52 +870,69 @@ code_changes(const sym_fmt *f, const unsigned bits, const uint8_t *o,
   return 0;
 }
 
-/* RANSC: the K changes at POS (the start of SCRATCH) in NL + 1 classes
- * (proto/delta.md "RANSC"). Each change's class and rank among its
- * class's members go after POS; then the changes are sorted by class,
- * stably, into the top of SCRATCH (12 bytes a change), and each class
- * is coded as RANS below them. Needs K <= NSYM / 4. */
+/* RANSC (proto/delta.md "RANSC"): the changes of O -> Q, NSYM symbols,
+ * in NL + 1 classes, *CHANGED their count. One read, a window at a time:
+ * the window's change words and class words, and each change's class,
+ * rank among its class's members and key difference, in block order at
+ * the bottom of SCRATCH (4 bytes a change, then 8 from past room for a
+ * quarter of the block); then the changes are sorted by class, stably,
+ * into the top of SCRATCH (12 bytes a change), and each class is coded
+ * as RANS below them. Declines a block more than a quarter changed. */
 static inline __attribute__((always_inline)) int
 code_classes(const int simd, const sym_fmt *f, const unsigned bits,
-             const uint8_t *o, const uint8_t *q, uint64_t nsym, uint64_t k,
+             const uint8_t *o, const uint8_t *q, uint64_t nsym,
              const uint64_t *lim, unsigned nl, uint8_t *out, size_t cap,
-             size_t *out_len, uint8_t *scratch, size_t scratch_cap) {
+             size_t *out_len, uint64_t *changed, uint8_t *scratch,
+             size_t scratch_cap) {
   const unsigned nc = nl + 1;
-  uint32_t *pos = (uint32_t *)(void *)scratch, *rkc = pos + k;
-  uint64_t seen[MAX_CLASSES] = {0}, kc[MAX_CLASSES] = {0};
+  const uint64_t kmax = nsym / 4;
+  uint32_t *rkc = (uint32_t *)(void *)scratch;
+  uint64_t *kd = (uint64_t *)(void *)scratch + (kmax + 1) / 2;
+  uint64_t seen[MAX_CLASSES] = {0}, kc[MAX_CLASSES] = {0}, k = 0;
   class_rows cw;
-  uint64_t i = 0;
-  for (uint64_t w0 = 0; w0 < nsym && i < k; w0 += WIN) {
+  uint64_t chg[WIN_WORDS]; /* a window's change words */
+  for (uint64_t w0 = 0; w0 < nsym; w0 += WIN) {
     unsigned m = nsym - w0 < WIN ? (unsigned)(nsym - w0) : WIN;
     unsigned nw = (m + 63) / 64;
+    change_words(simd, bits, o, q, w0, m, chg);
+    uint64_t nk = 0;
+    for (unsigned w = 0; w < nw; w++)
+      nk += (uint64_t)__builtin_popcountll(chg[w]);
+    if (nk > kmax - k)
+      return RANS_DECLINED;
     class_words(simd, bits, o, w0, m, lim, nl, cw);
     uint16_t before[MAX_CLASSES][WIN_WORDS];
     unsigned cnt[MAX_CLASSES];
     for (unsigned c = 0; c < nc; c++)
       cnt[c] = word_counts(cw, c, nw, before[c]);
-    for (; i < k && pos[i] < w0 + m; i++) {
-      unsigned j = (unsigned)(pos[i] - w0), w = j / 64, b = j % 64, c = 0;
-      for (unsigned t = 0; t < nl; t++)
-        c += (unsigned)(cw[t + 1][w] >> b) & 1;
-      uint64_t below = members(cw, c, w) & ((1ull << b) - 1);
-      uint64_t r = seen[c] + before[c][w] + (uint64_t)__builtin_popcountll(below);
-      rkc[i] = (uint32_t)(r << 2 | c); /* rank and class */
-      kc[c]++;
-    }
+    for (unsigned w = 0; w < nw; w++)
+      for (uint64_t x = chg[w]; x != 0; x &= x - 1, k++) {
+        unsigned b = (unsigned)__builtin_ctzll(x), c = 0;
+        for (unsigned t = 0; t < nl; t++)
+          c += (unsigned)(cw[t + 1][w] >> b) & 1;
+        uint64_t below = members(cw, c, w) & ((1ull << b) - 1);
+        uint64_t r = seen[c] + before[c][w] + (uint64_t)__builtin_popcountll(below);
+        uint64_t j = w0 + 64 * w + b;
+        rkc[k] = (uint32_t)(r << 2 | c); /* rank and class */
+        kd[k] = key_delta(f, bits, ld(o, j, bits), ld(q, j, bits));
+        kc[c]++;
+      }
     for (unsigned c = 0; c < nc; c++)
       seen[c] += cnt[c];
   }
-  /* Sorted by class, at the top of SCRATCH: the key differences, read
-   * here in the order of the block, then the ranks. */
-  uint64_t *skd = (uint64_t *)(void *)scratch + (scratch_cap / 8 - 2 * k);
+  *changed = k;
+  if (k == 0)
+    return RANS_DECLINED; /* the caller codes SAME before it gets here */
+  /* Sorted by class, at the top of SCRATCH: the key differences, then
+   * the ranks. */
+  uint64_t *skd = (uint64_t *)(void *)scratch + (scratch_cap / 8 - k - (k + 1) / 2);
   uint32_t *srank = (uint32_t *)(void *)(skd + k);
   uint64_t at[MAX_CLASSES], start[MAX_CLASSES];
   for (unsigned c = 0, s = 0; c < nc; s += (unsigned)kc[c], c++)
     at[c] = start[c] = s;
-  for (i = 0; i < k; i++) {
+  for (uint64_t i = 0; i < k; i++) {
     unsigned c = rkc[i] & 3;
-    uint64_t j = pos[i];
-    skd[at[c]] = key_delta(f, bits, ld(o, j, bits), ld(q, j, bits));
+    skd[at[c]] = kd[i];
     srank[at[c]++] = rkc[i] >> 2;
   }
   /* The class count and limits, then each class's count and payload. */
@@ -880,33 +990,32 @@ encode_impl(const int simd, const sym_fmt *f, const unsigned bits,
             const uint8_t *old, const uint8_t *nw, block_span sp, uint8_t *out,
             size_t cap, size_t *out_len, uint64_t *changed, int *coding,
             int classes, uint8_t *scratch, size_t scratch_cap) {
-  /* Scratch: an index a symbol (the first pass stores each lane's at the
-   * count, which never passes the lane), then room for two symbols a
-   * change, the steps' raw bits and the gaps' stream (RANSC: 12 bytes a
-   * change at the top, the rest below). */
+  /* Scratch: RANS, an index a symbol (the first pass stores each lane's
+   * at the count, which never passes the lane), then room for two
+   * symbols a change, the steps' raw bits and the gaps' stream; RANSC,
+   * code_classes. */
   if (scratch_cap < 6 * (size_t)sp.n + 64 || sp.n > UINT32_MAX)
     return RANS_DECLINED;
   const uint8_t *o = old + span_bytes(sp.start, bits);
   const uint8_t *q = nw + span_bytes(sp.start, bits);
-  if (classes && (!f->is_float ||
-                  sampled_per_mille(bits, o, q, sp.n) < RANSC_MIN_PER_MILLE))
-    return RANS_DECLINED;
-  uint32_t *pos = (uint32_t *)(void *)scratch;
-  uint64_t k = find_changes(bits, o, q, sp.n, pos);
-  *changed = k;
-  if (k == 0)
-    return RANS_DECLINED; /* the caller codes SAME before it gets here */
   if (!classes) {
+    uint32_t *pos = (uint32_t *)(void *)scratch;
+    uint64_t k = find_changes(bits, o, q, sp.n, pos);
+    *changed = k;
+    if (k == 0)
+      return RANS_DECLINED; /* the caller codes SAME before it gets here */
     *coding = STITCH_CODING_RANS;
     return code_changes(f, bits, o, q, pos, NULL, NULL, k, 1, out, cap,
                         out_len, scratch + 4 * k, scratch + scratch_cap);
   }
+  if (!f->is_float || sampled_per_mille(bits, o, q, sp.n) < RANSC_MIN_PER_MILLE)
+    return RANS_DECLINED;
   uint64_t lim[MAX_CLASSES - 1];
-  unsigned nl = k <= sp.n / 4 ? choose_limits(f, bits, o, sp.n, pos, k, lim) : 0;
+  unsigned nl = choose_limits(f, bits, o, q, sp.n, lim);
   if (nl == 0)
     return RANS_DECLINED;
-  int rc = code_classes(simd, f, bits, o, q, sp.n, k, lim, nl, out, cap,
-                        out_len, scratch, scratch_cap);
+  int rc = code_classes(simd, f, bits, o, q, sp.n, lim, nl, out, cap, out_len,
+                        changed, scratch, scratch_cap);
   if (rc == 0)
     *coding = STITCH_CODING_RANSC;
   return rc;

@@ -539,9 +539,11 @@ static inline uint64_t members(class_rows cw, unsigned c, unsigned w) {
 
 /* PRE[w]: class C's members before word w of the window's NW; past the
  * window, more than any rank in it (INT16_MAX, for signed vector
- * compares). Returns the class's members in the window. */
-static inline unsigned word_counts(class_rows cw, unsigned c, unsigned nw,
-                                   uint16_t pre[WIN_WORDS]) {
+ * compares). Returns the class's members in the window. Always inlined,
+ * so that the AVX2 callers' popcnt applies: out of line it was compiled
+ * for the baseline CPU and called libgcc's __popcountdi2 for each word. */
+static inline __attribute__((always_inline)) unsigned
+word_counts(class_rows cw, unsigned c, unsigned nw, uint16_t pre[WIN_WORDS]) {
   unsigned cnt = 0;
   for (unsigned w = 0; w < nw; w++) {
     pre[w] = (uint16_t)cnt;

@@ -10,7 +10,9 @@
  *            and compare; bit 7: the fastest mode (RANS), blocks of
  *            4096..32768 symbols and tensors of up to 16 KiB
  *   byte 1   tensor count - 1 (mod 6); bits 4-5: threads - 1 for
- *            stitch_delta_apply_all
+ *            stitch_delta_apply_all; bit 6 (bit 7 of byte 0 clear): large
+ *            tensors, 2^16 + numel symbols in blocks of 2^16 or 2^17
+ *            (bit 0 of byte 0), where the default mode tries RANSC
  *   then per tensor 5 bytes:
  *            dtype (mod 15: every safetensors dtype), op (low nibble, see
  *            enum op; bits 4-5 ndim; bit 7: base from the value bytes),
@@ -55,6 +57,7 @@ enum op {
   OP_NIBBLE,  /* single 4-bit halves step by +-1 (NVFP4-like U8) */
   OP_MIXED,   /* per 256-symbol region: same, sparse, or noise */
   OP_INPUT,   /* NEW's bytes are value bytes of the input */
+  OP_CLASSES, /* small magnitudes step +-1 more often (RANSC's case) */
   OP_COUNT
 };
 
@@ -128,6 +131,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   unsigned flags = data[0];
   size_t nt = 1 + data[1] % MAX_T;
+  int large = !(flags & 0x80) && (data[1] & 0x40);
   if (size < 2 + 5 * nt)
     return 0;
   fz_rng rng = {XXH64(data, size, 0)};
@@ -148,6 +152,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t es = stitch_dtype_size(dt);
     uint64_t max_bytes = flags & 0x80 ? MAX_TENSOR_BYTES_FASTEST : MAX_TENSOR_BYTES;
     uint64_t numel = (uint64_t)(h[2] | h[3] << 8) % (max_bytes / es + 1);
+    if (large)
+      numel = (1u << 16) + (uint64_t)(h[2] | h[3] << 8);
     if (ndim == 0)
       numel = 1;
     if (ndim >= 2)
@@ -226,6 +232,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
       }
       break;
+    case OP_CLASSES: /* weight-like magnitudes, a few octaves, in the top
+                        byte's low 7 bits; the smaller change more often */
+      for (size_t j = 0; j < numel; j++) {
+        uint64_t x = fz_next(&rng);
+        unsigned level = es == 1 ? 0x28 + (unsigned)(x % 0x20)
+                                 : 0x3a + (unsigned)(x % 4);
+        s->bdata[j * es + es - 1] = s->rdata[j * es + es - 1] =
+            (uint8_t)((x >> 8 & 0x80) | level);
+        uint64_t p = level < (es == 1 ? 0x38u : 0x3cu) ? dens * 4 : dens / 4;
+        if (fz_next(&rng) % 1024 < p)
+          bump(s->rdata, es, j, (x >> 9 & 1) ? 1 : -1);
+      }
+      break;
     case OP_INPUT:
       if (nvals > 0)
         for (size_t k = 0; k < nb; k++)
@@ -258,8 +277,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   CHECK(stitch_st_parse(bbuf, blen, &base, &d) == 0);
   CHECK(stitch_st_parse(rbuf, rlen, &res, &d) == 0);
 
-  /* Bit 7: the fastest mode, in blocks large enough for RANS. */
-  stitch_delta_opts o = {.block_log2 = (flags & 0x80 ? 12 : 8) + (flags & 3),
+  /* Bit 7: the fastest mode, in blocks large enough for RANS; large
+   * tensors: blocks large enough for RANSC. */
+  stitch_delta_opts o = {.block_log2 = large ? 16 + (flags & 1)
+                                       : (flags & 0x80 ? 12 : 8) + (flags & 3),
                          .zstd_level = 1 + ((flags >> 2) & 3),
                          .sparse_mode = flags & 0x80 ? STITCH_SPARSE_FASTEST
                                                      : STITCH_SPARSE_FAST};

@@ -555,6 +555,9 @@ static void gen_roundtrip(void) {
        15,
        {0x00, 0, 11, 0x91, 0x20, 0x00, 255, 0x00, 0x00, 0x80, 0x7f, 0x00, 0x00,
         0xc0, 0xff}},
+      /* large: one BF16 tensor of 2^16 + 300 symbols, OP_CLASSES at about
+       * 6 %, and an F32 one at about 3 %: RANSC blocks */
+      {"classes-large", 12, {0x00, 0x43, 8, 0x1b, 0x2c, 0x01, 30, 11, 0x1b, 0, 0, 14}},
   };
   for (size_t i = 0; i < sizeof(recipes) / sizeof(recipes[0]); i++)
     write_file(T, recipes[i].name, recipes[i].b, recipes[i].n);

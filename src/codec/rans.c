@@ -825,23 +825,22 @@ code_changes(const sym_fmt *f, const unsigned bits, const uint8_t *o,
   /* Lane by lane in turn, each lane's state named, not indexed: an
    * indexed state lives on the stack, and its chain waits on a store. */
   uint64_t i = k;
-  if (lanes == 2 && k % 2 == 1) { /* the last change, an even one */
-    i--;
-    rans_put(&xs[0], &ps, &se[ss[i]]);
-    rans_put(&xg[0], &pg, &ge[gs[i]]);
-  }
+  int odd = lanes == 2 && k % 2 == 1; /* the last change, lane 0's, alone */
   while (i > 0) { /* at most 2 bytes a put, 4 an iteration */
     if (ps - gbits.p < 8)
       return STITCH_ELIMIT;
     if (pg - sbits.p < 8)
       return RANS_DECLINED;
-    i -= lanes;
-    rans_put(&xs[lanes - 1], &ps, &se[ss[i + lanes - 1]]);
-    rans_put(&xg[lanes - 1], &pg, &ge[gs[i + lanes - 1]]);
+    i -= odd ? 1 : lanes;
+    if (!odd) {
+      rans_put(&xs[lanes - 1], &ps, &se[ss[i + lanes - 1]]);
+      rans_put(&xg[lanes - 1], &pg, &ge[gs[i + lanes - 1]]);
+    }
     if (lanes == 2) {
       rans_put(&xs[0], &ps, &se[ss[i]]);
       rans_put(&xg[0], &pg, &ge[gs[i]]);
     }
+    odd = 0;
   }
   if (ps - gbits.p < 8 || pg - sbits.p < 8) /* 4 bytes a state */
     return ps - gbits.p < 8 ? STITCH_ELIMIT : RANS_DECLINED;

@@ -3,6 +3,7 @@
 #include "ckpt_util.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <sys/stat.h>
 
 static test_rng rng;
@@ -367,6 +368,91 @@ static void test_apply_all_threads(void) {
   free(b2);
 }
 
+/* Tensors coded on several threads give the delta and the stats of one
+ * thread, byte for byte, and progress still comes from the calling thread,
+ * in order, up to the total. Eleven tensors: more than a wave of two
+ * threads (8), of every kind: dense, sparse, unchanged, new, nibbles. */
+typedef struct prog {
+  pthread_t caller;
+  uint64_t last, total, calls;
+  int bad;
+} prog;
+
+static void on_encode_progress(void *arg, uint64_t done, uint64_t total) {
+  prog *p = arg;
+  p->bad |= !pthread_equal(pthread_self(), p->caller) || done < p->last ||
+            done > total;
+  p->last = done;
+  p->total = total;
+  p->calls++;
+}
+
+static void test_encode_threads(void) {
+  enum { NT = 11 };
+  static const stitch_dtype dts[NT] = {
+      STITCH_DT_BF16, STITCH_DT_F32, STITCH_DT_BF16, STITCH_DT_F16,
+      STITCH_DT_U8,   STITCH_DT_BF16, STITCH_DT_I32, STITCH_DT_F8_E4M3,
+      STITCH_DT_BF16, STITCH_DT_F64, STITCH_DT_BF16};
+  static const double dens[NT] = {0.03, 0.01, 0, 0.2, 0.02, 0.06,
+                                  0.01, 0.05, 0.9, 0.02, 0.001};
+  tspec ta[NT], tb[NT];
+  uint8_t *bufs[2 * NT];
+  char names[NT][8];
+  for (int i = 0; i < NT; i++) {
+    size_t n = 70000 + 5000 * (size_t)i, es = stitch_dtype_size(dts[i]);
+    uint8_t *a = malloc(n * es), *b = malloc(n * es);
+    make_pair(dts[i], n, dens[i], a, b);
+    snprintf(names[i], sizeof(names[i]), "t%d", i);
+    ta[i] = (tspec){names[i], dts[i], 1, {n}, a};
+    tb[i] = (tspec){names[i], dts[i], 1, {n}, b};
+    bufs[2 * i] = a;
+    bufs[2 * i + 1] = b;
+  }
+  const char *pa = test_path("tha.safetensors"), *pb = test_path("thb.safetensors");
+  write_ckpt(pa, ta, NT - 1, NULL); /* the last tensor is new */
+  write_ckpt(pb, tb, NT, NULL);
+  stitch_st *sa = open_ckpt(pa), *sb = open_ckpt(pb);
+  uint8_t *one = NULL;
+  size_t one_len = 0;
+  stitch_delta_stats one_st = {0};
+  for (unsigned threads = 1; threads <= 9; threads += 2) {
+    stitch_diag d = {{0}};
+    prog pg = {.caller = pthread_self()};
+    stitch_delta_opts o = {.threads = threads, .progress = on_encode_progress,
+                           .progress_arg = &pg};
+    uint8_t *buf;
+    size_t len;
+    stitch_delta_stats st = {0};
+    ASSERT_OK(stitch_delta_encode(sa, sb, &o, &buf, &len, &st, &d), d);
+    ASSERT(!pg.bad);
+    ASSERT_UEQ(pg.calls, NT);
+    ASSERT_UEQ(pg.last, pg.total);
+    if (one == NULL) {
+      one = buf;
+      one_len = len;
+      one_st = st;
+      continue;
+    }
+    ASSERT_UEQ(len, one_len);
+    ASSERT_MEM_EQ(buf, one, len);
+    ASSERT_UEQ(st.changed, one_st.changed);
+    ASSERT(st.bound_bits == one_st.bound_bits);
+    ASSERT_UEQ(st.idxval_bytes, one_st.idxval_bytes);
+    for (int i = 0; i < NT; i++)
+      ASSERT_MEM_EQ(st.t[i].blocks_by_coding, one_st.t[i].blocks_by_coding,
+                    sizeof(st.t[i].blocks_by_coding));
+    stitch_delta_stats_free(&st);
+    free(buf);
+  }
+  check_apply_file(pa, one, one_len, pb);
+  stitch_delta_stats_free(&one_st);
+  free(one);
+  stitch_st_free(sa);
+  stitch_st_free(sb);
+  for (int i = 0; i < 2 * NT; i++)
+    free(bufs[i]);
+}
+
 /* U8 tensors: packed E2M1 pairs whose changes are one nibble's one E2M1
  * step code as nibbles, 8-bit integers stepped by one code as bytes, in
  * both sparse modes (the fast mode decides from counts, the small one by
@@ -462,6 +548,7 @@ int main(void) {
   test_deterministic();
   test_size_vs_bound();
   test_apply_all_threads();
+  test_encode_threads();
   test_nibble_choice();
   test_planes_flush();
   puts("test_delta: ok");

@@ -27,6 +27,11 @@ typedef struct flag {
 int cli_parse_args(int argc, char **argv, const char **pos, int max,
                    flag *flags, int nflags);
 
+/* A flag's value as a decimal number up to MAX into *OUT; else prints a
+ * usage error naming WHAT and returns nonzero. */
+int cli_parse_u64(const char *s, const char *what, uint64_t max,
+                  uint64_t *out);
+
 /* Prints "stitch: error: MSG" and returns 1 (the exit status for errors). */
 int cli_fail(int err, const stitch_diag *d);
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

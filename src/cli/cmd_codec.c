@@ -82,19 +82,30 @@ int cmd_delta(int argc, char **argv) {
   const char *pos[2];
   flag fl[] = {{"-o", 1, NULL},     {"--stats", 0, NULL}, {"--json", 0, NULL},
                {"--block-log2", 1, NULL}, {"--level", 1, NULL},
-               {"--small", 0, NULL}, {"--fastest", 0, NULL}};
-  int n = cli_parse_args(argc, argv, pos, 2, fl, 7);
+               {"--small", 0, NULL}, {"--fastest", 0, NULL},
+               {"--threads", 1, NULL}};
+  int n = cli_parse_args(argc, argv, pos, 2, fl, 8);
   if (n < 0)
     return 2;
   if (n != 2 || fl[0].value == NULL)
     return cli_usage_error("stitch delta OLD NEW -o OUT [--stats] [--json] "
-                           "[--block-log2 N] [--level L] [--small | --fastest]");
+                           "[--block-log2 N] [--level L] [--small | --fastest] "
+                           "[--threads N]");
   if (fl[5].value && fl[6].value)
     return cli_usage_error("stitch delta: --small and --fastest do not go "
                            "together");
   stitch_delta_opts o = {0};
-  if (fl[3].value)
-    o.block_log2 = (uint32_t)strtoul(fl[3].value, NULL, 10);
+  uint64_t v;
+  if (fl[3].value) {
+    if (cli_parse_u64(fl[3].value, "--block-log2", 255, &v))
+      return 2;
+    o.block_log2 = (uint32_t)v; /* the encoder names the range */
+  }
+  if (fl[7].value) { /* 0 or absent: every CPU */
+    if (cli_parse_u64(fl[7].value, "--threads", 1024, &v))
+      return 2;
+    o.threads = (unsigned)v;
+  }
   if (fl[4].value)
     o.zstd_level = atoi(fl[4].value);
   if (fl[5].value) /* SPARSE everywhere: a few % smaller, slower */

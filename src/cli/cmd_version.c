@@ -10,17 +10,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static int parse_u64(const char *s, const char *what, uint64_t max,
-                     uint64_t *out) {
-  char *end;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (*s == 0 || *end != 0 || s[0] == '-' || v > max)
-    return cli_usage_error("%s: '%s' is not a number up to %" PRIu64, what, s,
-                           max);
-  *out = v;
-  return 0;
-}
-
 int cmd_keygen(int argc, char **argv) {
   flag fl[] = {{"--out", 1, NULL}};
   const char *pos[1];
@@ -74,14 +63,14 @@ int cmd_publish(int argc, char **argv) {
   stitch_publish_opts o = {0};
   uint64_t v = 0;
   if (fl[3].value) {
-    if (parse_u64(fl[3].value, "--chunk-kib", STITCH_CHUNK_MAX >> 10, &v))
+    if (cli_parse_u64(fl[3].value, "--chunk-kib", STITCH_CHUNK_MAX >> 10, &v))
       return 2;
     if (v < 4)
       return cli_usage_error("--chunk-kib: at least 4");
     o.chunk_bytes = (size_t)v << 10;
   }
   if (fl[4].value) {
-    if (parse_u64(fl[4].value, "--max-chain", 1u << 20, &v) || v == 0)
+    if (cli_parse_u64(fl[4].value, "--max-chain", 1u << 20, &v) || v == 0)
       return cli_usage_error("--max-chain: at least 1");
     o.max_chain = (unsigned)v;
   }
@@ -92,12 +81,12 @@ int cmd_publish(int argc, char **argv) {
       return cli_usage_error("--anchor-ratio: a number above 0");
   }
   if (fl[6].value) {
-    if (parse_u64(fl[6].value, "--cumulative-every", 1u << 20, &v))
+    if (cli_parse_u64(fl[6].value, "--cumulative-every", 1u << 20, &v))
       return 2;
     o.cumulative_every = v == 0 ? UINT32_MAX : (unsigned)v;
   }
   if (fl[7].value) {
-    if (parse_u64(fl[7].value, "--keep", 1u << 20, &v) || v == 0)
+    if (cli_parse_u64(fl[7].value, "--keep", 1u << 20, &v) || v == 0)
       return cli_usage_error("--keep: at least 1");
     o.keep = (unsigned)v;
   }
@@ -164,7 +153,7 @@ int cmd_pull(int argc, char **argv) {
   stitch_apply_opts o = {0};
   uint64_t v = 0;
   if (fl[3].value) {
-    if (parse_u64(fl[3].value, "--threads", 1024, &v))
+    if (cli_parse_u64(fl[3].value, "--threads", 1024, &v))
       return 2;
     o.threads = (unsigned)v;
   }

@@ -2,8 +2,10 @@
  * operation, 2 on a usage error. */
 #include "cli/cli.h"
 
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const struct {
@@ -14,7 +16,7 @@ static const struct {
     {"view", cmd_view, "view --to bf16|fp8|nvfp4 [--prev PREV] IN OUT"},
     {"delta", cmd_delta,
      "delta OLD NEW -o OUT [--stats] [--json] [--block-log2 N] [--level L] "
-     "[--small | --fastest]"},
+     "[--small | --fastest] [--threads N]"},
     {"apply", cmd_apply, "apply OLD DELTA -o OUT"},
     {"inspect", cmd_inspect, "inspect FILE [--json]"},
     {"digest", cmd_digest, "digest FILE [--tensors]"},
@@ -62,6 +64,17 @@ int cli_usage_error(const char *fmt, ...) {
   fputc('\n', stderr);
   va_end(ap);
   return 2;
+}
+
+int cli_parse_u64(const char *s, const char *what, uint64_t max,
+                  uint64_t *out) {
+  char *end;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (*s == 0 || *end != 0 || s[0] == '-' || v > max)
+    return cli_usage_error("%s: '%s' is not a number up to %" PRIu64, what, s,
+                           max);
+  *out = v;
+  return 0;
 }
 
 int cli_parse_args(int argc, char **argv, const char **pos, int max,

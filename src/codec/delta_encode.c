@@ -9,6 +9,7 @@
 #include "codec/symbol.h"
 #include "common/diag.h"
 #include "common/fileio.h"
+#include "common/parallel.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -389,6 +390,57 @@ void stitch_delta_stats_free(stitch_delta_stats *s) {
   s->t = NULL;
 }
 
+/* The tensors are coded a wave at a time: each by one worker, with its
+ * own work buffers, into an index and a payload of its own, which are
+ * then appended in order; so the delta's bytes do not depend on the
+ * threads, and progress is reported after each wave. */
+#define ENC_WAVE_PER_THREAD 4
+
+typedef struct enc_wave {
+  const stitch_st *base, *result;
+  enc *w;          /* a worker's encoder each */
+  size_t first;    /* the wave's first tensor */
+  dbuf *ix, *pl;   /* each tensor's index and payload */
+  stitch_diag *id; /* each tensor's diag */
+  stitch_delta_tensor *ts;
+} enc_wave;
+
+static int encode_item(void *ctx, size_t item, unsigned worker) {
+  enc_wave *v = ctx;
+  enc *e = &v->w[worker];
+  e->d = &v->id[item];
+  e->index = (dbuf){.max = DELTA_MAX_INDEX};
+  e->payload = (dbuf){.max = SIZE_MAX / 2};
+  size_t i = v->first + item;
+  int rc = encode_tensor(e, v->base, stitch_st_tensor(v->result, i), &v->ts[i]);
+  v->ix[item] = e->index;
+  v->pl[item] = e->payload;
+  e->index = e->payload = (dbuf){0};
+  return rc;
+}
+
+static void worker_free(enc *e) {
+  free(e->cand);
+  free(e->best);
+  free(e->scratch);
+  free(e->hist.h16);
+  free(e->hist.big);
+}
+
+static int worker_init(enc *e, const enc *main_, int stats) {
+  *e = (enc){.o = main_->o, .block_log2 = main_->block_log2,
+             .level = main_->level, .work_cap = main_->work_cap};
+  e->cand = malloc(dense_bound(e->work_cap));
+  e->best = malloc(dense_bound(e->work_cap));
+  e->scratch = malloc(e->work_cap);
+  if (stats)
+    e->hist.h16 = calloc(65537, sizeof(uint64_t));
+  return e->cand == NULL || e->best == NULL || e->scratch == NULL ||
+                 (stats && e->hist.h16 == NULL)
+             ? STITCH_ENOMEM
+             : 0;
+}
+
 int stitch_delta_encode(const stitch_st *base, const stitch_st *result,
                         const stitch_delta_opts *opts, uint8_t **out,
                         size_t *out_len, stitch_delta_stats *stats,
@@ -411,18 +463,21 @@ int stitch_delta_encode(const stitch_st *base, const stitch_st *result,
   e.level = opts->zstd_level ? opts->zstd_level : 3;
   e.index.max = DELTA_MAX_INDEX;
   e.payload.max = SIZE_MAX / 2;
-  size_t n = stitch_st_count(result);
-  stitch_delta_tensor *ts = calloc(n ? n : 1, sizeof(*ts));
   /* A block is at most 2^24 symbols of 8 bytes. */
   e.work_cap = (size_t)8 << e.block_log2;
-  e.cand = malloc(dense_bound(e.work_cap));
-  e.best = malloc(dense_bound(e.work_cap));
-  e.scratch = malloc(e.work_cap);
-  if (stats != NULL)
-    e.hist.h16 = calloc(65537, sizeof(uint64_t));
-  int rc = 0;
-  if (ts == NULL || e.cand == NULL || e.best == NULL || e.scratch == NULL ||
-      (stats != NULL && e.hist.h16 == NULL)) {
+  size_t n = stitch_st_count(result);
+  unsigned nw = stitch_parallel_threads(opts->threads, n);
+  size_t wave = (size_t)nw * ENC_WAVE_PER_THREAD;
+  stitch_delta_tensor *ts = calloc(n ? n : 1, sizeof(*ts));
+  enc *w = calloc(nw, sizeof(*w));
+  dbuf *ix = calloc(wave, sizeof(*ix)), *pl = calloc(wave, sizeof(*pl));
+  stitch_diag *id = calloc(wave, sizeof(*id));
+  int rc = ts == NULL || w == NULL || ix == NULL || pl == NULL || id == NULL
+               ? STITCH_ENOMEM
+               : 0;
+  for (unsigned k = 0; k < nw && rc == 0 && w != NULL; k++)
+    rc = worker_init(&w[k], &e, stats != NULL);
+  if (rc != 0) {
     rc = stitch_diag_set(d, STITCH_ENOMEM, "out of memory");
     goto out;
   }
@@ -444,13 +499,25 @@ int stitch_delta_encode(const stitch_st *base, const stitch_st *result,
   uint64_t total = 0, done = 0;
   for (size_t i = 0; i < n; i++)
     total += stitch_st_tensor(result, i)->nbytes;
-  for (size_t i = 0; i < n; i++) {
-    const stitch_tensor *t = stitch_st_tensor(result, i);
-    if ((rc = encode_tensor(&e, base, t, &ts[i])))
+  for (size_t i0 = 0; i0 < n; i0 += wave) {
+    size_t m = n - i0 < wave ? n - i0 : wave, failed = 0;
+    memset(id, 0, m * sizeof(*id));
+    enc_wave v = {base, result, w, i0, ix, pl, id, ts};
+    rc = stitch_parallel_for(m, nw, encode_item, &v, &failed);
+    for (size_t k = 0; k < m; k++) {
+      if (rc == 0 && ((rc = dbuf_put(&e.index, ix[k].p, ix[k].len)) == 0) &&
+          (rc = dbuf_put(&e.payload, pl[k].p, pl[k].len)) == 0) {
+        done += stitch_st_tensor(result, i0 + k)->nbytes;
+        if (opts->progress != NULL)
+          opts->progress(opts->progress_arg, done, total);
+      }
+      dbuf_free(&ix[k]);
+      dbuf_free(&pl[k]);
+    }
+    if (rc != 0 && d != NULL && id[failed].msg[0] != 0)
+      *d = id[failed];
+    if (rc != 0)
       goto fail_rc;
-    done += t->nbytes;
-    if (opts->progress != NULL)
-      opts->progress(opts->progress_arg, done, total);
   }
   if ((rc = finish(&e, out, out_len)))
     goto fail_rc;
@@ -476,11 +543,12 @@ fail_rc:
     stitch_diag_set(d, rc, "%s", stitch_strerror(rc));
 out:
   free(ts);
-  free(e.cand);
-  free(e.best);
-  free(e.scratch);
-  free(e.hist.h16);
-  free(e.hist.big);
+  for (unsigned k = 0; w != NULL && k < nw; k++)
+    worker_free(&w[k]);
+  free(w);
+  free(ix);
+  free(pl);
+  free(id);
   dbuf_free(&e.index);
   dbuf_free(&e.payload);
   return rc;

@@ -97,6 +97,7 @@ static int build(pub *p, const stitch_st *base, const stitch_digest *base_view,
   dopts.base_digest = base_view;
   dopts.result_digest = &p->view;
   dopts.sparse_mode = p->o->sparse_mode;
+  dopts.threads = p->o->threads;
   dopts.progress = on_encode;
   dopts.progress_arg = &ep;
   uint8_t *buf;

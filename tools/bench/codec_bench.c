@@ -416,7 +416,7 @@ static int run_only(const opts *o) {
   /* Digests are trusted as given: zeros keep the digest out of the count. */
   stitch_digest zero = {{0}};
   stitch_delta_opts eo = {.base_digest = &zero, .result_digest = &zero,
-                         .sparse_mode = o->sparse_mode};
+                         .sparse_mode = o->sparse_mode, .threads = 1};
   stitch_diag d = {{0}};
   int rc = 0;
   uint8_t *delta = NULL;
@@ -489,9 +489,10 @@ static int bench_pair(const opts *o, unsigned k, ZSTD_CCtx *cc,
     return fail("step %u: digest: %s", k, stitch_strerror(rc));
   }
 
-  /* Encode (codec alone: digests given) and zstd -1, alternating. */
+  /* Encode (codec alone: digests given; one thread, as zstd -1) and
+   * zstd -1, alternating. */
   stitch_delta_opts eo = {.base_digest = base_dg, .result_digest = res_dg,
-                         .sparse_mode = o->sparse_mode};
+                         .sparse_mode = o->sparse_mode, .threads = 1};
   uint8_t *delta = NULL;
   size_t dlen = 0;
   for (unsigned i = 0; i < o->reps; i++) {

@@ -54,6 +54,10 @@ typedef struct stitch_delta_opts {
    * about the memoryless bound, for speed (docs/codec.md, "The fastest
    * mode"). */
   int sparse_mode;
+  /* Threads coding tensors at once; 0: one per online CPU. The delta's
+   * bytes are the same on any number (each tensor is coded by one
+   * thread, and the tensors are joined in order). */
+  unsigned threads;
 } stitch_delta_opts;
 
 enum { STITCH_SPARSE_FAST = 0, STITCH_SPARSE_SMALL = 1, STITCH_SPARSE_FASTEST = 2 };

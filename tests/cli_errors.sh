@@ -243,6 +243,9 @@ expect 2 - apply base.st good.delta
 expect 2 $O apply base.st -o $O
 expect 2 $O apply base.st good.delta extra -o $O
 expect 2 $O delta base.st new.st -o $O --small --fastest
+expect 2 $O delta base.st new.st -o $O --threads many
+expect 2 $O delta base.st new.st -o $O --threads -1
+expect 2 $O delta base.st new.st -o $O --block-log2 x
 expect 2 - apply base.st good.delta -o
 expect 2 $O apply base.st good.delta -o $O --bogus
 expect 2 - inspect

@@ -246,6 +246,8 @@ expect 2 $O delta base.st new.st -o $O --small --fastest
 expect 2 $O delta base.st new.st -o $O --threads many
 expect 2 $O delta base.st new.st -o $O --threads -1
 expect 2 $O delta base.st new.st -o $O --block-log2 x
+expect 2 $O delta base.st new.st -o $O --level fast
+expect 1 $O delta base.st new.st -o $O --level 99
 expect 2 - apply base.st good.delta -o
 expect 2 $O apply base.st good.delta -o $O --bogus
 expect 2 - inspect

@@ -3,6 +3,7 @@
 #include "cli/cli.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,8 +107,13 @@ int cmd_delta(int argc, char **argv) {
       return 2;
     o.threads = (unsigned)v;
   }
-  if (fl[4].value)
-    o.zstd_level = atoi(fl[4].value);
+  if (fl[4].value) { /* negative levels are zstd's fast ones */
+    char *end;
+    long lv = strtol(fl[4].value, &end, 10);
+    if (fl[4].value[0] == 0 || *end != 0 || lv < INT_MIN || lv > INT_MAX)
+      return cli_usage_error("--level: '%s' is not a number", fl[4].value);
+    o.zstd_level = (int)lv; /* the encoder names the range */
+  }
   if (fl[5].value) /* SPARSE everywhere: a few % smaller, slower */
     o.sparse_mode = STITCH_SPARSE_SMALL;
   if (fl[6].value) /* RANS: at about the memoryless bound, fastest */

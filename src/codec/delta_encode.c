@@ -460,6 +460,10 @@ int stitch_delta_encode(const stitch_st *base, const stitch_st *result,
                 opts->sparse_mode != STITCH_SPARSE_SMALL &&
                 opts->sparse_mode != STITCH_SPARSE_FASTEST,
             d, STITCH_EINVAL, "unknown sparse mode %d", opts->sparse_mode);
+  RETURN_IF(opts->zstd_level < ZSTD_minCLevel() ||
+                opts->zstd_level > ZSTD_maxCLevel(),
+            d, STITCH_EINVAL, "zstd level %d is out of range [%d, %d]",
+            opts->zstd_level, ZSTD_minCLevel(), ZSTD_maxCLevel());
   e.level = opts->zstd_level ? opts->zstd_level : 3;
   e.index.max = DELTA_MAX_INDEX;
   e.payload.max = SIZE_MAX / 2;

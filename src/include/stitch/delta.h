@@ -37,7 +37,8 @@ const char *stitch_coding_name(int coding);
 
 typedef struct stitch_delta_opts {
   uint32_t block_log2; /* symbols per block = 2^block_log2; 0: default (20) */
-  int zstd_level;      /* for dense blocks and the index; 0: default (3) */
+  int zstd_level;      /* for dense blocks; 0: default (3); zstd's range,
+                          its negative (fast) levels included */
   /* View digests the caller already holds (a publisher knows its previous
    * version's); NULL: computed here. They are trusted as given. */
   const stitch_digest *base_digest;

@@ -24,11 +24,13 @@
  *    class (the probabilities sent with the block), larger steps in
  *    Elias gamma.
  *
- * Between changes only weights are summed, and they are summed 16 to 64
- * at a time with vector table lookups (BF16, F16, 8-bit floats and E2M1
- * nibbles, on CPUs with AVX2; a scalar loop, the reference, elsewhere).
- * There is no per-group decision: work is a vector pass over the symbols
- * plus some five coder steps per change. The model is static within a
+ * Between changes only weights are summed, with vector table lookups
+ * (BF16, F16, 8-bit floats and E2M1 nibbles, on CPUs with AVX2; a scalar
+ * loop, the reference, elsewhere): the encoder 16 to 64 at a time, the
+ * decoder a window of 4,096 symbols ahead, so that it finds each change
+ * with compares instead of a walk (see "The decoder's scan"). There is no
+ * per-group decision: work is a vector pass over the symbols plus some
+ * five coder steps per change. The model is static within a
  * block (two passes in the encoder; its 29 parameters, a byte each, are
  * sent with it), so the size is that of the per-class rates, about
  * H(mask | class): 1-7% above what SPARSE's adaptive contexts reach
@@ -105,6 +107,9 @@ weight_of(const gaps_model *m, const sym_fmt *f, const unsigned bits,
 #include <immintrin.h>
 #define GAPS_AVX2 1
 #define GAPS_AVX2_FN __attribute__((target("avx2"), always_inline)) static inline
+/* For the decoder's body (decode_impl), which has no target of its own:
+ * inlined once that body is, into the AVX2 copy of it (decode_vec_*). */
+#define GAPS_AVX2_INL __attribute__((target("avx2"))) static inline
 
 /* The vector layouts: 16- and 8-bit floats and E2M1 nibbles. Integers and
  * wider floats take the scalar loops. */
@@ -190,6 +195,28 @@ static inline unsigned lut_unit(const int layout) {
   return layout == LAYOUT_16 ? 16 : layout == LAYOUT_8 ? 32 : 64;
 }
 
+/* The weights of the two vectors at Q (16- and 8-bit floats), summed by
+ * eight symbols into the u64 lanes: the classes as bytes, looked up in
+ * the byte tables and summed with vpsadbw. The lanes hold, by eights,
+ * for 16-bit floats the vectors' [a0, b0, a1, b1], for 8-bit ones
+ * [a0, a1, b0, b1]. */
+GAPS_AVX2_FN __m256i lut_pair_sums(const gaps_lut *l, const int layout,
+                                   const uint8_t *q) {
+  const __m256i z = _mm256_setzero_si256();
+  __m256i v = _mm256_srl_epi16(_mm256_loadu_si256((const __m256i *)q), l->shift), e;
+  if (layout == LAYOUT_16) { /* exponents as bytes: a's eights, b's, by half */
+    __m256i b = _mm256_srl_epi16(_mm256_loadu_si256((const __m256i *)(q + 32)), l->shift);
+    e = _mm256_packus_epi16(_mm256_and_si256(v, l->emask), _mm256_and_si256(b, l->emask));
+  } else { /* the byte below an 8-bit float's exponent field is its own */
+    e = _mm256_and_si256(v, _mm256_set1_epi8((char)((1u << l->ebits) - 1)));
+  }
+  __m256i c = _mm256_min_epu8(_mm256_subs_epu8(_mm256_set1_epi8((char)l->refv), e),
+                              _mm256_set1_epi8(15));
+  __m256i lo = _mm256_sad_epu8(_mm256_shuffle_epi8(l->lo, c), z);
+  __m256i hi = _mm256_sad_epu8(_mm256_shuffle_epi8(l->hi, c), z);
+  return _mm256_add_epi64(lo, _mm256_slli_epi64(hi, 8));
+}
+
 /* The weights of the unit at Q, as four 64-bit partial sums. */
 GAPS_AVX2_FN __m256i lut_unit_sum(const gaps_lut *l, const int layout, const uint8_t *q) {
   const __m256i z = _mm256_setzero_si256();
@@ -201,14 +228,8 @@ GAPS_AVX2_FN __m256i lut_unit_sum(const gaps_lut *l, const int layout, const uin
   __m256i v = _mm256_loadu_si256((const __m256i *)q), i0, i1;
   __m256i lo = _mm256_broadcastsi128_si256(l->nlo);
   __m256i hi = _mm256_broadcastsi128_si256(l->nhi);
-  if (layout == LAYOUT_8) { /* classes of 32 bytes, then the byte tables */
-    __m256i e = _mm256_and_si256(_mm256_srl_epi16(v, l->shift),
-                                 _mm256_set1_epi8((char)((1u << l->ebits) - 1)));
-    i0 = _mm256_min_epu8(_mm256_subs_epu8(_mm256_set1_epi8((char)l->refv), e),
-                         _mm256_set1_epi8(15));
-    return _mm256_add_epi64(_mm256_sad_epu8(_mm256_shuffle_epi8(l->lo, i0), z),
-                            _mm256_slli_epi64(_mm256_sad_epu8(_mm256_shuffle_epi8(l->hi, i0), z), 8));
-  }
+  if (layout == LAYOUT_8)
+    return lut_pair_sums(l, layout, q);
   const __m256i nib = _mm256_set1_epi8(15);
   i0 = _mm256_and_si256(v, nib);
   i1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
@@ -309,44 +330,115 @@ lut_changes_t(const gaps_lut *l, const int layout, const uint8_t *old,
   return n;
 }
 
-/* From the symbol at Q, with ROOM = T - (the running weight), passes a
- * unit at a time while its weight fits in ROOM, then 16 symbols at a
- * time, then those of the next 16 that fit, at most NU units. Returns the
- * symbols passed and leaves the room that is left in *ROOM. */
-GAPS_AVX2_FN uint64_t
-lut_advance_t(const gaps_lut *l, const int layout, const uint8_t *q,
-              uint64_t nu, uint64_t *room) {
-  unsigned step = lut_step(layout), per = lut_unit(layout) / 16;
-  uint64_t r = *room, u = 0;
-  for (; u < nu; u++, q += 32) {
-    uint64_t total = lut_hsum64(lut_unit_sum(l, layout, q));
-    if (r >= total) {
-      r -= total;
-      continue;
-    }
-    for (unsigned v = 0;; v++, q += step) { /* a vector of this unit stops */
-      __m256i x = prefix16(lut_w16(l, layout, q));
-      uint32_t tv = (uint16_t)_mm256_extract_epi16(x, 15);
-      if (r >= tv) {
-        r -= tv;
-        continue;
-      }
-      /* r < tv < 2^16: the lanes at most r are a prefix of the 16. */
-      __m256i rv = _mm256_set1_epi16((short)r);
-      __m256i le = _mm256_cmpeq_epi16(_mm256_min_epu16(x, rv), x);
-      unsigned k = (unsigned)__builtin_popcount((uint32_t)_mm256_movemask_epi8(le)) / 2;
-      if (k > 0) {
-        uint16_t s[16];
-        _mm256_storeu_si256((__m256i *)s, x);
-        r -= s[k - 1];
-      }
-      *room = r;
-      return u * 16 * per + v * 16 + k;
+/* ---- The decoder's scan, windows of weights ------------------------- */
+
+/* The decoder looks for each change by weight. Walking the weights from
+ * one change to the next, a vector at a time, ends every walk on a branch
+ * that mispredicts (the walk's length is the gap's). So it sums a window
+ * of the block ahead instead, a vector (16 symbols) at a time with no
+ * branch per vector: cum[u] is the weight of the window's symbols before
+ * vector u. A change is then found with compares: eight entries of cum at
+ * a time, then the 16 running sums of its vector. The window is summed
+ * before any change in it is written; a written change's vector is read
+ * no more, since the sums of the last vector found are kept (pre). */
+#define GAPS_WIN_VECS 256 /* 4,096 symbols: 8 KiB of BF16, in L1 */
+
+typedef struct gaps_scan {
+  uint64_t ws;       /* the window's first symbol */
+  unsigned nv, nf;   /* its vectors; the whole ones (nv - 1 with a tail) */
+  unsigned pu;       /* the vector whose sums are in pre, or UINT32_MAX */
+  uint16_t pre[17];  /* pre[i]: the weight of the vector's first i symbols */
+  uint16_t tail[17]; /* the same for a last vector of under 16 symbols */
+  uint32_t cum[GAPS_WIN_VECS + 9]; /* then 8 guards above any weight */
+} gaps_scan;
+
+/* The sums of the four vectors at Q, as u32 lanes. */
+GAPS_AVX2_FN __m128i lut_sums4(const gaps_lut *l, const int layout,
+                               const uint8_t *q) {
+  const unsigned step = lut_step(layout);
+  if (layout == LAYOUT_4) { /* one unit: its u64 lanes are the four sums */
+    __m256i x = _mm256_shuffle_epi32(lut_unit_sum(l, layout, q), 0x08);
+    return _mm_unpacklo_epi64(_mm256_castsi256_si128(x),
+                              _mm256_extracti128_si256(x, 1));
+  }
+  /* Two pairs, the second's sums into the high halves of the lanes. */
+  __m256i x = _mm256_or_si256(
+      lut_pair_sums(l, layout, q),
+      _mm256_slli_epi64(lut_pair_sums(l, layout, q + 2 * step), 32));
+  if (layout == LAYOUT_16) { /* [a|c, b|d] by halves: a, c, b, d */
+    __m128i y = _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
+    return _mm_shuffle_epi32(y, 0xD8);
+  }
+  x = _mm256_add_epi64(x, _mm256_shuffle_epi32(x, 0x4E)); /* [a|c, a|c, b|d, b|d] */
+  return _mm_unpacklo_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
+}
+
+/* cum[1..NF] for the NF whole vectors at Q (cum[0] = 0), four at a time.
+ * Returns cum[NF]. */
+GAPS_AVX2_INL uint32_t lut_window_t(const gaps_lut *l, const int layout,
+                                   const uint8_t *q, unsigned nf, uint32_t *cum) {
+  const unsigned step = lut_step(layout);
+  uint32_t tot = 0;
+  unsigned u = 0;
+  cum[0] = 0;
+  for (; u + 4 <= nf; u += 4, q += 4 * step) {
+    __m128i x = lut_sums4(l, layout, q);
+    x = _mm_add_epi32(x, _mm_slli_si128(x, 4));
+    x = _mm_add_epi32(x, _mm_slli_si128(x, 8));
+    x = _mm_add_epi32(x, _mm_set1_epi32((int)tot));
+    _mm_storeu_si128((__m128i *)(cum + u + 1), x);
+    tot = (uint32_t)_mm_extract_epi32(x, 3);
+  }
+  for (; u < nf; u++, q += step) {
+    __m256i s = _mm256_madd_epi16(lut_w16(l, layout, q), _mm256_set1_epi16(1));
+    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(s),
+                              _mm256_extracti128_si256(s, 1));
+    x = _mm_add_epi32(x, _mm_unpackhi_epi64(x, x));
+    x = _mm_add_epi32(x, _mm_srli_epi64(x, 32));
+    tot += (uint32_t)_mm_cvtsi128_si32(x);
+    cum[u + 1] = tot;
+  }
+  return tot;
+}
+
+/* The vector of the window (at Q) and the symbol in it where the running
+ * weight passes T (window weight; T < cum[nv]): the symbol whose interval
+ * holds T. Returns its index in the window; *AT gets the weight before
+ * it. The search starts at the last vector found, which T cannot be
+ * before. */
+GAPS_AVX2_INL unsigned lut_find_t(const gaps_lut *l, const int layout,
+                                  const uint8_t *q, gaps_scan *s, uint32_t t,
+                                  uint32_t *at) {
+  const __m256i tv = _mm256_set1_epi32((int)t);
+  unsigned u = s->pu == UINT32_MAX ? 0 : s->pu;
+  for (;; u += 8) { /* cum[u + 1..u + 8]: the first above T ends vector u */
+    __m256i c = _mm256_loadu_si256((const __m256i *)(s->cum + u + 1));
+    unsigned gt = (unsigned)_mm256_movemask_ps(
+        _mm256_castsi256_ps(_mm256_cmpgt_epi32(c, tv)));
+    if (gt != 0) {
+      u += (unsigned)__builtin_ctz(gt);
+      break;
     }
   }
-  *room = r;
-  return nu * 16 * per;
+  if (u != s->pu) {
+    s->pu = u;
+    if (u == s->nf) {
+      memcpy(s->pre, s->tail, sizeof(s->pre));
+    } else {
+      s->pre[0] = 0;
+      _mm256_storeu_si256((__m256i *)(s->pre + 1),
+                          prefix16(lut_w16(l, layout, q + u * lut_step(layout))));
+    }
+  }
+  /* r < pre[16]: the lanes of pre[1..16] at most r are a prefix. */
+  uint32_t r = t - s->cum[u];
+  __m256i x = _mm256_loadu_si256((const __m256i *)(s->pre + 1));
+  __m256i le = _mm256_cmpeq_epi16(_mm256_min_epu16(x, _mm256_set1_epi16((short)r)), x);
+  unsigned k = (unsigned)__builtin_popcount((uint32_t)_mm256_movemask_epi8(le)) / 2;
+  *at = s->cum[u] + s->pre[k];
+  return 16 * u + k;
 }
+
 /* One compiled loop per layout. */
 #define LAYOUT_FNS(X) X(16) X(8) X(4)
 #define X(L)                                                                  \
@@ -355,11 +447,6 @@ lut_advance_t(const gaps_lut *l, const int layout, const uint8_t *q,
                   unsigned nu, int weights, int64_t *acc, uint16_t *pos,      \
                   uint64_t *gap) {                                            \
     return lut_changes_t(l, LAYOUT_##L, old, nw, nu, weights, acc, pos, gap); \
-  }                                                                           \
-  __attribute__((target("avx2"))) __attribute__((noinline)) static uint64_t   \
-  lut_advance_##L(const gaps_lut *l, const uint8_t *q, uint64_t nu,           \
-                  uint64_t *room) {                                           \
-    return lut_advance_t(l, LAYOUT_##L, q, nu, room);                         \
   }
 LAYOUT_FNS(X)
 #undef X
@@ -374,12 +461,6 @@ static unsigned lut_changes(const gaps_lut *l, const uint8_t *old,
              : lut_changes_4(l, old, nw, nu, weights, acc, pos, gap);
 }
 
-static uint64_t lut_advance(const gaps_lut *l, const uint8_t *q, uint64_t nu,
-                            uint64_t *room) {
-  return l->layout == LAYOUT_16   ? lut_advance_16(l, q, nu, room)
-         : l->layout == LAYOUT_8 ? lut_advance_8(l, q, nu, room)
-                                 : lut_advance_4(l, q, nu, room);
-}
 #endif
 
 int gaps_force_scalar;
@@ -409,34 +490,14 @@ static void walk_init(gaps_walk *w, const gaps_model *m, const sym_fmt *f,
 /* From symbol j, passes every symbol whose interval ends at or before T,
  * the weight from symbol j's start (that is, while the sum of their
  * weights stays at most T), up to END. Returns the first symbol not
- * passed, or END; *A gets the weight passed. */
+ * passed, or END; *A gets the weight passed. The decoder's scalar walk:
+ * the reference, and CPUs without AVX2. */
 static inline __attribute__((always_inline)) uint64_t
-advance(const gaps_walk *w, const sym_fmt *f, const unsigned bits,
+advance(const gaps_model *m, const sym_fmt *f, const unsigned bits,
         const uint8_t *p, uint64_t j, uint64_t end, uint64_t *a, uint64_t t) {
   uint64_t room = t;
-#ifdef GAPS_AVX2
-  if (w->avx2 && end - j >= 32) {
-    if (bits == 4 && (j & 1)) {
-      unsigned x = weight_of(w->m, f, bits, ld(p, j, bits));
-      if (x > room) {
-        *a = 0;
-        return j;
-      }
-      room -= x;
-      j++;
-    }
-    unsigned per = lut_unit(w->lut.layout);
-    uint64_t nu = (end - j) / per;
-    uint64_t k = lut_advance(&w->lut, p + span_bytes(j, bits), nu, &room);
-    j += k;
-    if (k < per * nu) {
-      *a = t - room;
-      return j;
-    }
-  }
-#endif
   for (; j < end; j++) {
-    unsigned x = weight_of(w->m, f, bits, ld(p, j, bits));
+    unsigned x = weight_of(m, f, bits, ld(p, j, bits));
     if (x > room)
       break;
     room -= x;
@@ -444,6 +505,37 @@ advance(const gaps_walk *w, const sym_fmt *f, const unsigned bits,
   *a = t - room;
   return j;
 }
+
+#ifdef GAPS_AVX2
+/* Sums the window of the block (DATA, ending at END) that starts at
+ * symbol WS: its whole vectors with lut_window, and a last one of under 16
+ * symbols, at the block's end, here. */
+static inline __attribute__((always_inline)) void
+scan_window(gaps_scan *s, const gaps_walk *w, const sym_fmt *f,
+            const unsigned bits, const uint8_t *data, uint64_t ws,
+            uint64_t end) {
+  uint64_t n = end - ws < 16 * GAPS_WIN_VECS ? end - ws : 16 * GAPS_WIN_VECS;
+  unsigned nf = (unsigned)(n / 16), nv = nf, rest = (unsigned)(n % 16);
+  uint32_t tot = lut_window_t(&w->lut, layout_of(f, bits),
+                              data + span_bytes(ws, bits), nf, s->cum);
+  if (rest != 0) {
+    s->tail[0] = 0;
+    for (unsigned i = 0; i < 16; i++)
+      s->tail[i + 1] = (uint16_t)(s->tail[i] +
+                                  (i < rest ? weight_of(w->m, f, bits,
+                                                        ld(data, ws + 16 * nf + i, bits))
+                                            : 0));
+    tot += s->tail[16];
+    s->cum[++nv] = tot;
+  }
+  for (unsigned i = 1; i <= 8; i++)
+    s->cum[nv + i] = INT32_MAX;
+  s->ws = ws;
+  s->nv = nv;
+  s->nf = nf;
+  s->pu = UINT32_MAX;
+}
+#endif
 
 /* ---- Finding changes (encoder) --------------------------------------- */
 
@@ -786,10 +878,12 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
   return 0;
 }
 
+/* VEC (a constant) selects the windowed scan: set only in decode_vec_*,
+ * the copies compiled for AVX2, which the scan inlines into. */
 static inline __attribute__((always_inline)) int
-decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
-            block_span sp, const uint8_t *in, size_t len, uint64_t changed,
-            stitch_diag *d) {
+decode_impl(const sym_fmt *f, const unsigned bits, const int vec,
+            uint8_t *data, block_span sp, const uint8_t *in, size_t len,
+            uint64_t changed, stitch_diag *d) {
   RETURN_IF(len < 1, d, STITCH_EFORMAT, "gaps block: payload too short");
   gaps_model m;
   size_t hl = ref_get(in, len, &m.ref);
@@ -807,19 +901,45 @@ decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
   rc_dec r;
   rc_dec_init(&r, in + hl, len - hl);
   uint64_t end = sp.start + sp.n, j = sp.start;
+#ifdef GAPS_AVX2
+  gaps_scan sc;
+  int64_t o = 0; /* the window weight of the origin (< 0: in one before) */
+  if (vec && changed > 0)
+    scan_window(&sc, &w, f, bits, data, sp.start, end);
+#endif
   for (uint64_t i = 0; i < changed; i++) {
     /* Rounds passed; no more than the rest of the block weighs. */
-    uint64_t k = 0, kmax = ((end - j) * GAPS_WMAX) >> GAPS_M_LOG2;
+    uint64_t k = 0;
     while (!rc_decode_fixed(&r, m.q_round))
-      RETURN_IF(++k > kmax, d, STITCH_EFORMAT,
-                "gaps block: change %" PRIu64 " lies past the block", i);
+      RETURN_IF(++k > (((end - j) * GAPS_WMAX) >> GAPS_M_LOG2), d,
+                STITCH_EFORMAT, "gaps block: change %" PRIu64 " lies past the block", i);
     uint32_t t = rc_decode_span_value(&r, GAPS_M_LOG2);
     uint64_t a, rk = k << GAPS_M_LOG2;
     RETURN_IF(t >= GAPS_M, d, STITCH_EFORMAT,
               "gaps block: change %" PRIu64 " is not at a symbol", i);
-    j = advance(&w, f, bits, data, j, end, &a, rk + t);
-    RETURN_IF(j >= end, d, STITCH_EFORMAT,
-              "gaps block: change %" PRIu64 " lies past the block", i);
+#ifdef GAPS_AVX2
+    if (vec) {
+      int64_t tg = o + (int64_t)(rk + t);
+      while (tg >= (int64_t)sc.cum[sc.nv]) { /* past this window */
+        uint64_t next = sc.ws + 16 * GAPS_WIN_VECS;
+        RETURN_IF(next >= end, d, STITCH_EFORMAT,
+                  "gaps block: change %" PRIu64 " lies past the block", i);
+        tg -= sc.cum[sc.nv];
+        o -= sc.cum[sc.nv];
+        scan_window(&sc, &w, f, bits, data, next, end);
+      }
+      uint32_t at;
+      j = sc.ws + lut_find_t(&w.lut, layout_of(f, bits),
+                             data + span_bytes(sc.ws, bits), &sc, (uint32_t)tg,
+                             &at);
+      a = (uint64_t)((int64_t)at - o);
+    } else
+#endif
+    {
+      j = advance(&m, f, bits, data, j, end, &a, rk + t);
+      RETURN_IF(j >= end, d, STITCH_EFORMAT,
+                "gaps block: change %" PRIu64 " lies past the block", i);
+    }
     /* The symbol must start in round k (else t fell in the end of one
      * that started before it, which no encoder codes). */
     RETURN_IF(a < rk, d, STITCH_EFORMAT,
@@ -829,6 +949,9 @@ decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
     uint32_t lo = (uint32_t)(a - rk), hi = lo + m.wmi[mi];
     rc_decode_span(&r, lo, hi < GAPS_M ? hi : GAPS_M, GAPS_M_LOG2);
     st(data, j, bits, decode_step(&r, &m, f, bits, ov, m.cls[mi]));
+#ifdef GAPS_AVX2
+    o += (int64_t)(a + m.wmi[mi]); /* the origin moves to the change's end */
+#endif
     j++;
   }
   RETURN_IF(r.pos > r.len + 10, d, STITCH_EFORMAT,
@@ -848,13 +971,36 @@ int gaps_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
 #undef DISPATCH_CASE_
 }
 
+#ifdef GAPS_AVX2
+/* The decoder of each format with a vector layout, compiled for AVX2 (the
+ * others' copies are empty: never called). */
+#define X(ID, B, FL, SG, MB, EB)                                              \
+  __attribute__((target("avx2"), noinline, flatten)) static int              \
+  decode_vec_##ID(uint8_t *data, block_span sp, const uint8_t *in,            \
+                  size_t len, uint64_t changed, stitch_diag *d) {             \
+    static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
+    return layout_of(&k_, B) != LAYOUT_NONE                                   \
+               ? decode_impl(&k_, B, 1, data, sp, in, len, changed, d)        \
+               : STITCH_EINVAL;                                               \
+  }
+FMT_LIST(X)
+#undef X
+#define GAPS_DECODE_VEC(ID, f)                                                \
+  if (!gaps_force_scalar && layout_of(f, f->bits) != LAYOUT_NONE &&           \
+      __builtin_cpu_supports("avx2"))                                         \
+    return decode_vec_##ID(data, sp, in, len, changed, d);
+#else
+#define GAPS_DECODE_VEC(ID, f)
+#endif
+
 int gaps_decode(const sym_fmt *f, uint8_t *data, block_span sp,
                 const uint8_t *in, size_t len, uint64_t changed,
                 stitch_diag *d) {
 #define DISPATCH_CASE_(ID, B, FL, SG, MB, EB)                                \
   case ID: {                                                                  \
     static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
-    return decode_impl(&k_, B, data, sp, in, len, changed, d);               \
+    GAPS_DECODE_VEC(ID, (&k_))                                                \
+    return decode_impl(&k_, B, 0, data, sp, in, len, changed, d);             \
   }
   DISPATCH(f, stitch_diag_set(d, STITCH_EINVAL, "bad symbol format"), decode_impl)
 #undef DISPATCH_CASE_

@@ -508,7 +508,7 @@ advance(const gaps_model *m, const sym_fmt *f, const unsigned bits,
 
 #ifdef GAPS_AVX2
 /* Sums the window of the block (DATA, ending at END) that starts at
- * symbol WS: its whole vectors with lut_window, and a last one of under 16
+ * symbol WS: its whole vectors with lut_window_t, and a last one of under 16
  * symbols, at the block's end, here. */
 static inline __attribute__((always_inline)) void
 scan_window(gaps_scan *s, const gaps_walk *w, const sym_fmt *f,

@@ -474,12 +474,20 @@ typedef struct gaps_walk {
 #endif
 } gaps_walk;
 
+#ifdef GAPS_AVX2
+/* Whether the vector loops run for format F: a layout, a CPU with AVX2,
+ * and no test asking for the scalar ones. */
+static int vec_ok(const sym_fmt *f, unsigned bits) {
+  return !gaps_force_scalar && layout_of(f, bits) != LAYOUT_NONE &&
+         __builtin_cpu_supports("avx2");
+}
+#endif
+
 static void walk_init(gaps_walk *w, const gaps_model *m, const sym_fmt *f,
                       unsigned bits) {
   w->m = m;
 #ifdef GAPS_AVX2
-  w->avx2 = !gaps_force_scalar && layout_of(f, bits) != LAYOUT_NONE &&
-            __builtin_cpu_supports("avx2");
+  w->avx2 = vec_ok(f, bits);
   if (w->avx2)
     lut_init(&w->lut, m, f, bits);
 #else
@@ -986,8 +994,7 @@ int gaps_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
 FMT_LIST(X)
 #undef X
 #define GAPS_DECODE_VEC(ID, f)                                                \
-  if (!gaps_force_scalar && layout_of(f, f->bits) != LAYOUT_NONE &&           \
-      __builtin_cpu_supports("avx2"))                                         \
+  if (vec_ok(f, f->bits))                                                     \
     return decode_vec_##ID(data, sp, in, len, changed, d);
 #else
 #define GAPS_DECODE_VEC(ID, f)

@@ -1188,6 +1188,49 @@ static void scenario_pass_wanted(void) {
   sn_free(&net);
 }
 
+/* The seed's first round goes unasked: at a new version every neighbour
+ * gets its share with the manifest, a BITFIELD, HAVE and REQUEST sooner
+ * (fetch.c seed_on_manifest, seed_offer). Two nodes of the seed's region:
+ * every chunk of v1 leaves the seed in that round, so it hears no REQUEST
+ * for any, and the first chunk is at a node one link's latency and its
+ * bytes after the publish. */
+static int first_chunk(sn_net *net, void *arg) {
+  (void)arg;
+  return net->node[1].rx_frames[WIRE_CHUNK] + net->node[3].rx_frames[WIRE_CHUNK] >
+         0;
+}
+
+static void scenario_seed_push(void) {
+  sn_net net;
+  sn_node *seed = build(&net, &default_params, 3);
+  /* n2 ("us") is never started: the seed's region only, n1 and n3. */
+  sn_start(&net, seed, NULL, 0);
+  int told1[1] = {0}, told3[2] = {0, 1};
+  sn_start(&net, &net.node[1], told1, 1);
+  sn_start(&net, &net.node[3], told3, 2);
+  sn_run(&net, net.now + 2000, NULL, NULL);
+  uint64_t asked = seed->rx_frames[WIRE_REQUEST];
+  publish(&net, seed, 1);
+  CHECK_NET(&net, sn_run(&net, net.now + DEADLINE_MS, first_chunk, NULL));
+  uint64_t first = net.now - publish_ms[1];
+  run_until_all_at(&net, 1);
+  check_all_exact(&net, 1);
+  /* The manifest's bytes and the chunk's at the seed's upload, shared by
+   * the two links. */
+  uint64_t bytes_ms = 2 * (ver[1].man_len + ver[1].m->objects[0].chunks[0].size) /
+                      default_params.up_bw;
+  printf("seed_push: v1's first chunk at a node %" PRIu64
+         " ms after the publish (links of %u ms, the manifest and chunk %" PRIu64
+         " ms); the seed was asked for %" PRIu64 " chunks\n",
+         first, default_params.lat_local, bytes_ms,
+         seed->rx_frames[WIRE_REQUEST] - asked);
+  CHECK_NET(&net, seed->rx_frames[WIRE_REQUEST] == asked);
+  /* Asked for, it came 4 latencies later: BITFIELD, HAVE, REQUEST, and
+   * the seed was asked for every chunk (45 ms, 258 requests). */
+  CHECK_NET(&net, first <= 2 * default_params.lat_local + bytes_ms);
+  sn_free(&net);
+}
+
 static void scenario_fanout_once(void) {
   stitch_digest fp;
   scenario_fanout(0, &fp);
@@ -1301,6 +1344,7 @@ int main(void) {
   failed += scenario("full_same", scenario_full_same);
   failed += scenario("cross_on_top", scenario_cross_on_top);
   failed += scenario("reach", scenario_reach);
+  failed += scenario("seed_push", scenario_seed_push);
   failed += scenario("determinism", scenario_determinism);
   failed += scenario("sweep", scenario_sweep);
   for (uint64_t v = 1; v <= NV; v++) {

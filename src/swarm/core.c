@@ -741,6 +741,7 @@ int stitch_swarm_add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
     for (size_t k = 0; k < s->n_peers; k++)
       if (s->peers[k].state == PEER_READY)
         fetch_announce_interest(s, &s->peers[k]);
+    seed_on_manifest(s);
     fetch_schedule(s);
   }
   return 0;

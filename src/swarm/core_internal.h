@@ -270,6 +270,7 @@ void fetch_on_have_bit(stitch_swarm *s, peer *p, uint64_t version,
                        uint32_t object, uint64_t chunk);
 void fetch_announce_interest(stitch_swarm *s, peer *p);
 void seed_offer(stitch_swarm *s, peer *p);
+void seed_on_manifest(stitch_swarm *s);
 void seed_on_upload(stitch_swarm *s, const chunk_id *c);
 
 /* reach.c */

@@ -865,6 +865,8 @@ void fetch_serve_next(stitch_swarm *s, peer *p) {
     vstate *v = core_find_version(s, c.version);
     if (v == NULL || !bits_get(&v->held[c.object], c.chunk))
       continue;
+    if (s->cfg.seed && peer_holds(p, &c))
+      continue; /* pushed (seed_offer), and P got it elsewhere since */
     /* Into a far region, a chunk goes about once: a second asker there
      * is told it is coming through another node, and waits for it. */
     peer *q;

@@ -1040,9 +1040,9 @@ void seed_offer(stitch_swarm *s, peer *p) {
     int few = reaching > 0 && want->n <= reaching;
     if (few && !reach_all(s, p))
       continue;
-    uint64_t depth = 2 * (uint64_t)s->cfg.pipeline;
+    /* The first round is queued unasked: as many as P would ask. */
+    uint64_t depth = (uint64_t)s->cfg.pipeline * (round_done ? 2 : 1);
     if (!round_done) {
-      depth = s->cfg.pipeline; /* queued unasked: as many as P would ask */
       unsigned peers = few ? reaching : wanting(s, want->version, o, 0);
       uint64_t share = (want->n + peers - 1) / (peers ? peers : 1);
       depth = share < depth ? share : depth;

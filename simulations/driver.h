@@ -29,11 +29,22 @@
  * on it, as a TCP window of about two chunks; each message carries what
  * the core has pending, up to this much, whole (cutting a chunk to the
  * window's room made its receiver buffer it piece by piece: twice the
- * CPU). Counting messages instead let a pipe's window fill with HAVEs and
- * REQUESTs (a message each when sent at different moments), which held
- * chunks back on far links most of all. */
+ * CPU). */
 #define PIPE_WINDOW (1u << 20)
-#define PIPE_MSGS 16  /* messages in flight per pipe, at most */
+/* Queues: and while fewer bytes than this of it wait to leave the
+ * sender's uplink, as stitchd's sockets (TCP_NOTSENT_LOWAT, src/net): a
+ * chunk is handed over when the uplink is about to want it, so the core
+ * chooses whom to serve then, not a window's worth of chunks earlier.
+ * Without it every pipe with requests kept 1 MiB booked on the uplink
+ * (about 100 ms at 1 Gbit/s shared by a dozen requesters), and the
+ * requesters furthest behind, served first by the core, got the same
+ * share as the rest (docs/simulator.md "Chunks handed over when the
+ * uplink wants them"). */
+#define PIPE_LOWAT (128u << 10)
+/* Flows: at most this many messages in flight per pipe (the put[]
+ * array). The queues network has no such cap, as TCP has none: it held
+ * chunks behind HAVEs on far links. */
+#define PIPE_MSGS 16
 #define CTL_BYTES 64  /* simulated size of DIAL, ACCEPT, CLOSE */
 
 typedef enum msg_kind {
@@ -59,6 +70,7 @@ typedef struct pipe_ {
   size_t put_len[PIPE_MSGS]; /* flows: their bytes */
   int nput;                  /* messages in flight (both networks) */
   size_t inflight;           /* their bytes */
+  size_t unsent;             /* queues: bytes yet to leave the uplink */
   double last_arrival;       /* queues: keeps the pipe in order */
 } pipe_;
 

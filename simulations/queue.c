@@ -15,7 +15,9 @@
  * not queue: they cost their route's latency and their bytes at the
  * slowest link's rate, as a small packet does beside bulk TCP flows that
  * share a link fairly. Every message of a pipe still arrives after the one
- * sent before it: a pipe is a byte stream.
+ * sent before it: a pipe is a byte stream. A larger message's bytes
+ * count as not yet sent (pipe_.unsent) until they leave the sender's
+ * uplink (EV_SENT): a pipe takes more only below PIPE_LOWAT of them.
  *
  * One SimGrid actor runs every core from one event heap (arrivals and
  * wake-ups, ordered by time, then by when they were queued, so a run is
@@ -33,7 +35,7 @@
 #define SMALL_BYTES (16u << 10)
 
 typedef enum ev_kind {
-  EV_WAKE, EV_CTL, EV_DATA, EV_CENTRAL, EV_JOIN, EV_LEAVE
+  EV_WAKE, EV_CTL, EV_DATA, EV_CENTRAL, EV_JOIN, EV_LEAVE, EV_SENT
 } ev_kind;
 
 typedef struct event {
@@ -42,6 +44,8 @@ typedef struct event {
   int node;
   ev_kind kind;
   msg *m;
+  uint32_t conn; /* EV_SENT: of this connection's pipe from the node, */
+  size_t len;    /* these bytes left its uplink */
 } event;
 
 typedef struct qnet {
@@ -121,20 +125,24 @@ static int ev_before(const event *a, const event *b) {
   return a->t < b->t || (a->t == b->t && a->seq < b->seq);
 }
 
-static void ev_push(qnet *q, double t, int to, ev_kind kind, msg *m) {
+static void ev_push_event(qnet *q, event e) {
   if (q->n == q->cap) {
     q->cap = q->cap ? q->cap * 2 : 4096;
     q->heap = realloc(q->heap, q->cap * sizeof(*q->heap));
     if (q->heap == NULL)
       die("out of memory");
   }
-  event e = {t, q->seq++, to, kind, m};
+  e.seq = q->seq++;
   size_t i = q->n++;
   while (i > 0 && ev_before(&e, &q->heap[(i - 1) / 2])) {
     q->heap[i] = q->heap[(i - 1) / 2];
     i = (i - 1) / 2;
   }
   q->heap[i] = e;
+}
+
+static void ev_push(qnet *q, double t, int to, ev_kind kind, msg *m) {
+  ev_push_event(q, (event){t, 0, to, kind, m, 0, 0});
 }
 
 static event ev_pop(qnet *q) {
@@ -171,11 +179,14 @@ static void book(qlink *l, double now, double bytes, double *start,
     die("out of memory");
 }
 
-/* When S bytes sent now from host A reach host B. */
-static double transfer(sim *s, int a, int b, size_t bytes) {
+/* When S bytes sent now from host A reach host B; *UP_END, if not NULL,
+ * is when they have left A's uplink (now for a small message). */
+static double transfer(sim *s, int a, int b, size_t bytes, double *up_end) {
   qnet *q = s->q;
   int ra = q->region[a], rb = q->region[b];
   double now = s->clock, sz = (double)bytes;
+  if (up_end != NULL)
+    *up_end = now;
   if (bytes <= SMALL_BYTES) { /* beside the queues, at the slowest rate */
     double bps = fmin(q->up[a].bps, q->down[b].bps);
     if (ra != rb)
@@ -184,6 +195,8 @@ static double transfer(sim *s, int a, int b, size_t bytes) {
   }
   double start = now, end = now;
   book(&q->up[a], now, sz, &start, &end);
+  if (up_end != NULL)
+    *up_end = end;
   if (ra != rb) {
     book(&q->out[ra], now, sz, &start, &end);
     book(&q->in[rb], now, sz, &start, &end);
@@ -195,7 +208,7 @@ static double transfer(sim *s, int a, int b, size_t bytes) {
 /* ---- Sending ---------------------------------------------------------- */
 
 void queue_ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c) {
-  double t = from == to ? s->clock : transfer(s, from, to, CTL_BYTES);
+  double t = from == to ? s->clock : transfer(s, from, to, CTL_BYTES, NULL);
   if (kind == MSG_CLOSE) { /* after the data already on its way, as a FIN */
     const conn *cn = s->conn[c];
     t = fmax(t, cn->d[side_of(cn, from)].last_arrival);
@@ -207,17 +220,23 @@ void queue_send(sim *s, node *n, uint32_t ci, msg *m) {
   conn *c = s->conn[ci];
   int side = side_of(c, n->idx), to = c->node[1 - side];
   pipe_ *p = &c->d[side];
-  double t = fmax(transfer(s, n->idx, to, m->len), p->last_arrival);
+  double up_end;
+  double t = fmax(transfer(s, n->idx, to, m->len, &up_end), p->last_arrival);
   p->last_arrival = t;
   p->nput++;
   p->inflight += m->len;
+  if (m->len > SMALL_BYTES) {
+    p->unsent += m->len;
+    ev_push_event(s->q, (event){up_end, 0, n->idx, EV_SENT, NULL, ci,
+                                m->len});
+  }
   ev_push(s->q, t, to, EV_DATA, m);
 }
 
 void queue_publish_central(sim *s, unsigned v) {
   int store = s->n_node; /* host nodes + 1 */
   for (int i = 1; i < s->n_node; i++)
-    ev_push(s->q, transfer(s, store, i, s->tr.v[v].bytes), i, EV_CENTRAL,
+    ev_push(s->q, transfer(s, store, i, s->tr.v[v].bytes, NULL), i, EV_CENTRAL,
             msg_new(s, MSG_PUBLISH, v, NULL, 0));
 }
 
@@ -276,6 +295,14 @@ static void run_event(sim *s, event *e) {
   case EV_LEAVE:
     node_leave(s, n);
     return;
+  case EV_SENT: { /* room below PIPE_LOWAT: the node puts more on */
+    conn *c = s->conn[e->conn];
+    int side = side_of(c, n->idx);
+    c->d[side].unsent -= e->len;
+    if (c->open[side] && n->state == NODE_LIVE)
+      pipe_flush(s, n, e->conn);
+    return;
+  }
   }
   free(e->m);
 }

@@ -10,13 +10,26 @@
  * own buffer before handing them to libuv: the core's send buffer may move
  * when it appends (a realloc), and a copy bounded by one write costs far
  * less than the socket does. One write in flight per peer means the core
- * sees its send queue grow when a peer reads slowly, and throttles. */
+ * sees its send queue grow when a peer reads slowly, and throttles.
+ *
+ * Each socket keeps at most NET_NOTSENT_LOWAT of unsent bytes
+ * (TCP_NOTSENT_LOWAT, where the system has it): a write completes only as
+ * the kernel sends what it took before, so the core chooses what to send
+ * next (which requester, which chunk) when the link is about to want it,
+ * not a socket buffer's worth of chunks earlier. Without it a socket
+ * buffer holds megabytes, a dozen requesters fill an uplink's queue for
+ * about 100 ms, and the core's "furthest behind first" (fetch.c
+ * serve_turn) is lost in that queue (docs/simulator.md, "Chunks handed
+ * over when the uplink wants them"). */
 #define _GNU_SOURCE
 #include "stitch/net.h"
 
 #include "common/diag.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +37,7 @@
 
 #define NET_READ_BUF (64u << 10)
 #define NET_WRITE_MAX (1u << 20)
+#define NET_NOTSENT_LOWAT (128u << 10)
 #define NET_BACKLOG 128
 /* The core's clock starts far from 0 so that "0" never means a time. */
 #define NET_CLOCK_OFFSET_MS 1000000u
@@ -326,9 +340,24 @@ static void peer_flush(net_peer *p) {
 }
 
 /* The transport is up: the core gets the peer. */
+/* Unsent bytes beyond NET_NOTSENT_LOWAT wait in the core (see the top). */
+static void set_notsent_lowat(net_peer *p) {
+#ifdef TCP_NOTSENT_LOWAT
+  uv_os_fd_t fd;
+  int v = NET_NOTSENT_LOWAT;
+  if (uv_fileno((uv_handle_t *)&p->tcp, &fd) == 0 &&
+      setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, sizeof(v)) != 0)
+    net_log(p->net, "peer %s: TCP_NOTSENT_LOWAT: %s", p->addr,
+            strerror(errno));
+#else
+  (void)p;
+#endif
+}
+
 static void peer_opened(net_peer *p, int outbound) {
   stitch_net *n = p->net;
   uv_tcp_nodelay(&p->tcp, 1);
+  set_notsent_lowat(p);
   if (stitch_swarm_peer_open(n->swarm, now_ms(n), outbound, p->addr,
                              &p->id) != 0) {
     peer_drop(p, 0); /* the core refused it */

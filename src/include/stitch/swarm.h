@@ -92,7 +92,13 @@ int stitch_swarm_peer_open(stitch_swarm *s, uint64_t now_ms, int outbound,
 int stitch_swarm_peer_recv(stitch_swarm *s, uint32_t peer, const uint8_t *buf,
                            size_t len, uint64_t now_ms);
 /* Bytes waiting to go to the peer (*len 0: none). They stay valid until
- * stitch_swarm_peer_sent or the next call into the core for this peer. */
+ * stitch_swarm_peer_sent or the next call into the core for this peer.
+ * Ask when the link can take more, not sooner: the core chooses then
+ * what the peer gets next (a chunk, and whom to serve first), and takes
+ * a call made with everything it gave already sent to mean that those
+ * bytes are on their way out (stitchd keeps little unsent in each
+ * socket, TCP_NOTSENT_LOWAT; docs/swarm.md "One core, several
+ * drivers"). */
 void stitch_swarm_peer_pending(stitch_swarm *s, uint32_t peer,
                                const uint8_t **buf, size_t *len);
 void stitch_swarm_peer_sent(stitch_swarm *s, uint32_t peer, size_t n);

@@ -137,6 +137,9 @@ typedef struct peer {
   chunk_id serve[CORE_MAX_SERVE];
   unsigned n_serve;
   uint64_t serve_wait_ms; /* since when it has waited for its next chunk */
+  /* We handed the driver a chunk for it and the driver has not asked for
+   * more since: the chunk is still on its way out (fetch.c serve_turn). */
+  int sending;
   /* The last chunks we sent it, and when (fetch.c coming_into). */
   chunk_id sent[CORE_SENT_KEPT];
   uint64_t sent_ms[CORE_SENT_KEPT];

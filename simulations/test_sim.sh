@@ -6,7 +6,7 @@
 # every live node holding the last version (sim_churn), on the networks
 # named (both by default; the sanitized build runs queues alone).
 # With "fair": fair.json, one region whose nodes have 6 to 16 neighbours,
-# where every node must finish within 12 % of the median and 1.25 times
+# where every node must finish within 5 % of the median and 1.10 times
 # the bound (sim_fair). With "regions": regions.json, three regions, where
 # nothing may cross back into the seed's region and the anchor crosses
 # at most 2.8 times (sim_regions).
@@ -110,12 +110,15 @@ r, v, fail = load_one_version(sys.argv[1], "sim_fair")
 # less and finishes last (docs/swarm.md, Serving; fetch.c request_depth).
 # Without the deeper requests: 1.14 to 1.22 times the median, 1.27 to
 # 1.36 times the bound (rng seeds 1 to 3); with them 1.04 to 1.06 and
-# 1.18 to 1.20.
-if v["max_s"] > 1.12 * v["p50_s"]:
+# 1.18 to 1.20. Since chunks are handed over only as the uplink wants
+# them and a requester whose chunk is on its way out keeps its serving
+# slot (docs/simulator.md "Chunks handed over when the uplink wants
+# them"): 1.01 times the median, 1.07 times the bound; 1.14 before.
+if v["max_s"] > 1.05 * v["p50_s"]:
     fail("the last node took %.3f s, %.2f times the median %.3f s (at most "
-         "1.12)" % (v["max_s"], v["max_s"] / v["p50_s"], v["p50_s"]))
-if v["ratio"] > 1.25:
-    fail("the last node took %.2f times the bound (at most 1.25)"
+         "1.05)" % (v["max_s"], v["max_s"] / v["p50_s"], v["p50_s"]))
+if v["ratio"] > 1.10:
+    fail("the last node took %.2f times the bound (at most 1.10)"
          % v["ratio"])
 print("sim_fair: ok, min %.3f s, median %.3f s, max %.3f s, ratio %.2f"
       % (v["min_s"], v["p50_s"], v["max_s"], v["ratio"]))

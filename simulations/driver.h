@@ -140,6 +140,7 @@ typedef struct sim {
   struct qnet *q;
   uint64_t refused, messages, events;
   int verbose; /* STITCH_SIM_LOG=1: every core's log lines on stderr */
+  double wall0, progress_s, progress_at; /* progress lines on stderr */
   FILE *trace; /* --trace: a CSV row per controller turn */
   double trace_t;
   uint64_t trace_up, trace_seed;

@@ -544,6 +544,26 @@ static void publish(sim *s, unsigned v) {
     flows_publish_central(s, v);
 }
 
+/* A line on stderr every progress_s of wall time (STITCH_SIM_PROGRESS_S,
+ * 30 s unless set; a short run prints none): a run of 10,000 nodes takes
+ * an hour. */
+static void progress(sim *s, double t) {
+  double w = sim_wall();
+  if (w < s->progress_at)
+    return;
+  s->progress_at = w + s->progress_s;
+  unsigned v = s->next_version - 1, live = 0, hold = 0;
+  for (int i = 1; i < s->n_node; i++)
+    if (s->node[i].state == NODE_LIVE) {
+      live++;
+      hold += v > 0 && s->node[i].done[v] >= 0;
+    }
+  fprintf(stderr,
+          "stitch-sim: %.2f s simulated, %u of %u live nodes hold version "
+          "%u of %u, %.0f s wall\n",
+          t, hold, live, v, s->tr.count, w - s->wall0);
+}
+
 double controller_step(sim *s) {
   if (s->next_version == 0)
     s->next_version = 1;
@@ -558,6 +578,7 @@ double controller_step(sim *s) {
   s->next_version = next;
   if (s->trace != NULL)
     trace_row(s, t);
+  progress(s, t);
   /* With churn the run lasts at least the churn window (docs/simulator.md,
    * Churn): the same joins and leaves happen however fast the swarm is. */
   int over = next > s->tr.count && t >= s->ch.end_s && all_done(s);
@@ -876,6 +897,10 @@ int main(int argc, char **argv) {
   memset(&s, 0, sizeof(s));
   const char *lg = getenv("STITCH_SIM_LOG");
   s.verbose = lg != NULL && *lg == '1';
+  const char *ps = getenv("STITCH_SIM_PROGRESS_S");
+  s.progress_s = ps != NULL && *ps ? atof(ps) : 30;
+  s.wall0 = t0;
+  s.progress_at = t0 + s.progress_s;
   char err[512];
   if (sim_scenario_load(path, &s.sc, err, sizeof(err)) != 0)
     die(err);

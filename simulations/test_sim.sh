@@ -185,6 +185,22 @@ check "$tmp/out.json" flows
 sed 's/"mode": "p2p"/"network": "queues", "mode": "p2p"/' "$dir/scenarios/small.json" > "$tmp/queues.json"
 "$sim" "$tmp/queues.json" --json --trace "$tmp/trace.csv" > "$tmp/queues.out"
 check "$tmp/queues.out" queues
+# Progress on stderr, here at every controller turn (a run prints a line
+# every 30 s of wall time unless STITCH_SIM_PROGRESS_S says): simulated
+# time going up, and at the end every node holding the last version.
+STITCH_SIM_PROGRESS_S=0 "$sim" "$tmp/queues.json" > /dev/null 2> "$tmp/progress.err"
+python3 - "$tmp/progress.err" <<'PY'
+import re, sys
+lines = open(sys.argv[1]).read().splitlines()
+pat = re.compile(r"stitch-sim: ([0-9.]+) s simulated, (\d+) of (\d+) live "
+                 r"nodes hold version (\d+) of (\d+), \d+ s wall$")
+m = [pat.match(l) for l in lines]
+if len(lines) < 10 or not all(m):
+    sys.exit("sim_small: progress lines: %r" % lines[:3])
+t = [float(x.group(1)) for x in m]
+if t != sorted(t) or m[-1].group(2, 3, 4, 5) != ("20", "20", "3", "3"):
+    sys.exit("sim_small: progress: times %s..., last line %r" % (t[:3], lines[-1]))
+PY
 
 # --trace: a header with one column per region, rows that match it, and
 # the last row with every node done.

@@ -299,7 +299,7 @@ static void run_event(sim *s, event *e) {
     conn *c = s->conn[e->conn];
     int side = side_of(c, n->idx);
     c->d[side].unsent -= e->len;
-    if (c->open[side] && n->state == NODE_LIVE)
+    if (c->open[side])
       pipe_flush(s, n, e->conn);
     return;
   }

@@ -20,7 +20,11 @@
  * buffer holds megabytes, a dozen requesters fill an uplink's queue for
  * about 100 ms, and the core's "furthest behind first" (fetch.c
  * serve_turn) is lost in that queue (docs/simulator.md, "Chunks handed
- * over when the uplink wants them"). */
+ * over when the uplink wants them"). 64 KiB is 0.5 ms of a 1 Gbit/s
+ * link: a loop busy for longer (hashing a 512 KiB chunk takes about a
+ * millisecond) leaves the uplink idle meanwhile, unless other sockets
+ * have bytes queued; 16 KiB did as well in the simulator, which has no
+ * CPU, and would leave 131 us. */
 #define _GNU_SOURCE
 #include "stitch/net.h"
 
@@ -34,10 +38,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define NET_READ_BUF (64u << 10)
 #define NET_WRITE_MAX (1u << 20)
-#define NET_NOTSENT_LOWAT (128u << 10)
+#define NET_NOTSENT_LOWAT (64u << 10)
 #define NET_BACKLOG 128
 /* The core's clock starts far from 0 so that "0" never means a time. */
 #define NET_CLOCK_OFFSET_MS 1000000u
@@ -89,6 +94,7 @@ struct stitch_net {
   int port;
   int started, closing;
   int pumping, again;
+  int lowat_refused; /* set_notsent_lowat said so once */
 };
 
 static void net_log(stitch_net *n, const char *fmt, ...)
@@ -339,21 +345,24 @@ static void peer_flush(net_peer *p) {
   p->writing = 1;
 }
 
-/* The transport is up: the core gets the peer. */
-/* Unsent bytes beyond NET_NOTSENT_LOWAT wait in the core (see the top). */
+/* Unsent bytes beyond NET_NOTSENT_LOWAT wait in the core (see the top).
+ * A system that refuses the option is told of once. */
 static void set_notsent_lowat(net_peer *p) {
 #ifdef TCP_NOTSENT_LOWAT
   uv_os_fd_t fd;
   int v = NET_NOTSENT_LOWAT;
   if (uv_fileno((uv_handle_t *)&p->tcp, &fd) == 0 &&
-      setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, sizeof(v)) != 0)
-    net_log(p->net, "peer %s: TCP_NOTSENT_LOWAT: %s", p->addr,
-            strerror(errno));
+      setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, sizeof(v)) != 0 &&
+      !p->net->lowat_refused) {
+    p->net->lowat_refused = 1;
+    net_log(p->net, "TCP_NOTSENT_LOWAT: %s", strerror(errno));
+  }
 #else
   (void)p;
 #endif
 }
 
+/* The transport is up: the core gets the peer. */
 static void peer_opened(net_peer *p, int outbound) {
   stitch_net *n = p->net;
   uv_tcp_nodelay(&p->tcp, 1);

@@ -1188,12 +1188,6 @@ static void scenario_pass_wanted(void) {
   sn_free(&net);
 }
 
-/* The seed's first round goes unasked: at a new version every neighbour
- * gets its share with the manifest, a BITFIELD, HAVE and REQUEST sooner
- * (fetch.c seed_on_manifest, seed_offer). Two nodes of the seed's region:
- * every chunk of v1 leaves the seed in that round, so it hears no REQUEST
- * for any, and the first chunk is at a node one link's latency and its
- * bytes after the publish. */
 /* Bytes FROM has put on its links to TO so far. */
 static uint64_t sent_to(const sn_net *net, const sn_node *from,
                         const sn_node *to) {
@@ -1247,10 +1241,16 @@ static void scenario_behind_first(void) {
          late, (double)early / 7);
   /* 1.23 to 1.65 times the others' mean (STITCH_TEST_SEED 1 to 4 and
    * the default); 0.95 to 0.97 when only queued requests counted. */
-  CHECK_NET(&net, 100 * late * 7 >= 115 * early);
+  CHECK_NET(&net, 100 * late * 7 >= 110 * early);
   sn_free(&net);
 }
 
+/* The seed's first round goes unasked: at a new version every neighbour
+ * gets its share with the manifest, a BITFIELD, HAVE and REQUEST sooner
+ * (fetch.c seed_on_manifest, seed_offer). Two nodes of the seed's region:
+ * every chunk of v1 leaves the seed in that round, so it hears no REQUEST
+ * for any, and the first chunk is at a node one link's latency and its
+ * bytes after the publish. */
 static int first_chunk(sn_net *net, void *arg) {
   (void)arg;
   return net->node[1].rx_frames[WIRE_CHUNK] + net->node[3].rx_frames[WIRE_CHUNK] >

@@ -567,7 +567,7 @@ void stitch_swarm_peer_pending(stitch_swarm *s, uint32_t id,
   if (p->out_off == p->out.len && p->pay == NULL &&
       p->state == PEER_READY) {
     p->out.len = p->out_off = 0;
-    p->sending = 0; /* the link wants more: what we gave it is out */
+    p->sending = 0; /* the link wants more: the driver took it all */
     fetch_serve_next(s, p);
   }
   size_t end = p->pay != NULL ? p->pay_at : p->out.len;

@@ -63,6 +63,11 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
  * that. */
 #define CORE_SENT_KEPT 4
 #define CORE_SENT_RECENT_MS 200
+/* A requester keeps its serving slot while its chunk goes out (fetch.c
+ * serve_turn), for at most this long: one that stops reading keeps none.
+ * On a slow uplink a chunk can take longer (512 KiB at a quarter of 10
+ * Mbit/s takes 1.7 s); its slot then lapses early, as before the rule. */
+#define CORE_SENDING_MAX_MS 200
 /* Told so, a node fetches that chunk across from no one for this long,
  * once per chunk: the copy is about a far round trip away, and a far peer
  * that says so of everything must not hold a region back for long. */
@@ -138,7 +143,7 @@ typedef struct peer {
   unsigned n_serve;
   uint64_t serve_wait_ms; /* since when it has waited for its next chunk */
   /* We handed the driver a chunk for it and the driver has not asked for
-   * more since: the chunk is still on its way out (fetch.c serve_turn). */
+   * more since: the chunk is on its way out (fetch.c serve_turn). */
   int sending;
   /* The last chunks we sent it, and when (fetch.c coming_into). */
   chunk_id sent[CORE_SENT_KEPT];

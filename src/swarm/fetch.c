@@ -824,39 +824,37 @@ static peer *coming_into(stitch_swarm *s, const peer *p, const chunk_id *c) {
   return NULL;
 }
 
-/* Is a chunk we handed the driver for P still on its way out? Only for
- * CORE_SENT_RECENT_MS: a peer that stops reading keeps no slot. */
+/* The last chunk we sent P (P->sent_next > 0). */
+static unsigned last_sent(const peer *p) {
+  return (p->sent_next - 1) % CORE_SENT_KEPT;
+}
+
+/* Is a chunk we handed the driver for P still on its way out? At most
+ * CORE_SENDING_MAX_MS after we handed it over. */
 static int sending(const stitch_swarm *s, const peer *p) {
   return p->sending && p->sent_next > 0 &&
-         s->now_ms - p->sent_ms[(p->sent_next - 1) % CORE_SENT_KEPT] <
-             CORE_SENT_RECENT_MS;
+         s->now_ms - p->sent_ms[last_sent(p)] < CORE_SENDING_MAX_MS;
 }
 
 /* How far behind P is on what it asks of us: the fraction it holds of the
  * object of its first queued request (or, with none queued, of the chunk
  * on its way to it), as its bitfield and HAVEs tell us. */
 static double behind(peer *p) {
-  const chunk_id *c = p->n_serve > 0
-                          ? &p->serve[0]
-                          : &p->sent[(p->sent_next - 1) % CORE_SENT_KEPT];
+  const chunk_id *c = p->n_serve > 0 ? &p->serve[0] : &p->sent[last_sent(p)];
   const bits *h = peer_bits(p, c->version, c->object, 0, 0);
   return h == NULL || h->n == 0 ? 0 : (double)h->count / (double)h->n;
 }
 
 /* May P's queued requests be served now? Only the CORE_SERVE_SLOTS
  * requesters of our region furthest behind are served at once, of those
- * with requests queued or a chunk on its way out (sending); the others'
- * requests wait in their queues, at most CORE_SERVE_WAIT_MS for each
- * chunk. A driver shares an uplink evenly among the links that have data
- * on it, so without this a node with 8 neighbours got less than one with
- * 14 and finished last. Counting only those with requests queued let
- * nearly every requester through once the drivers took a chunk only as
- * the link wanted it (a requester's queue with us is mostly empty while
- * its chunk goes out): an uplink went round a dozen requesters, and those
- * with fewest neighbours finished last (docs/simulator.md "Chunks handed
- * over when the uplink wants them"). Far peers' requests are served at
- * once, beside the slots: a crossing feeds a region. The seed
- * super-seeds instead. */
+ * with requests queued or a chunk on its way out (a requester's queue
+ * with us is mostly empty while its chunk goes); the others' requests
+ * wait in their queues, at most CORE_SERVE_WAIT_MS for each chunk. A
+ * driver shares an uplink evenly among the links that have data on it,
+ * so without this the nodes with fewest neighbours finished last
+ * (docs/swarm.md "Serving the furthest behind first"). Far peers'
+ * requests are served at once, beside the slots: a crossing feeds a
+ * region. The seed super-seeds instead. */
 static int serve_turn(stitch_swarm *s, peer *p) {
   if (s->cfg.seed || far_peer(s, p) ||
       s->now_ms - p->serve_wait_ms >= CORE_SERVE_WAIT_MS)

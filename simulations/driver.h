@@ -31,18 +31,17 @@
  * window's room made its receiver buffer it piece by piece: twice the
  * CPU). */
 #define PIPE_WINDOW (1u << 20)
-/* Queues: and while fewer bytes than this of its messages over
- * SMALL_BYTES (queue.c) wait to leave the sender's uplink, as stitchd's
+/* Queues: and only while each of its messages over SMALL_BYTES
+ * (queue.c) is within its low-water mark of leaving the sender's uplink
+ * (stitch_swarm_lowat: an eighth of it, at least 16 KiB), as stitchd's
  * sockets (TCP_NOTSENT_LOWAT, src/net): a chunk is handed over when the
  * uplink is about to want it, so the core chooses whom to serve then,
  * not a window's worth of chunks earlier. Without it every pipe with
  * requests kept 1 MiB booked on the uplink (about 100 ms at 1 Gbit/s
  * shared by a dozen requesters), and the requesters furthest behind,
- * served first by the core, got the same share as the rest; with 128
- * KiB, two 64 KiB chunks still went at once (docs/simulator.md "Chunks
- * handed over when the uplink wants them"). A chunk of 64 KiB or more
- * goes alone. */
-#define PIPE_LOWAT (64u << 10)
+ * served first by the core, got the same share as the rest; with a mark
+ * of 64 or 128 KiB whatever the chunk, 64 KiB chunks went two at a time
+ * (docs/simulator.md "Chunks handed over when the uplink wants them"). */
 /* Flows: at most this many messages in flight per pipe (the put[]
  * array). The queues network has no such cap, as TCP has none: it held
  * chunks behind HAVEs on far links. */
@@ -72,7 +71,7 @@ typedef struct pipe_ {
   size_t put_len[PIPE_MSGS]; /* flows: their bytes */
   int nput;                  /* messages in flight (both networks) */
   size_t inflight;           /* their bytes */
-  size_t unsent;             /* queues: bytes yet to leave the uplink */
+  size_t unsent; /* queues: bytes of messages not yet within their mark */
   double last_arrival;       /* queues: keeps the pipe in order */
 } pipe_;
 

@@ -16,8 +16,9 @@
  * slowest link's rate, as a small packet does beside bulk TCP flows that
  * share a link fairly. Every message of a pipe still arrives after the one
  * sent before it: a pipe is a byte stream. A larger message's bytes
- * count as not yet sent (pipe_.unsent) until they leave the sender's
- * uplink (EV_SENT): a pipe takes more only below PIPE_LOWAT of them.
+ * count as unsent (pipe_.unsent) until no more than their low-water mark
+ * of them waits to leave the sender's uplink (EV_SENT): a pipe takes more
+ * only with none unsent (driver.h, PIPE_WINDOW).
  *
  * One SimGrid actor runs every core from one event heap (arrivals and
  * wake-ups, ordered by time, then by when they were queued, so a run is
@@ -45,7 +46,7 @@ typedef struct event {
   ev_kind kind;
   msg *m;
   uint32_t conn; /* EV_SENT: of this connection's pipe from the node, */
-  size_t len;    /* these bytes left its uplink */
+  size_t len;    /* these bytes are within their mark */
 } event;
 
 typedef struct qnet {
@@ -179,14 +180,14 @@ static void book(qlink *l, double now, double bytes, double *start,
     die("out of memory");
 }
 
-/* When S bytes sent now from host A reach host B; *UP_END, if not NULL,
- * is when they have left A's uplink (now for a small message). */
-static double transfer(sim *s, int a, int b, size_t bytes, double *up_end) {
+/* When S bytes sent now from host A reach host B; *UP, if not NULL, gets
+ * the stretch in which they leave A's uplink (now for a small message). */
+static double transfer(sim *s, int a, int b, size_t bytes, double up[2]) {
   qnet *q = s->q;
   int ra = q->region[a], rb = q->region[b];
   double now = s->clock, sz = (double)bytes;
-  if (up_end != NULL)
-    *up_end = now;
+  if (up != NULL)
+    up[0] = up[1] = now;
   if (bytes <= SMALL_BYTES) { /* beside the queues, at the slowest rate */
     double bps = fmin(q->up[a].bps, q->down[b].bps);
     if (ra != rb)
@@ -195,8 +196,10 @@ static double transfer(sim *s, int a, int b, size_t bytes, double *up_end) {
   }
   double start = now, end = now;
   book(&q->up[a], now, sz, &start, &end);
-  if (up_end != NULL)
-    *up_end = end;
+  if (up != NULL) {
+    up[0] = start;
+    up[1] = end;
+  }
   if (ra != rb) {
     book(&q->out[ra], now, sz, &start, &end);
     book(&q->in[rb], now, sz, &start, &end);
@@ -220,15 +223,17 @@ void queue_send(sim *s, node *n, uint32_t ci, msg *m) {
   conn *c = s->conn[ci];
   int side = side_of(c, n->idx), to = c->node[1 - side];
   pipe_ *p = &c->d[side];
-  double up_end;
-  double t = fmax(transfer(s, n->idx, to, m->len, &up_end), p->last_arrival);
+  double up[2];
+  double t = fmax(transfer(s, n->idx, to, m->len, up), p->last_arrival);
   p->last_arrival = t;
   p->nput++;
   p->inflight += m->len;
   if (m->len > SMALL_BYTES) {
     p->unsent += m->len;
-    ev_push_event(s->q, (event){up_end, 0, n->idx, EV_SENT, NULL, ci,
-                                m->len});
+    /* Its last LOWAT bytes leave at the uplink's rate. */
+    double mark = (double)stitch_swarm_lowat(m->len) / s->q->up[n->idx].bps;
+    ev_push_event(s->q, (event){fmax(up[0], up[1] - mark), 0, n->idx,
+                                EV_SENT, NULL, ci, m->len});
   }
   ev_push(s->q, t, to, EV_DATA, m);
 }
@@ -295,7 +300,7 @@ static void run_event(sim *s, event *e) {
   case EV_LEAVE:
     node_leave(s, n);
     return;
-  case EV_SENT: { /* room below PIPE_LOWAT: the node puts more on */
+  case EV_SENT: { /* within its mark: the node may put more on */
     conn *c = s->conn[e->conn];
     int side = side_of(c, n->idx);
     c->d[side].unsent -= e->len;

@@ -343,7 +343,7 @@ void pipe_flush(sim *s, node *n, uint32_t ci) {
   int side = side_of(c, n->idx);
   pipe_ *p = &c->d[side];
   while (c->open[side] && p->inflight < PIPE_WINDOW &&
-         (s->q != NULL ? p->unsent < PIPE_LOWAT : p->nput < PIPE_MSGS)) {
+         (s->q != NULL ? p->unsent == 0 : p->nput < PIPE_MSGS)) {
     const uint8_t *buf;
     size_t len;
     stitch_swarm_peer_pending(n->sw, c->peer[side], &buf, &len);

@@ -1245,6 +1245,18 @@ static void scenario_behind_first(void) {
   sn_free(&net);
 }
 
+/* The unsent bytes a driver lets a write leave before it asks the core
+ * for more (stitch_swarm_lowat): an eighth of the write, never under 16
+ * KiB, so that a 64 KiB chunk is not taken while the one before it still
+ * waits whole (docs/swarm.md "One core, several drivers"). */
+static void scenario_lowat(void) {
+  ASSERT_UEQ(stitch_swarm_lowat(512u << 10), 64u << 10);
+  ASSERT_UEQ(stitch_swarm_lowat(1u << 20), 128u << 10);
+  ASSERT_UEQ(stitch_swarm_lowat(64u << 10), STITCH_SWARM_LOWAT_MIN);
+  ASSERT_UEQ(stitch_swarm_lowat(1), STITCH_SWARM_LOWAT_MIN);
+  ASSERT(stitch_swarm_lowat(64u << 10) < 64u << 10);
+}
+
 /* The seed's first round goes unasked: at a new version every neighbour
  * gets its share with the manifest, a BITFIELD, HAVE and REQUEST sooner
  * (fetch.c seed_on_manifest, seed_offer). Two nodes of the seed's region:
@@ -1403,6 +1415,7 @@ int main(void) {
   failed += scenario("reach", scenario_reach);
   failed += scenario("seed_push", scenario_seed_push);
   failed += scenario("behind_first", scenario_behind_first);
+  failed += scenario("lowat", scenario_lowat);
   failed += scenario("determinism", scenario_determinism);
   failed += scenario("sweep", scenario_sweep);
   for (uint64_t v = 1; v <= NV; v++) {

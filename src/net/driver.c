@@ -12,20 +12,20 @@
  * less than the socket does. One write in flight per peer means the core
  * sees its send queue grow when a peer reads slowly, and throttles.
  *
- * Each socket keeps at most NET_NOTSENT_LOWAT of unsent bytes
- * (TCP_NOTSENT_LOWAT, where the system has it): a write completes only as
- * the kernel sends what it took before, so the core chooses what to send
- * next (which requester, which chunk) when the link is about to want it,
- * not a socket buffer's worth of chunks earlier. Without it a socket
- * buffer holds megabytes, a dozen requesters fill an uplink's queue for
- * about 100 ms, and the core's "furthest behind first" (fetch.c
- * serve_turn) is lost in that queue (docs/simulator.md, "Chunks handed
- * over when the uplink wants them"). 64 KiB is 0.5 ms of a 1 Gbit/s
- * link: a loop busy for longer (hashing a 512 KiB chunk takes about a
- * millisecond) leaves the uplink idle meanwhile, unless other sockets
- * have bytes queued. 16 KiB did better in the simulator, which has no
- * CPU, on links of 100 Mbit/s and 64 KiB chunks, but would leave 131 us
- * (docs/simulator.md "Chunks handed over when the uplink wants them"). */
+ * Each socket keeps few bytes unsent (TCP_NOTSENT_LOWAT, where the
+ * system has it, set before each chunk's write to stitch_swarm_lowat of
+ * it: an eighth, at least 16 KiB): a write completes only as the kernel
+ * sends what it took before, so the core chooses what to send next (which
+ * requester, which chunk) when the link is about to want it, not a socket
+ * buffer's worth of chunks earlier. Without it a socket buffer holds
+ * megabytes, a dozen requesters fill an uplink's queue for about 100 ms,
+ * and the core's "furthest behind first" (fetch.c serve_turn) is lost in
+ * that queue (docs/simulator.md, "Chunks handed over when the uplink
+ * wants them"). The mark follows the chunk, as chunks are sized to the
+ * links (64 KiB of a 512 KiB chunk is 0.5 ms of a 1 Gbit/s link, 16 KiB
+ * of a 64 KiB one 1.3 ms at 100 Mbit/s): long enough for the loop to
+ * hash a chunk it received meanwhile (about 1 ms for 512 KiB), short
+ * enough that 64 KiB chunks do not go two at a time. */
 #define _GNU_SOURCE
 #include "stitch/net.h"
 
@@ -43,7 +43,6 @@
 
 #define NET_READ_BUF (64u << 10)
 #define NET_WRITE_MAX (1u << 20)
-#define NET_NOTSENT_LOWAT (64u << 10)
 #define NET_BACKLOG 128
 /* The core's clock starts far from 0 so that "0" never means a time. */
 #define NET_CLOCK_OFFSET_MS 1000000u
@@ -68,6 +67,7 @@ typedef struct net_peer {
   uint32_t id;
   int writing;
   size_t wlen;
+  size_t lowat; /* TCP_NOTSENT_LOWAT set, 0 before */
   uv_write_t wr;
   uv_shutdown_t shut;
   uint64_t linger_until; /* PEER_LINGER: closed then, at the latest */
@@ -322,6 +322,24 @@ static void on_written(uv_write_t *req, int status) {
   pump(n);
 }
 
+/* Unsent bytes beyond V wait in the core (see the top). A system that
+ * refuses the option is told of once. */
+static void set_notsent_lowat(net_peer *p, size_t v) {
+  if (p->lowat == v)
+    return;
+  p->lowat = v;
+#ifdef TCP_NOTSENT_LOWAT
+  uv_os_fd_t fd;
+  int iv = (int)v;
+  if (uv_fileno((uv_handle_t *)&p->tcp, &fd) == 0 &&
+      setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &iv, sizeof(iv)) != 0 &&
+      !p->net->lowat_refused) {
+    p->net->lowat_refused = 1;
+    net_log(p->net, "TCP_NOTSENT_LOWAT: %s", strerror(errno));
+  }
+#endif
+}
+
 /* Starts a write of what the core has pending, if none is in flight. */
 static void peer_flush(net_peer *p) {
   stitch_net *n = p->net;
@@ -333,6 +351,8 @@ static void peer_flush(net_peer *p) {
   if (len == 0)
     return;
   p->wlen = len < NET_WRITE_MAX ? len : NET_WRITE_MAX;
+  if (p->wlen > STITCH_SWARM_LOWAT_MIN) /* a chunk: its own mark */
+    set_notsent_lowat(p, stitch_swarm_lowat(p->wlen));
   memcpy(p->wbuf, buf, p->wlen);
   uv_buf_t b = uv_buf_init((char *)p->wbuf, (unsigned)p->wlen);
   p->wr.data = p;
@@ -346,28 +366,11 @@ static void peer_flush(net_peer *p) {
   p->writing = 1;
 }
 
-/* Unsent bytes beyond NET_NOTSENT_LOWAT wait in the core (see the top).
- * A system that refuses the option is told of once. */
-static void set_notsent_lowat(net_peer *p) {
-#ifdef TCP_NOTSENT_LOWAT
-  uv_os_fd_t fd;
-  int v = NET_NOTSENT_LOWAT;
-  if (uv_fileno((uv_handle_t *)&p->tcp, &fd) == 0 &&
-      setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, sizeof(v)) != 0 &&
-      !p->net->lowat_refused) {
-    p->net->lowat_refused = 1;
-    net_log(p->net, "TCP_NOTSENT_LOWAT: %s", strerror(errno));
-  }
-#else
-  (void)p;
-#endif
-}
-
 /* The transport is up: the core gets the peer. */
 static void peer_opened(net_peer *p, int outbound) {
   stitch_net *n = p->net;
   uv_tcp_nodelay(&p->tcp, 1);
-  set_notsent_lowat(p);
+  set_notsent_lowat(p, STITCH_SWARM_LOWAT_MIN);
   if (stitch_swarm_peer_open(n->swarm, now_ms(n), outbound, p->addr,
                              &p->id) != 0) {
     peer_drop(p, 0); /* the core refused it */

@@ -575,6 +575,10 @@ void stitch_swarm_peer_pending(stitch_swarm *s, uint32_t id,
   *len = end - p->out_off;
 }
 
+size_t stitch_swarm_lowat(size_t len) {
+  return len / 8 > STITCH_SWARM_LOWAT_MIN ? len / 8 : STITCH_SWARM_LOWAT_MIN;
+}
+
 void stitch_swarm_peer_sent(stitch_swarm *s, uint32_t id, size_t n) {
   peer *p = core_peer(s, id);
   if (p == NULL)

@@ -45,10 +45,6 @@ void stitch_swarm_next_action(stitch_swarm *s, stitch_swarm_action *a) {
   s->act_len--;
 }
 
-int bits_get(const bits *b, uint64_t i) {
-  return i < b->n && (b->b[i / 8] >> (i % 8)) & 1;
-}
-
 void bits_set(bits *b, uint64_t i) {
   if (i < b->n && !bits_get(b, i)) {
     b->b[i / 8] |= (uint8_t)(1u << (i % 8));
@@ -137,7 +133,7 @@ static void count_ready(const stitch_swarm *s, size_t *same, size_t *far) {
     const peer *q = &s->peers[i];
     if (q->state != PEER_READY)
       continue;
-    if (strcmp(q->region, s->cfg.region) == 0)
+    if (q->same_region)
       (*same)++;
     else
       (*far)++;
@@ -508,6 +504,7 @@ int stitch_swarm_peer_open(stitch_swarm *s, uint64_t now_ms, int outbound,
   p->id = s->next_peer_id++;
   p->outbound = outbound;
   snprintf(p->addr, sizeof(p->addr), "%s", addr ? addr : "");
+  p->same_region = s->cfg.region[0] == '\0'; /* "" until its HELLO */
   wire_reader_init(&p->rd);
   p->out.max = (size_t)STITCH_CHUNK_MAX + (STITCH_MANIFEST_MAX + (4u << 20)) *
                                               (size_t)2;
@@ -813,6 +810,7 @@ static void on_hello(stitch_swarm *s, peer *p, const wire_msg *m) {
   p->is_seed = memcmp(m->node.b, s->cfg.swarm.b, 32) == 0;
   snprintf(p->listen, sizeof(p->listen), "%s", m->listen);
   snprintf(p->region, sizeof(p->region), "%s", m->region);
+  p->same_region = strcmp(p->region, s->cfg.region) == 0;
   uint8_t in[64];
   wire_auth_input(m->nonce, &s->cfg.node_pk, in);
   wire_msg a;
@@ -852,7 +850,7 @@ static void on_auth(stitch_swarm *s, peer *p, const wire_msg *m) {
    * region's nodes were full before the last of them had dialed, and one
    * of 120 kept 2 links of its region (docs/simulator.md "Ten of its own
    * region"). */
-  if (p->full && !s->cfg.seed && strcmp(p->region, s->cfg.region) == 0 &&
+  if (p->full && !s->cfg.seed && p->same_region &&
       links_that_count(s) <
           s->cfg.max_peers + CORE_INBOUND_SLACK + CORE_SAME_EXTRA)
     p->full = 0;

@@ -114,6 +114,7 @@ typedef struct peer {
   char addr[STITCH_SWARM_ADDR_MAX];   /* transport address */
   char listen[STITCH_SWARM_ADDR_MAX]; /* where it accepts (from HELLO) */
   char region[STITCH_SWARM_REGION_MAX];
+  int same_region; /* its region (from HELLO) is ours */
   stitch_pubkey node;
   int is_seed; /* its node key is the swarm key */
   uint8_t nonce[WIRE_NONCE_BYTES]; /* ours, for its AUTH */
@@ -254,7 +255,9 @@ vstate *core_find_version(stitch_swarm *s, uint64_t v);
 uint64_t core_random(stitch_swarm *s);
 
 /* bits */
-int bits_get(const bits *b, uint64_t i);
+static inline int bits_get(const bits *b, uint64_t i) {
+  return i < b->n && (b->b[i / 8] >> (i % 8)) & 1;
+}
 void bits_set(bits *b, uint64_t i);
 bits *peer_bits(peer *p, uint64_t version, uint32_t object, int create,
                 uint64_t n);

@@ -89,8 +89,8 @@ static void wake_at(stitch_swarm *s, uint64_t t) {
     s->fetch_wake_ms = t;
 }
 
-static int far_peer(const stitch_swarm *s, const peer *p) {
-  return !p->is_seed && strcmp(p->region, s->cfg.region) != 0;
+static int far_peer(const peer *p) {
+  return !p->is_seed && !p->same_region;
 }
 
 /* ---- Planning --------------------------------------------------------- */
@@ -178,7 +178,7 @@ static void cancel_far(stitch_swarm *s, uint64_t version, uint32_t object,
   for (size_t i = 0; i < s->n_peers; i++) {
     peer *q = &s->peers[i];
     int k;
-    if (q->state == PEER_READY && far_peer(s, q) &&
+    if (q->state == PEER_READY && far_peer(q) &&
         (k = find_request(q, &c)) >= 0) {
       drop_request(s, q, (unsigned)k);
       send_simple(s, q, WIRE_CANCEL, &c);
@@ -193,9 +193,9 @@ void fetch_on_have_bit(stitch_swarm *s, peer *p, uint64_t version,
     return;
   if (v->avail[object][chunk] < 0xffff)
     v->avail[object][chunk]++;
-  if (far_peer(s, p) && v->far_at[object][chunk] == 0)
+  if (far_peer(p) && v->far_at[object][chunk] == 0)
     v->far_at[object][chunk] = stamp(s, v);
-  if (!p->is_seed && !far_peer(s, p))
+  if (!p->is_seed && !far_peer(p))
     cancel_far(s, version, object, chunk);
 }
 
@@ -262,7 +262,7 @@ static int held_nearby(stitch_swarm *s, uint64_t version, uint32_t o,
     peer *q = &s->peers[i];
     chunk_id id = {version, o, c};
     if (q->state == PEER_READY && !q->is_seed &&
-        strcmp(q->region, s->cfg.region) == 0 && peer_holds(q, &id))
+        q->same_region && peer_holds(q, &id))
       return 1;
   }
   return 0;
@@ -374,7 +374,7 @@ static void tell_crossing(stitch_swarm *s, vstate *v, const chunk_id *c,
   for (size_t i = 0; i < s->n_peers; i++) {
     peer *q = &s->peers[i];
     if (q != except && q->state == PEER_READY && !q->is_seed &&
-        strcmp(q->region, s->cfg.region) == 0)
+        q->same_region)
       core_send(s, q, &m);
   }
 }
@@ -391,7 +391,7 @@ static void tell_crossing(stitch_swarm *s, vstate *v, const chunk_id *c,
 static void tell_entering(stitch_swarm *s, vstate *v, const chunk_id *c) {
   int far = s->far_known > 0;
   for (size_t i = 0; i < s->n_peers && !far; i++)
-    far = s->peers[i].state == PEER_READY && far_peer(s, &s->peers[i]);
+    far = s->peers[i].state == PEER_READY && far_peer(&s->peers[i]);
   if (far)
     tell_crossing(s, v, c, &no_key, NULL);
 }
@@ -412,7 +412,7 @@ void fetch_on_crossing(stitch_swarm *s, peer *p, const wire_msg *m) {
       m->chunk >= v->ref.m->objects[m->object].n_chunks || p->is_seed ||
       bits_get(&v->held[m->object], m->chunk))
     return; /* not news for our region, or not ours to judge */
-  if (far_peer(s, p)) {
+  if (far_peer(p)) {
     chunk_id c = {m->version, m->object, m->chunk};
     if (find_request(p, &c) < 0)
       return;
@@ -447,11 +447,66 @@ static int late(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c) {
   return 0;
 }
 
+#define NEAR_MAX 64 /* neighbours next_wanted looks at, at most */
+
+/* The first chunk from C on, below END, that HAVE has and HELD lacks, and
+ * none of the N bitsets in NEAR has (END if none), a byte of the bitsets
+ * at a time: pick and all_requested ran bit by bit over every chunk of
+ * the object at every event, and asked every neighbour for each chunk a
+ * far peer offered (held_nearby), most of a simulation's time. */
+static uint64_t next_wanted(const bits *have, const bits *held,
+                            const bits *const *near, size_t n, uint64_t c,
+                            uint64_t end) {
+  end = end < have->n ? end : have->n;
+  while (c < end) {
+    uint64_t j = c / 8;
+    if (c % 64 == 0 && c + 64 <= end) { /* 8 bytes at once: none? */
+      uint64_t w, x;
+      memcpy(&w, have->b + j, 8);
+      memcpy(&x, held->b + j, 8);
+      w &= ~x;
+      for (size_t i = 0; i < n && w != 0; i++) {
+        memcpy(&x, near[i]->b + j, 8);
+        w &= ~x;
+      }
+      if (w == 0) {
+        c += 64;
+        continue;
+      }
+    }
+    unsigned w = have->b[j] & (uint8_t)~held->b[j];
+    for (size_t i = 0; i < n && w != 0; i++)
+      w &= (uint8_t)~near[i]->b[j];
+    w &= 0xffu << (c % 8);
+    for (unsigned b = 0; w != 0; b++)
+      if ((w >> b) & 1)
+        return j * 8 + b < end ? j * 8 + b : end;
+    c = (j + 1) * 8;
+  }
+  return end;
+}
+
+/* The bitsets of (V, O) of the ready neighbours of our region (not the
+ * seed): a chunk one of them holds never crosses (cross_ok). */
+static size_t near_bits(stitch_swarm *s, const vstate *v, uint32_t o,
+                        const bits *near[NEAR_MAX]) {
+  size_t n = 0;
+  for (size_t i = 0; i < s->n_peers && n < NEAR_MAX; i++) {
+    peer *q = &s->peers[i];
+    const bits *h;
+    if (q->state == PEER_READY && !q->is_seed && q->same_region &&
+        (h = peer_bits(q, v->ref.m->version, o, 0, 0)) != NULL &&
+        h->n == v->held[o].n)
+      near[n++] = h;
+  }
+  return n;
+}
+
 /* The best chunk of (v, o) to ask P for: one it has and we lack, not yet
  * asked for (or, in the endgame, asked for once elsewhere and late);
  * random early on, then the rarest. */
-static int pick(stitch_swarm *s, peer *p, vstate *v, uint32_t o,
-                int endgame, uint64_t *out) {
+static int pick(stitch_swarm *s, peer *p, vstate *v, uint32_t o, int endgame,
+                uint64_t *out) {
   const bits *have = peer_bits(p, v->ref.m->version, o, 0, 0);
   const bits *held = &v->held[o];
   if (have == NULL || have->count == 0 || held->count == held->n)
@@ -459,34 +514,39 @@ static int pick(stitch_swarm *s, peer *p, vstate *v, uint32_t o,
   uint64_t n = held->n, best = UINT64_MAX, start = core_random(s) % n;
   unsigned best_avail = 0xffffffffu;
   int random_phase = s->fetched < CORE_RANDOM_FIRST;
-  int far = far_peer(s, p);
-  for (uint64_t k = 0; k < n; k++) {
-    uint64_t c = (start + k) % n;
-    if (bits_get(held, c) || !bits_get(have, c))
-      continue;
-    unsigned fl = v->inflight[o][c];
-    if (fl > (endgame ? 1u : 0u))
-      continue;
-    /* The seed is the last resort: its upload is the scarce one. */
-    if (p->is_seed && v->avail[o][c] > 1)
-      continue;
-    /* A chunk crosses regions only when nobody nearby has it, and only
-     * through a few nodes of the region at first. */
-    if (far && !cross_ok(s, v, o, c))
-      continue;
-    chunk_id id = {v->ref.m->version, o, c};
-    if (fl > 0 && find_request(p, &id) >= 0)
-      continue;
-    if (random_phase && fl == 0) {
-      best = c;
-      break;
-    }
-    unsigned a = v->avail[o][c] + 256u * fl; /* fresh chunks first */
-    if (a < best_avail && (fl == 0 || late(s, v, o, c))) {
-      best_avail = a;
-      best = c;
+  int far = far_peer(p);
+  const bits *near[NEAR_MAX];
+  size_t n_near = far ? near_bits(s, v, o, near) : 0;
+  /* From a random start round to it: [start, n), then [0, start). */
+  for (int pass = 0; pass < 2; pass++) {
+    uint64_t end = pass == 0 ? n : start;
+    for (uint64_t c = pass == 0 ? start : 0;
+         (c = next_wanted(have, held, near, n_near, c, end)) < end; c++) {
+      unsigned fl = v->inflight[o][c];
+      if (fl > (endgame ? 1u : 0u))
+        continue;
+      /* The seed is the last resort: its upload is the scarce one. */
+      if (p->is_seed && v->avail[o][c] > 1)
+        continue;
+      /* A chunk crosses regions only when nobody nearby has it, and only
+       * through a few nodes of the region at first. */
+      if (far && !cross_ok(s, v, o, c))
+        continue;
+      chunk_id id = {v->ref.m->version, o, c};
+      if (fl > 0 && find_request(p, &id) >= 0)
+        continue;
+      if (random_phase && fl == 0) {
+        best = c;
+        goto found;
+      }
+      unsigned a = v->avail[o][c] + 256u * fl; /* fresh chunks first */
+      if (a < best_avail && (fl == 0 || late(s, v, o, c))) {
+        best_avail = a;
+        best = c;
+      }
     }
   }
+found:
   if (best == UINT64_MAX)
     return 0;
   *out = best;
@@ -498,9 +558,15 @@ static int all_requested(stitch_swarm *s) {
   for (size_t k = 0; k < s->plan.n; k++) {
     vstate *v = core_find_version(s, s->plan.step[k].version);
     uint32_t o = s->plan.step[k].object;
-    for (uint64_t c = 0; c < v->held[o].n; c++)
-      if (!bits_get(&v->held[o], c) && v->inflight[o][c] == 0)
+    const bits *h = &v->held[o];
+    for (uint64_t c = 0; c < h->n; c++) {
+      if (c % 8 == 0 && c + 8 <= h->n && h->b[c / 8] == 0xff) {
+        c += 7; /* all held */
+        continue;
+      }
+      if (!bits_get(h, c) && v->inflight[o][c] == 0)
         return 0;
+    }
   }
   return 1;
 }
@@ -521,7 +587,7 @@ static int request_one(stitch_swarm *s, peer *p, int endgame) {
     if (v->inflight[o][c]++ == 0)
       v->asked_at[o][c] = stamp(s, v);
     send_simple(s, p, WIRE_REQUEST, &id);
-    if (far_peer(s, p) && v->inflight[o][c] == 1)
+    if (far_peer(p) && v->inflight[o][c] == 1)
       tell_crossing(s, v, &id, &s->cfg.node_pk, NULL);
     else if (p->is_seed && v->inflight[o][c] == 1)
       tell_entering(s, v, &id);
@@ -553,7 +619,7 @@ static unsigned request_depth(stitch_swarm *s) {
   for (size_t i = 0; i < s->n_peers; i++) {
     peer *q = &s->peers[i];
     const bits *h;
-    if (q->state != PEER_READY || q->is_seed || far_peer(s, q) ||
+    if (q->state != PEER_READY || q->is_seed || far_peer(q) ||
         (h = peer_bits(q, v->ref.m->version, o, 0, 0)) == NULL || h->n == 0)
       continue;
     sum += (double)h->count / (double)h->n;
@@ -584,7 +650,7 @@ void fetch_schedule(stitch_swarm *s) {
     peer *best = NULL;
     for (size_t k = 0; k < s->n_peers; k++) {
       peer *p = &s->peers[(start + k) % s->n_peers];
-      unsigned lim = p->is_seed || far_peer(s, p) ? s->cfg.pipeline : depth;
+      unsigned lim = p->is_seed || far_peer(p) ? s->cfg.pipeline : depth;
       if (!p->sched_done && p->n_req < lim &&
           (best == NULL || p->n_req < best->n_req))
         best = p;
@@ -654,7 +720,7 @@ static int wanted_by_all(const stitch_swarm *s, const vstate *v, uint32_t o) {
  * coming_into would not send it then). */
 static peer *coming_into(stitch_swarm *s, const peer *p, const chunk_id *c);
 static int may_pass(stitch_swarm *s, peer *q, vstate *v, const chunk_id *c) {
-  return q->state == PEER_READY && far_peer(s, q) && q->n_serve == 0 &&
+  return q->state == PEER_READY && far_peer(q) && q->n_serve == 0 &&
          (peer_bits(q, c->version, c->object, 0, 0) != NULL ||
           wanted_by_all(s, v, c->object)) &&
          !region_has(s, q->region, c) && coming_into(s, q, c) == NULL;
@@ -696,7 +762,7 @@ static void push_across(stitch_swarm *s, vstate *v, const chunk_id *c) {
  * asked across for it (three regions of 100 nodes, docs/simulator.md
  * "Passing the last chunk only"). */
 static void pass_more(stitch_swarm *s, peer *q, vstate *v, uint32_t o) {
-  if (q->state != PEER_READY || !far_peer(s, q) || q->n_serve != 0 ||
+  if (q->state != PEER_READY || !far_peer(q) || q->n_serve != 0 ||
       v->last_seeded[o] == 0)
     return;
   chunk_id c = {v->ref.m->version, o, v->last_seeded[o] - 1};
@@ -715,7 +781,7 @@ void fetch_on_interest(stitch_swarm *s, peer *p, uint64_t version,
  * chunk of a version we know, which a far peer may pass us unasked
  * (push_across). */
 uint64_t fetch_chunk_allow(const stitch_swarm *s, const peer *p) {
-  uint64_t pushed = far_peer(s, p) || p->is_seed ? s->chunk_max + 64 : 0;
+  uint64_t pushed = far_peer(p) || p->is_seed ? s->chunk_max + 64 : 0;
   return p->chunk_allow > pushed ? p->chunk_allow : pushed;
 }
 
@@ -762,7 +828,7 @@ int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
   s->st.bytes_down += m->data_len;
   if (p->is_seed)
     s->st.bytes_from_seed += m->data_len;
-  else if (strcmp(p->region, s->cfg.region) == 0)
+  else if (p->same_region)
     s->st.bytes_same_region += m->data_len;
   else
     s->st.bytes_other_region += m->data_len;
@@ -772,7 +838,7 @@ int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
     if (i < 0) /* the seed's first round comes unasked (seed_offer) */
       tell_entering(s, v, &c);
     push_across(s, v, &c);
-  } else if (i < 0 && far_peer(s, p)) {
+  } else if (i < 0 && far_peer(p)) {
     tell_entering(s, v, &c);
   }
   /* Cancel the endgame's other copies, tell everyone we have it (but
@@ -856,14 +922,14 @@ static double behind(peer *p) {
  * requests are served at once, beside the slots: a crossing feeds a
  * region. The seed super-seeds instead. */
 static int serve_turn(stitch_swarm *s, peer *p) {
-  if (s->cfg.seed || far_peer(s, p) ||
+  if (s->cfg.seed || far_peer(p) ||
       s->now_ms - p->serve_wait_ms >= CORE_SERVE_WAIT_MS)
     return 1;
   double mine = behind(p);
   unsigned ahead = 0;
   for (size_t i = 0; i < s->n_peers; i++) {
     peer *q = &s->peers[i];
-    if (q == p || q->state != PEER_READY || far_peer(s, q) ||
+    if (q == p || q->state != PEER_READY || far_peer(q) ||
         (q->n_serve == 0 && !sending(s, q)))
       continue;
     double theirs = behind(q);
@@ -887,7 +953,7 @@ void fetch_serve_next(stitch_swarm *s, peer *p) {
     /* Into a far region, a chunk goes about once: a second asker there
      * is told it is coming through another node, and waits for it. */
     peer *q;
-    if (!s->cfg.seed && far_peer(s, p) && (q = coming_into(s, p, &c)) != NULL) {
+    if (!s->cfg.seed && far_peer(p) && (q = coming_into(s, p, &c)) != NULL) {
       wire_msg x;
       ref_msg(&x, WIRE_CROSSING, &c);
       x.node = q->node;
@@ -919,7 +985,7 @@ void fetch_serve_next(stitch_swarm *s, peer *p) {
     p->serve_wait_ms = s->now_ms;
     p->sent[p->sent_next % CORE_SENT_KEPT] = c;
     p->sent_ms[p->sent_next++ % CORE_SENT_KEPT] = s->now_ms;
-    if (strcmp(p->region, s->cfg.region) == 0)
+    if (p->same_region)
       s->st.bytes_to_same_region += len;
     else
       s->st.bytes_to_other_region += len;
@@ -978,7 +1044,7 @@ void seed_on_manifest(stitch_swarm *s) {
     if (!wanted_by_all(s, v, o))
       continue;
     for (size_t i = 0; i < s->n_peers; i++)
-      if (s->peers[i].state == PEER_READY && !far_peer(s, &s->peers[i]))
+      if (s->peers[i].state == PEER_READY && !far_peer(&s->peers[i]))
         (void)peer_bits(&s->peers[i], v->ref.m->version, o, 1,
                         v->ref.m->objects[o].n_chunks);
   }

@@ -29,12 +29,11 @@
  * on it, as a TCP window of about two chunks; each message carries what
  * the core has pending, up to this much, whole (cutting a chunk to the
  * window's room made its receiver buffer it piece by piece: twice the
- * CPU). */
-#define PIPE_WINDOW (1u << 20)
-/* Queues: and only while each of its messages over SMALL_BYTES
- * (queue.c) is within its low-water mark of leaving the sender's uplink
- * (stitch_swarm_lowat: an eighth of it, at least 16 KiB), as stitchd's
- * sockets (TCP_NOTSENT_LOWAT, src/net): a chunk is handed over when the
+ * CPU). On the queues network a pipe also takes more only while each of
+ * its messages over SMALL_BYTES (queue.c) is within its low-water mark
+ * (stitch_swarm_lowat: an eighth of it, at least 16 KiB) of leaving the
+ * sender's uplink (pipe_.unsent is 0), as stitchd's sockets
+ * (TCP_NOTSENT_LOWAT, src/net): a chunk is handed over when the
  * uplink is about to want it, so the core chooses whom to serve then,
  * not a window's worth of chunks earlier. Without it every pipe with
  * requests kept 1 MiB booked on the uplink (about 100 ms at 1 Gbit/s
@@ -42,6 +41,7 @@
  * served first by the core, got the same share as the rest; with a mark
  * of 64 or 128 KiB whatever the chunk, 64 KiB chunks went two at a time
  * (docs/simulator.md "Chunks handed over when the uplink wants them"). */
+#define PIPE_WINDOW (1u << 20)
 /* Flows: at most this many messages in flight per pipe (the put[]
  * array). The queues network has no such cap, as TCP has none: it held
  * chunks behind HAVEs on far links. */

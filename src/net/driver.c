@@ -351,7 +351,7 @@ static void peer_flush(net_peer *p) {
   if (len == 0)
     return;
   p->wlen = len < NET_WRITE_MAX ? len : NET_WRITE_MAX;
-  if (p->wlen > STITCH_SWARM_LOWAT_MIN) /* a chunk: its own mark */
+  if (p->wlen > STITCH_SWARM_LOWAT_MIN) /* bulk (a chunk): its own mark */
     set_notsent_lowat(p, stitch_swarm_lowat(p->wlen));
   memcpy(p->wbuf, buf, p->wlen);
   uv_buf_t b = uv_buf_init((char *)p->wbuf, (unsigned)p->wlen);

@@ -89,9 +89,7 @@ static void wake_at(stitch_swarm *s, uint64_t t) {
     s->fetch_wake_ms = t;
 }
 
-static int far_peer(const peer *p) {
-  return !p->is_seed && !p->same_region;
-}
+static int far_peer(const peer *p) { return !p->is_seed && !p->same_region; }
 
 /* ---- Planning --------------------------------------------------------- */
 
@@ -261,8 +259,8 @@ static int held_nearby(stitch_swarm *s, uint64_t version, uint32_t o,
   for (size_t i = 0; i < s->n_peers; i++) {
     peer *q = &s->peers[i];
     chunk_id id = {version, o, c};
-    if (q->state == PEER_READY && !q->is_seed &&
-        q->same_region && peer_holds(q, &id))
+    if (q->state == PEER_READY && !q->is_seed && q->same_region &&
+        peer_holds(q, &id))
       return 1;
   }
   return 0;
@@ -373,8 +371,7 @@ static void tell_crossing(stitch_swarm *s, vstate *v, const chunk_id *c,
   m.node = *who;
   for (size_t i = 0; i < s->n_peers; i++) {
     peer *q = &s->peers[i];
-    if (q != except && q->state == PEER_READY && !q->is_seed &&
-        q->same_region)
+    if (q != except && q->state == PEER_READY && !q->is_seed && q->same_region)
       core_send(s, q, &m);
   }
 }
@@ -449,23 +446,24 @@ static int late(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c) {
 
 #define NEAR_MAX 64 /* neighbours next_wanted looks at, at most */
 
-/* The first chunk from C on, below END, that HAVE has and HELD lacks, and
- * none of the N bitsets in NEAR has (END if none), a byte of the bitsets
- * at a time: pick and all_requested ran bit by bit over every chunk of
- * the object at every event, and asked every neighbour for each chunk a
- * far peer offered (held_nearby), most of a simulation's time. */
+/* The first chunk from C on, below END, that HAVE has, HELD lacks and
+ * none of the N_NEAR bitsets in NEAR has (END if none). It reads eight
+ * bytes of the bitsets at a time while they offer nothing, then a byte:
+ * pick runs at every event, for every peer with room. END is at most
+ * HELD's and each NEAR's size; HAVE may be shorter (it offers nothing
+ * beyond). */
 static uint64_t next_wanted(const bits *have, const bits *held,
-                            const bits *const *near, size_t n, uint64_t c,
-                            uint64_t end) {
-  end = end < have->n ? end : have->n;
-  while (c < end) {
+                            const bits *const *near, size_t n_near,
+                            uint64_t c, uint64_t end) {
+  uint64_t lim = end < have->n ? end : have->n;
+  while (c < lim) {
     uint64_t j = c / 8;
-    if (c % 64 == 0 && c + 64 <= end) { /* 8 bytes at once: none? */
+    if (c % 64 == 0 && c + 64 <= lim) { /* 8 bytes at once: none? */
       uint64_t w, x;
       memcpy(&w, have->b + j, 8);
       memcpy(&x, held->b + j, 8);
       w &= ~x;
-      for (size_t i = 0; i < n && w != 0; i++) {
+      for (size_t i = 0; i < n_near && w != 0; i++) {
         memcpy(&x, near[i]->b + j, 8);
         w &= ~x;
       }
@@ -475,12 +473,12 @@ static uint64_t next_wanted(const bits *have, const bits *held,
       }
     }
     unsigned w = have->b[j] & (uint8_t)~held->b[j];
-    for (size_t i = 0; i < n && w != 0; i++)
+    for (size_t i = 0; i < n_near && w != 0; i++)
       w &= (uint8_t)~near[i]->b[j];
     w &= 0xffu << (c % 8);
     for (unsigned b = 0; w != 0; b++)
       if ((w >> b) & 1)
-        return j * 8 + b < end ? j * 8 + b : end;
+        return j * 8 + b < lim ? j * 8 + b : end;
     c = (j + 1) * 8;
   }
   return end;

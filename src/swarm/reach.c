@@ -54,8 +54,7 @@ static uint32_t our_reach(stitch_swarm *s) {
   uint32_t m = 0;
   for (size_t i = 0; i < s->n_peers; i++) {
     const peer *q = &s->peers[i];
-    if (q->state == PEER_READY && !q->is_seed &&
-        strcmp(q->region, s->cfg.region) != 0)
+    if (q->state == PEER_READY && !q->is_seed && !q->same_region)
       m |= bit_of(s, q->region, 1);
   }
   return m;

@@ -101,15 +101,17 @@ int stitch_swarm_peer_recv(stitch_swarm *s, uint32_t peer, const uint8_t *buf,
  * drivers"). */
 void stitch_swarm_peer_pending(stitch_swarm *s, uint32_t peer,
                                const uint8_t **buf, size_t *len);
-/* How many of the LEN bytes of one write a driver lets wait unsent before
- * it asks for more (stitchd: TCP_NOTSENT_LOWAT): an eighth of them, at
- * least STITCH_SWARM_LOWAT_MIN, so that the next chunk is chosen about as
- * long before the link wants it whatever the chunk size (64 KiB of a 512
- * KiB chunk, 0.5 ms at 1 Gbit/s; 16 KiB of a 64 KiB one, 1.3 ms at 100
- * Mbit/s). docs/swarm.md "One core, several drivers". */
+void stitch_swarm_peer_sent(stitch_swarm *s, uint32_t peer, size_t n);
+/* How many bytes of a write of LEN a driver lets wait unsent before it
+ * asks for more (stitchd: TCP_NOTSENT_LOWAT): an eighth of them, at
+ * least STITCH_SWARM_LOWAT_MIN (so more than LEN for a small write), so
+ * that the next chunk is chosen about as long before the link wants it
+ * whatever the chunk size (64 KiB of a 512 KiB chunk, 0.5 ms at 1
+ * Gbit/s; 16 KiB of a 64 KiB one, 1.3 ms at 100 Mbit/s). A write of at
+ * most STITCH_SWARM_LOWAT_MIN (control frames) leaves the mark as it is.
+ * docs/swarm.md "One core, several drivers". */
 #define STITCH_SWARM_LOWAT_MIN (16u << 10)
 size_t stitch_swarm_lowat(size_t len);
-void stitch_swarm_peer_sent(stitch_swarm *s, uint32_t peer, size_t n);
 /* The transport is gone (either side closed it). */
 void stitch_swarm_peer_close(stitch_swarm *s, uint32_t peer, uint64_t now_ms);
 

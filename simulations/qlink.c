@@ -57,6 +57,11 @@ int qlink_book(qlink *l, double now, double bytes, double *start,
   return 0;
 }
 
+double qlink_left(const qlink *l, double start, double end, double bytes) {
+  double t = end - bytes / l->bps;
+  return t > start ? t : start;
+}
+
 void qlink_free(qlink *l) {
   free(l->b);
   l->b = NULL;

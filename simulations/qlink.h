@@ -32,6 +32,11 @@ typedef struct qlink {
 int qlink_book(qlink *l, double now, double bytes, double *start,
                double *end);
 
+/* When a message that leaves L over [START, END) (as qlink_book booked
+ * it, in one stretch) has only BYTES of it left to leave: their time at
+ * L's rate before END, or START if the message is no larger. */
+double qlink_left(const qlink *l, double start, double end, double bytes);
+
 void qlink_free(qlink *l);
 
 #endif

@@ -231,10 +231,10 @@ void queue_send(sim *s, node *n, uint32_t ci, msg *m) {
   p->inflight += m->len;
   if (m->len > SMALL_BYTES) {
     p->unsent += m->len;
-    /* Its last LOWAT bytes leave at the uplink's rate. */
-    double mark = (double)stitch_swarm_lowat(m->len) / s->q->up[n->idx].bps;
-    ev_push_event(s->q, (event){fmax(up[0], up[1] - mark), 0, n->idx,
-                                EV_SENT, NULL, ci, m->len});
+    double mark = (double)stitch_swarm_lowat(m->len);
+    ev_push_event(s->q,
+                  (event){qlink_left(&s->q->up[n->idx], up[0], up[1], mark),
+                          0, n->idx, EV_SENT, NULL, ci, m->len});
   }
   ev_push(s->q, t, to, EV_DATA, m);
 }

@@ -106,8 +106,25 @@ static void random_bookings(void) {
   qlink_free(&l);
 }
 
+/* When only a low-water mark is left of a message on its sender's
+ * uplink (queue.c's EV_SENT): its last bytes leave at the link's rate,
+ * and a mark as large as the message is the message's start. */
+static void marks(void) {
+  qlink l = {NULL, 0, 0, 1000};
+  double end, st = book(&l, 0, 800, &end); /* [0, 0.8) */
+  NEAR(qlink_left(&l, st, end, 200), 0.6);
+  NEAR(qlink_left(&l, st, end, 800), 0);
+  NEAR(qlink_left(&l, st, end, 5000), 0);
+  st = book(&l, 0, 400, &end); /* behind it: [0.8, 1.2) */
+  NEAR(st, 0.8);
+  NEAR(qlink_left(&l, st, end, 100), 1.1);
+  NEAR(qlink_left(&l, st, end, 1000), 0.8);
+  qlink_free(&l);
+}
+
 int main(void) {
   gaps();
+  marks();
   random_bookings();
   if (failures)
     fprintf(stderr, "test_qlink: %d failures\n", failures);

@@ -91,6 +91,11 @@ static void wake_at(stitch_swarm *s, uint64_t t) {
 
 static int far_peer(const peer *p) { return !p->is_seed && !p->same_region; }
 
+/* A ready neighbour of our region, not the seed. */
+static int near_peer(const peer *p) {
+  return p->state == PEER_READY && !p->is_seed && p->same_region;
+}
+
 /* ---- Planning --------------------------------------------------------- */
 
 static void maybe_apply(stitch_swarm *s) {
@@ -259,8 +264,7 @@ static int held_nearby(stitch_swarm *s, uint64_t version, uint32_t o,
   for (size_t i = 0; i < s->n_peers; i++) {
     peer *q = &s->peers[i];
     chunk_id id = {version, o, c};
-    if (q->state == PEER_READY && !q->is_seed && q->same_region &&
-        peer_holds(q, &id))
+    if (near_peer(q) && peer_holds(q, &id))
       return 1;
   }
   return 0;
@@ -371,7 +375,7 @@ static void tell_crossing(stitch_swarm *s, vstate *v, const chunk_id *c,
   m.node = *who;
   for (size_t i = 0; i < s->n_peers; i++) {
     peer *q = &s->peers[i];
-    if (q != except && q->state == PEER_READY && !q->is_seed && q->same_region)
+    if (q != except && near_peer(q))
       core_send(s, q, &m);
   }
 }
@@ -492,7 +496,7 @@ static size_t near_bits(stitch_swarm *s, const vstate *v, uint32_t o,
   for (size_t i = 0; i < s->n_peers && n < NEAR_MAX; i++) {
     peer *q = &s->peers[i];
     const bits *h;
-    if (q->state == PEER_READY && !q->is_seed && q->same_region &&
+    if (near_peer(q) &&
         (h = peer_bits(q, v->ref.m->version, o, 0, 0)) != NULL &&
         h->n == v->held[o].n)
       near[n++] = h;

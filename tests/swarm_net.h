@@ -118,8 +118,11 @@ typedef enum sn_evil {
   SN_EVIL_MANIFEST, /* after AUTH: the manifest bytes in evil_buf */
   SN_EVIL_REACH,    /* after AUTH: a REACH of 16 made-up regions, and none
                        of its own; otherwise honest */
-  SN_EVIL_NOT_ME    /* answers every request from another region with a
+  SN_EVIL_NOT_ME,   /* answers every request from another region with a
                        CROSSING naming a made-up node, not the chunk */
+  SN_EVIL_NO_BID,   /* sends no BID; otherwise honest (a baseline) */
+  SN_EVIL_PASS_LIE  /* to a peer of another region, each HAVE is a
+                       CROSSING naming that peer: a pass that never comes */
 } sn_evil;
 
 struct sn_net;
@@ -599,6 +602,12 @@ static void sn_log_line(sn_node *n, const char *fmt, ...) {
 }
 
 /* Carries out every action N's core asks for. */
+/* Dials and closes as an honest node does: one whose only fault is to
+ * stay quiet (SN_EVIL_NO_BID, a baseline) takes part in the swarm. */
+static int sn_links_honest(const sn_node *n) {
+  return n->evil == SN_HONEST || n->evil == SN_EVIL_NO_BID;
+}
+
 static void sn_actions(sn_net *net, sn_node *n) {
   stitch_swarm_action a;
   if (!n->alive)
@@ -609,7 +618,7 @@ static void sn_actions(sn_net *net, sn_node *n) {
       return;
     if (a.kind == STITCH_SWARM_CONNECT) {
       /* An evil node attacks only the links the test gives it. */
-      int to = n->evil == SN_HONEST ? sn_node_by_addr(net, a.addr) : -1;
+      int to = sn_links_honest(n) ? sn_node_by_addr(net, a.addr) : -1;
       sn_log_line(n, "CONNECT %s%s", a.addr, to >= 0 ? "" : " (ignored)");
       if (to >= 0)
         sn_dial_later(net, n->idx, to);
@@ -618,7 +627,7 @@ static void sn_actions(sn_net *net, sn_node *n) {
     } else if (a.kind == STITCH_SWARM_CLOSE) {
       int side;
       sn_conn *c = sn_conn_of(net, n->idx, a.peer, &side);
-      if (c != NULL && n->evil != SN_HONEST) { /* keep the transport */
+      if (c != NULL && !sn_links_honest(n)) { /* keep the transport */
         c->d[side].core_gone = 1;
         stitch_swarm_peer_close(n->sw, a.peer, net->now);
       } else if (c != NULL) { /* it hears peer_close like the other side */
@@ -755,6 +764,19 @@ static void sn_rewrite(sn_node *n, sn_pipe *p, int type, const uint8_t *body,
   }
   if (n->evil == SN_EVIL_REACH && type == WIRE_REACH)
     return; /* its made-up REACH stands */
+  if (n->evil == SN_EVIL_NO_BID && type == WIRE_BID)
+    return;
+  if (n->evil == SN_EVIL_PASS_LIE && type == WIRE_HAVE &&
+      strcmp(n->region, n->net->node[p->to].region) != 0) {
+    wire_msg *m = calloc(1, sizeof(*m));
+    ASSERT(m != NULL);
+    ASSERT_EQ(wire_decode(type, body, len, m, NULL), 0);
+    m->type = WIRE_CROSSING;
+    m->node = n->net->node[p->to].cfg.node_pk;
+    ASSERT_EQ(wire_encode(&p->out, m), 0);
+    free(m);
+    return;
+  }
   if (n->evil == SN_EVIL_NOT_ME && type == WIRE_CHUNK &&
       strcmp(n->region, n->net->node[p->to].region) != 0) {
     wire_msg *m = calloc(1, sizeof(*m));

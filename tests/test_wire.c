@@ -64,7 +64,7 @@ static void assert_msg_eq(const wire_msg *a, const wire_msg *b) {
       ASSERT_UEQ(a->chunk, b->chunk);
     if (a->type == WIRE_BITFIELD)
       ASSERT_UEQ(a->nbits, b->nbits);
-    if (a->type == WIRE_CROSSING)
+    if (a->type == WIRE_CROSSING || a->type == WIRE_BID)
       ASSERT_MEM_EQ(a->node.b, b->node.b, STITCH_PUBKEY_BYTES);
     if (a->type == WIRE_BITFIELD || a->type == WIRE_CHUNK) {
       ASSERT_UEQ(a->data_len, b->data_len);
@@ -124,13 +124,14 @@ static void ref_body(const wire_msg *m, msgpack_sbuffer *sb) {
     break;
   default:
     msgpack_pack_array(&pk, m->type == WIRE_CHUNK ||
-                                    m->type == WIRE_CROSSING ? 4 : 3);
+                                    m->type == WIRE_CROSSING ||
+                                    m->type == WIRE_BID ? 4 : 3);
     msgpack_pack_uint64(&pk, m->version);
     msgpack_pack_uint32(&pk, m->object);
     msgpack_pack_uint64(&pk, m->chunk);
     if (m->type == WIRE_CHUNK)
       msgpack_pack_bin_with_body(&pk, m->data, m->data_len);
-    if (m->type == WIRE_CROSSING)
+    if (m->type == WIRE_CROSSING || m->type == WIRE_BID)
       msgpack_pack_bin_with_body(&pk, m->node.b, 32);
   }
 }
@@ -224,7 +225,7 @@ static void test_roundtrip_small(void) {
   ints[8] = UINT32_MAX, ints[9] = (uint64_t)UINT32_MAX + 1;
   ints[10] = UINT64_MAX - 1, ints[11] = UINT64_MAX;
   static const wire_type refs[] = {WIRE_HAVE, WIRE_REQUEST, WIRE_CANCEL,
-                                   WIRE_REJECT, WIRE_CROSSING};
+                                   WIRE_REJECT, WIRE_CROSSING, WIRE_BID};
   fill(m->node.b, 32);
   for (size_t t = 0; t < sizeof(refs) / sizeof(refs[0]); t++)
     for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
@@ -551,7 +552,7 @@ static void header_fails(uint32_t len, int type, int code, const char *why) {
 
 static void test_reader_refusals(void) {
   header_fails(10, 0, STITCH_EFORMAT, "unknown type 0");
-  header_fails(10, WIRE_TYPE_COUNT_, STITCH_EFORMAT, "unknown type 14");
+  header_fails(10, WIRE_TYPE_COUNT_, STITCH_EFORMAT, "unknown type 15");
   header_fails(10, 255, STITCH_EFORMAT, "unknown type 255");
   header_fails(0, WIRE_PING, STITCH_EFORMAT, "length 0");
   header_fails(0xffffffffu, WIRE_CHUNK, STITCH_ELIMIT, "CHUNK frame of");
@@ -935,7 +936,7 @@ static void test_decode_refusals(void) {
   ASSERT_ERR(wire_decode(0, huge, sizeof(huge), m, &d), STITCH_EFORMAT, d,
              "unknown message type 0");
   ASSERT_ERR(wire_decode(WIRE_TYPE_COUNT_, huge, sizeof(huge), m, &d),
-             STITCH_EFORMAT, d, "unknown message type 14");
+             STITCH_EFORMAT, d, "unknown message type 15");
   ASSERT_ERR(wire_decode(WIRE_PING, NULL, 0, m, &d), STITCH_ETRUNCATED, d,
              "PING");
   ASSERT_ERR(wire_decode(WIRE_PING, huge, WIRE_SMALL_MAX, m, &d), STITCH_ELIMIT,

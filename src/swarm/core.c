@@ -231,6 +231,8 @@ static void version_free(vstate *v) {
     free(v->offers[o]);
     free(v->far_at[o]);
     free(v->crossing[o]);
+    free(v->bid[o]);
+    free(v->bid_at[o]);
     free(v->coming[o]);
     free(v->asked_at[o]);
   }
@@ -703,6 +705,8 @@ static int add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
           (v->offers[o] = calloc(n + 1, 2)) == NULL ||
           (v->far_at[o] = calloc(n + 1, 4)) == NULL ||
           (v->crossing[o] = calloc(n + 1, 4)) == NULL ||
+          (v->bid[o] = calloc(n + 1, 4)) == NULL ||
+          (v->bid_at[o] = calloc(n + 1, 4)) == NULL ||
           (v->coming[o] = calloc(n + 1, 4)) == NULL ||
           (v->asked_at[o] = calloc(n + 1, 4)) == NULL;
     for (uint64_t c = 0; c < n && !bad; c++) {
@@ -1026,6 +1030,9 @@ static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
   }
   case WIRE_CROSSING:
     fetch_on_crossing(s, p, m);
+    break;
+  case WIRE_BID:
+    fetch_on_bid(s, p, m);
     break;
   case WIRE_PEERS:
     on_peers(s, p, m);

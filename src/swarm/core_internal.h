@@ -48,13 +48,17 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
                                    pipeline (fetch.c request_depth) */
 /* Crossing regions (fetch.c cross_ok): a node fetches a chunk across no
  * sooner than its rank times the region's size times CORE_CROSS_STEP_MS
- * after the version came (at most CORE_CROSS_WAIT_MS), nor its rank times
- * CORE_CROSS_SPREAD_MS after it first saw a far copy, and not at all
- * while a CROSSING for it, heard under CORE_CROSS_TRUST_MS ago, says
- * another node brings it. */
+ * after the version came (at most CORE_CROSS_WAIT_MS), nor
+ * CORE_CROSS_HEAR_MS plus its rank times CORE_CROSS_SPREAD_MS after it
+ * first saw a far copy, and not at all while a CROSSING for it, heard
+ * under CORE_CROSS_TRUST_MS ago, says another node brings it. A node
+ * that heard a lower rank's BID waits for that node's turn as it would
+ * reckon it, plus CORE_CROSS_BID_SLACK_MS for its CROSSING to come. */
 #define CORE_CROSS_STEP_MS 20
 #define CORE_CROSS_WAIT_MS 1000
+#define CORE_CROSS_HEAR_MS 15
 #define CORE_CROSS_SPREAD_MS 200
+#define CORE_CROSS_BID_SLACK_MS 200
 #define CORE_CROSS_TRUST_MS 3000
 #define CORE_CROSS_SAMPLES 8    /* crossers' ranks before they size a region */
 /* A far peer asking for a chunk we sent within CORE_SENT_RECENT_MS to
@@ -188,6 +192,10 @@ typedef struct vstate {
    * (or sent) a CROSSING for it. */
   uint32_t *far_at[STITCH_MAX_OBJECTS];
   uint32_t *crossing[STITCH_MAX_OBJECTS];
+  /* The lowest rank (fetch.c rank_bits) a BID for each chunk named, and
+   * when we heard (or sent) it: that node's turn comes first. */
+  uint32_t *bid[STITCH_MAX_OBJECTS];
+  uint32_t *bid_at[STITCH_MAX_OBJECTS];
   /* When a far peer first answered our request for each chunk that it is
    * coming into our region another way (fetch.c coming_into). */
   uint32_t *coming[STITCH_MAX_OBJECTS];
@@ -270,6 +278,7 @@ void fetch_schedule(stitch_swarm *s);
 int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m);
 void fetch_on_reject(stitch_swarm *s, peer *p, const chunk_id *c);
 void fetch_on_crossing(stitch_swarm *s, peer *p, const wire_msg *m);
+void fetch_on_bid(stitch_swarm *s, peer *p, const wire_msg *m);
 void fetch_peer_gone(stitch_swarm *s, peer *p);
 void fetch_tick(stitch_swarm *s);
 void fetch_serve_next(stitch_swarm *s, peer *p);

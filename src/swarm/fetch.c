@@ -189,6 +189,8 @@ static void cancel_far(stitch_swarm *s, uint64_t version, uint32_t object,
   }
 }
 
+static void saw_far(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c);
+
 void fetch_on_have_bit(stitch_swarm *s, peer *p, uint64_t version,
                        uint32_t object, uint64_t chunk) {
   vstate *v = core_find_version(s, version);
@@ -196,8 +198,8 @@ void fetch_on_have_bit(stitch_swarm *s, peer *p, uint64_t version,
     return;
   if (v->avail[object][chunk] < 0xffff)
     v->avail[object][chunk]++;
-  if (far_peer(p) && v->far_at[object][chunk] == 0)
-    v->far_at[object][chunk] = stamp(s, v);
+  if (far_peer(p))
+    saw_far(s, v, object, chunk);
   if (!p->is_seed && !far_peer(p))
     cancel_far(s, version, object, chunk);
 }
@@ -307,26 +309,6 @@ static void count_crosser(stitch_swarm *s, double rank) {
   s->xr_sum += rank;
 }
 
-/* May chunk C cross into our region through us now? Each chunk should
- * enter a region about once and spread inside it, but a region's nodes
- * learn of a version, and that a far peer holds a chunk, at about the
- * same moments. So they take turns, in an order each can compute for
- * itself: every node ranks every chunk (cross_rank), and a node fetches
- * across no sooner than its rank times the region's size times
- * CORE_CROSS_STEP_MS after the version arrived (at most
- * CORE_CROSS_WAIT_MS), nor sooner than its rank times
- * CORE_CROSS_SPREAD_MS after it first saw a far copy. The first keeps the
- * region's nodes a step apart when they all see a far copy at once (a
- * delta); the second spreads the few that see it first (an anchor's
- * chunks reach a far region's nodes one link at a time) without making
- * them wait for the ranks that cannot cross yet. A node that crosses
- * tells its neighbours (CROSSING); they pass it on through the region,
- * and a node that has heard it waits for the chunk to arrive nearby
- * instead, for CORE_CROSS_TRUST_MS (after that the chunk may cross again,
- * should its crosser have left or stalled). So does a node that asks the
- * seed for a chunk, or is passed one unasked across (tell_entering). A
- * node that sees a nearby copy fetches that. docs/swarm.md has the rule,
- * docs/simulator.md the figures. */
 /* Is it under WAIT ms since the time stamped SINCE (0: never)? Then the
  * schedule runs again when the wait ends. */
 static int still_waiting(stitch_swarm *s, const vstate *v, uint32_t since,
@@ -337,22 +319,108 @@ static int still_waiting(stitch_swarm *s, const vstate *v, uint32_t since,
   return 1;
 }
 
+/* Has a CROSSING for chunk C been heard (or sent) lately? */
+static int crossing_heard(const stitch_swarm *s, const vstate *v, uint32_t o,
+                          uint64_t c) {
+  uint32_t h = v->crossing[o][c];
+  return h != 0 && at_ms(v, h) + CORE_CROSS_TRUST_MS > s->now_ms;
+}
+
+/* A rank in 32 bits, as vstate.bid keeps the lowest. */
+static uint32_t rank_bits(double rank) {
+  return (uint32_t)(rank * 4294967295.0);
+}
+
+/* When a node of our region with rank RANK takes its turn at a chunk it
+ * first saw a far copy of at SEEN_MS (cross_ok). */
+static uint64_t turn_ms(const stitch_swarm *s, const vstate *v, double rank,
+                        uint64_t seen_ms) {
+  double wait = rank * region_size(s) * CORE_CROSS_STEP_MS;
+  wait = wait < CORE_CROSS_WAIT_MS ? wait : CORE_CROSS_WAIT_MS;
+  uint64_t added = v->added_ms + (uint64_t)wait,
+           seen = seen_ms + CORE_CROSS_HEAR_MS +
+                  (uint64_t)(rank * CORE_CROSS_SPREAD_MS);
+  return added > seen ? added : seen;
+}
+
+/* Tells our region (but EXCEPT) that node KEY would take a turn at chunk
+ * C (BID), if its rank is the lowest we know of for C; a BID that is not
+ * stops here, so each goes on through the region only as long as it is
+ * the lowest anyone there has heard. */
+static void bid(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c,
+                const stitch_pubkey *key, const peer *except) {
+  uint32_t r = rank_bits(cross_rank(v, o, c, key));
+  if (v->bid_at[o][c] != 0 && v->bid[o][c] <= r)
+    return;
+  v->bid[o][c] = r;
+  v->bid_at[o][c] = stamp(s, v);
+  chunk_id id = {v->ref.m->version, o, c};
+  wire_msg m;
+  ref_msg(&m, WIRE_BID, &id);
+  m.node = *key;
+  for (size_t i = 0; i < s->n_peers; i++) {
+    peer *q = &s->peers[i];
+    if (q != except && near_peer(q))
+      core_send(s, q, &m);
+  }
+}
+
+/* A far peer holds chunk C: our turn's clock starts (far_at), and unless
+ * we have the chunk, or it is coming, or nearby, we bid for the turn. */
+static void saw_far(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c) {
+  if (v->far_at[o][c] != 0)
+    return;
+  v->far_at[o][c] = stamp(s, v);
+  if (!bits_get(&v->held[o], c) && v->inflight[o][c] == 0 &&
+      !crossing_heard(s, v, o, c) &&
+      !held_nearby(s, v->ref.m->version, o, c))
+    bid(s, v, o, c, &s->cfg.node_pk, NULL);
+}
+
+/* May chunk C cross into our region through us now? Each chunk should
+ * enter a region about once and spread inside it, but a region's nodes
+ * learn of a version, and that a far peer holds a chunk, at about the
+ * same moments. So they take turns, in an order each can compute for
+ * itself: every node ranks every chunk (cross_rank), and a node fetches
+ * across no sooner than its rank times the region's size times
+ * CORE_CROSS_STEP_MS after the version arrived (at most
+ * CORE_CROSS_WAIT_MS), nor sooner than CORE_CROSS_HEAR_MS plus its rank
+ * times CORE_CROSS_SPREAD_MS after it first saw a far copy (turn_ms). The
+ * first keeps the region's nodes a step apart when they all see a far
+ * copy at once (a delta); the second spreads the few that see it first
+ * (an anchor's chunks reach a far region's nodes one link at a time)
+ * without making them wait for the ranks that cannot cross yet. Turns a
+ * few ms apart still crossed twice, each before the other's CROSSING came
+ * (a hop through the region waits behind a chunk on its link). So a node
+ * that first sees a far copy also bids for the turn (BID, passed on
+ * through the region while it is the lowest rank heard of), and a node
+ * that heard a lower rank's bid waits for that node's turn as it reckons
+ * it, plus CORE_CROSS_BID_SLACK_MS. A node that crosses tells its
+ * neighbours (CROSSING); they pass it on through the region, and a node
+ * that has heard it waits for the chunk to arrive nearby instead, for
+ * CORE_CROSS_TRUST_MS (after that the chunk may cross again, should its
+ * crosser have left or stalled). So does a node that asks the seed for a
+ * chunk, or is passed one unasked across (tell_entering). A node that
+ * sees a nearby copy fetches that. docs/swarm.md has the rule,
+ * docs/simulator.md the figures. */
 static int cross_ok(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c) {
   if (held_nearby(s, v->ref.m->version, o, c))
     return 0;
   if (still_waiting(s, v, v->crossing[o][c], CORE_CROSS_TRUST_MS) ||
       still_waiting(s, v, v->coming[o][c], CORE_COMING_WAIT_MS))
     return 0;
-  uint64_t next;
-  if (v->far_at[o][c] == 0)
-    v->far_at[o][c] = stamp(s, v);
+  saw_far(s, v, o, c);
   double rank = cross_rank(v, o, c, &s->cfg.node_pk);
-  double wait = rank * region_size(s) * CORE_CROSS_STEP_MS;
-  wait = wait < CORE_CROSS_WAIT_MS ? wait : CORE_CROSS_WAIT_MS;
-  next = v->added_ms + (uint64_t)wait;
-  uint64_t seen = at_ms(v, v->far_at[o][c]) +
-                  (uint64_t)(rank * CORE_CROSS_SPREAD_MS);
-  next = next > seen ? next : seen;
+  uint64_t next = turn_ms(s, v, rank, at_ms(v, v->far_at[o][c]));
+  if (v->bid_at[o][c] != 0 && v->bid[o][c] < rank_bits(rank)) {
+    /* Bids, true or not, hold us back CORE_CROSS_TRUST_MS at most. */
+    uint64_t theirs = turn_ms(s, v, v->bid[o][c] / 4294967295.0,
+                              at_ms(v, v->bid_at[o][c])) +
+                      CORE_CROSS_BID_SLACK_MS,
+             cap = at_ms(v, v->far_at[o][c]) + CORE_CROSS_TRUST_MS;
+    theirs = theirs < cap ? theirs : cap;
+    next = next > theirs ? next : theirs;
+  }
   if (next <= s->now_ms)
     return 1;
   wake_at(s, next);
@@ -390,6 +458,8 @@ static void tell_crossing(stitch_swarm *s, vstate *v, const chunk_id *c,
  * 0.64 of a 238 MB anchor crossed back into the seed's region at 100
  * nodes in three regions (docs/simulator.md). */
 static void tell_entering(stitch_swarm *s, vstate *v, const chunk_id *c) {
+  if (crossing_heard(s, v, c->object, c->chunk))
+    return; /* told already (a pass's CROSSING came first) */
   int far = s->far_known > 0;
   for (size_t i = 0; i < s->n_peers && !far; i++)
     far = s->peers[i].state == PEER_READY && far_peer(&s->peers[i]);
@@ -397,36 +467,60 @@ static void tell_entering(stitch_swarm *s, vstate *v, const chunk_id *c) {
     tell_crossing(s, v, c, &no_key, NULL);
 }
 
-/* A CROSSING from P: passed on through our region once per chunk. From
- * a far peer, an answer to our request instead: it will not send us the
- * chunk, which is on its way into our region through another node
- * (coming_into). It counts as a REJECT (we ask that peer for the chunk no
- * more), and we wait for a nearby copy as after a CROSSING, without
- * telling the region (telling it made the last node later: those it
- * reached waited for a copy that came slowly). A far peer may say so only
- * of a chunk we asked it for, and the wait starts at the first time only,
- * so one that says it of everything holds back each chunk from us once,
- * for CORE_COMING_WAIT_MS. */
-void fetch_on_crossing(stitch_swarm *s, peer *p, const wire_msg *m) {
+/* Does a version's chunk C, named in a frame, exist, and do we lack it?
+ * Else a CROSSING or BID for it is not news for our region. */
+static vstate *lacking(stitch_swarm *s, const wire_msg *m) {
   vstate *v = core_find_version(s, m->version);
   if (v == NULL || m->object >= v->ref.m->n_objects ||
-      m->chunk >= v->ref.m->objects[m->object].n_chunks || p->is_seed ||
+      m->chunk >= v->ref.m->objects[m->object].n_chunks ||
       bits_get(&v->held[m->object], m->chunk))
+    return NULL;
+  return v;
+}
+
+/* A CROSSING from P: passed on through our region once per chunk. From
+ * a far peer, one of two things. Naming us, unasked: it is passing us the
+ * chunk (pass_to), and we tell our region at once, not a chunk's time on
+ * its link later, as if the chunk had come (tell_entering); only while we
+ * have heard of no crossing of that chunk, so that a far peer can hold a
+ * chunk back from our region once, for CORE_CROSS_TRUST_MS. Else an
+ * answer to our request: it will not send us the chunk, which is on its
+ * way into our region through another node (coming_into). That counts as
+ * a REJECT (we ask that peer for the chunk no more), and we wait for a
+ * nearby copy as after a CROSSING, without telling the region (telling it
+ * made the last node later: those it reached waited for a copy that came
+ * slowly). A far peer may say so only of a chunk we asked it for, and the
+ * wait starts at the first time only, so one that says it of everything
+ * holds back each chunk from us once, for CORE_COMING_WAIT_MS. */
+void fetch_on_crossing(stitch_swarm *s, peer *p, const wire_msg *m) {
+  vstate *v = lacking(s, m);
+  if (v == NULL || p->is_seed)
     return; /* not news for our region, or not ours to judge */
+  chunk_id c = {m->version, m->object, m->chunk};
   if (far_peer(p)) {
-    chunk_id c = {m->version, m->object, m->chunk};
-    if (find_request(p, &c) < 0)
+    if (find_request(p, &c) < 0) {
+      if (memcmp(m->node.b, s->cfg.node_pk.b, sizeof(m->node.b)) == 0 &&
+          v->crossing[c.object][c.chunk] == 0)
+        tell_entering(s, v, &c);
       return;
+    }
     fetch_on_reject(s, p, &c);
     if (v->coming[c.object][c.chunk] == 0)
       v->coming[c.object][c.chunk] = stamp(s, v);
     return;
   }
-  uint32_t heard = v->crossing[m->object][m->chunk];
-  if (heard != 0 && at_ms(v, heard) + CORE_CROSS_TRUST_MS > s->now_ms)
-    return; /* passed on already */
-  chunk_id c = {m->version, m->object, m->chunk};
-  tell_crossing(s, v, &c, &m->node, p);
+  if (!crossing_heard(s, v, c.object, c.chunk)) /* else passed on already */
+    tell_crossing(s, v, &c, &m->node, p);
+}
+
+/* A BID from P: the node it names would take a turn at the chunk. From a
+ * neighbour of our region only; passed on while it is the lowest rank we
+ * know of (bid). */
+void fetch_on_bid(stitch_swarm *s, peer *p, const wire_msg *m) {
+  vstate *v = lacking(s, m);
+  if (v == NULL || !near_peer(p) || crossing_heard(s, v, m->object, m->chunk))
+    return;
+  bid(s, v, m->object, m->chunk, &m->node, p);
 }
 
 /* May chunk C of (V, O), asked for once already, be asked of a second
@@ -729,10 +823,17 @@ static int may_pass(stitch_swarm *s, peer *q, vstate *v, const chunk_id *c) {
 }
 
 /* Queues C ahead of Q's requests, unasked, and counts it as Q's from now:
- * Q's region is not passed it twice, and Q gets no HAVE for it. */
+ * Q's region is not passed it twice, and Q gets no HAVE for it. A
+ * CROSSING naming Q goes first, so Q tells its region that C is coming a
+ * chunk's time on the link sooner than C's arrival would (three regions
+ * of 100 nodes: ... ). */
 static void pass_to(stitch_swarm *s, peer *q, vstate *v, const chunk_id *c) {
   memmove(&q->serve[1], &q->serve[0], q->n_serve++ * sizeof(q->serve[0]));
   q->serve[0] = *c;
+  wire_msg x; /* goes ahead of the chunk (fetch_on_crossing) */
+  ref_msg(&x, WIRE_CROSSING, c);
+  x.node = q->node;
+  core_send(s, q, &x);
   bits *h = peer_bits(q, c->version, c->object, 1,
                       v->ref.m->objects[c->object].n_chunks);
   if (h != NULL && !bits_get(h, c->chunk)) {

@@ -37,11 +37,11 @@
 static const char *const type_names[WIRE_TYPE_COUNT_] = {
     "type 0",  "HELLO",  "AUTH",  "MANIFEST", "BITFIELD", "HAVE",
     "REQUEST", "CANCEL", "CHUNK", "REJECT",   "PEERS",    "PING",
-    "CROSSING", "REACH"};
+    "CROSSING", "REACH", "BID"};
 
 /* Fields of each message's array. */
 static const unsigned n_fields[WIRE_TYPE_COUNT_] = {0, 6, 1, 1, 4, 3,
-                                                    3, 3, 4, 3, 1, 0, 4, 1};
+                                                    3, 3, 4, 3, 1, 0, 4, 1, 4};
 
 static int known(int type) { return type > 0 && type < WIRE_TYPE_COUNT_; }
 
@@ -267,6 +267,7 @@ static int get_fields(cur *c, wire_msg *m) {
   case WIRE_REJECT:
     return get_ref(c, m, 1);
   case WIRE_CROSSING:
+  case WIRE_BID:
     CHECK_RC(get_ref(c, m, 1));
     return get_fixed(c, "field 3 (node)", STITCH_PUBKEY_BYTES, m->node.b);
   case WIRE_PEERS:
@@ -417,12 +418,13 @@ static void emit(wr *w, const wire_msg *m) {
   case WIRE_CANCEL:
   case WIRE_REJECT:
   case WIRE_CROSSING:
+  case WIRE_BID:
     w_uint(w, m->version);
     w_uint(w, m->object);
     w_uint(w, m->chunk);
     if (m->type == WIRE_CHUNK)
       w_bin(w, m->data, m->data_len);
-    if (m->type == WIRE_CROSSING)
+    if (m->type == WIRE_CROSSING || m->type == WIRE_BID)
       w_bin(w, m->node.b, STITCH_PUBKEY_BYTES);
     break;
   case WIRE_PEERS:
@@ -481,6 +483,7 @@ static int msg_ok(const wire_msg *m) {
   case WIRE_CANCEL:
   case WIRE_REJECT:
   case WIRE_CROSSING:
+  case WIRE_BID:
     return ref;
   case WIRE_PEERS:
     if (m->n_peers > WIRE_MAX_PEERS_MSG)

@@ -35,6 +35,8 @@ typedef enum wire_type {
   WIRE_CROSSING = 12, /* (version, object, chunk) is being fetched from
                          another region by node key */
   WIRE_REACH = 13,   /* the other regions the sender's links reach */
+  WIRE_BID = 14,     /* node key would fetch (version, object, chunk) from
+                        another region by its turn */
   WIRE_TYPE_COUNT_
 } wire_type;
 
@@ -47,7 +49,7 @@ typedef struct wire_addr {
  * frame it was decoded from, or into the caller's memory when encoding. */
 typedef struct wire_msg {
   wire_type type;
-  /* HELLO; node is also CROSSING's */
+  /* HELLO; node is also CROSSING's and BID's */
   uint32_t proto;
   stitch_pubkey swarm, node;
   uint8_t nonce[WIRE_NONCE_BYTES];

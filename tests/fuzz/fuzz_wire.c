@@ -85,7 +85,7 @@ static int msg_eq(const wire_msg *a, const wire_msg *b) {
     if (a->version != b->version || a->object != b->object ||
         a->chunk != b->chunk || a->nbits != b->nbits)
       return 0;
-    if (a->type == WIRE_CROSSING &&
+    if ((a->type == WIRE_CROSSING || a->type == WIRE_BID) &&
         memcmp(a->node.b, b->node.b, sizeof(a->node.b)) != 0)
       return 0;
   }

@@ -820,7 +820,7 @@ static void gen_wire(void) {
   static const char *const names[WIRE_TYPE_COUNT_] = {
       NULL,      "hello",  "auth",  "manifest", "bitfield", "have",
       "request", "cancel", "chunk", "reject",   "peers",    "ping",
-      "crossing", "reach"};
+      "crossing", "reach", "bid"};
   for (int t = 1; t < WIRE_TYPE_COUNT_; t++) {
     m->type = (wire_type)t;
     m->data = t == WIRE_BITFIELD ? bits : blob;

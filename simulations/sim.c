@@ -488,6 +488,22 @@ static int all_done(const sim *s) {
   return 1;
 }
 
+/* How many live nodes hold version V (0: none yet); *LIVE counts them
+ * all, *STORED the chunks they stored. */
+static unsigned holding(const sim *s, unsigned v, unsigned *live,
+                        uint64_t *stored) {
+  unsigned hold = 0;
+  *live = 0;
+  *stored = 0;
+  for (int i = 1; i < s->n_node; i++)
+    if (s->node[i].state == NODE_LIVE) {
+      (*live)++;
+      *stored += s->node[i].stored;
+      hold += v > 0 && s->node[i].done[v] >= 0;
+    }
+  return hold;
+}
+
 /* --trace: one row per controller turn (every 50 ms, and at each
  * publish), the rates since the last row: the nodes' mean chunk download
  * and upload in Mbit/s, the seed's upload, how many live nodes hold the
@@ -495,11 +511,11 @@ static int all_done(const sim *s) {
 static void trace_row(sim *s, double t) {
   size_t nr = s->sc.n_regions;
   uint64_t up = 0, seed = 0, *down = s->trace_region + nr + 1,
-           *live = down + nr + 1;
-  int done = 0;
+           *live = down + nr + 1, stored;
+  unsigned v = s->next_version - 1, all;
+  unsigned done = holding(s, v, &all, &stored);
   memset(down, 0, 2 * (nr + 1) * sizeof(*down));
   stitch_swarm_stats st;
-  unsigned v = s->next_version - 1;
   for (int i = 0; i < s->n_node; i++) {
     node *n = &s->node[i];
     node_stats(n, &st);
@@ -513,13 +529,12 @@ static void trace_row(sim *s, double t) {
     if (n->state == NODE_LIVE) {
       live[n->region]++;
       live[nr]++;
-      done += v > 0 && n->done[v] >= 0;
     }
   }
   double dt = t - s->trace_t;
   if (dt > 0 && v > 0) {
     double per = live[nr] > 0 ? (double)live[nr] : 1, mbit = 8 / 1e6 / dt;
-    fprintf(s->trace, "%.3f,%.1f,%.1f,%.1f,%d", t - s->published[1],
+    fprintf(s->trace, "%.3f,%.1f,%.1f,%.1f,%u", t - s->published[1],
             (double)(down[nr] - s->trace_region[nr]) * mbit / per,
             (double)(up - s->trace_up) * mbit / per,
             (double)(seed - s->trace_seed) * mbit, done);
@@ -546,22 +561,26 @@ static void publish(sim *s, unsigned v) {
 
 /* A line on stderr every progress_s of wall time (STITCH_SIM_PROGRESS_S,
  * 30 s unless set; a short run prints none): a run of 10,000 nodes takes
- * an hour. */
+ * an hour. It gives the chunks stored so far against what the versions
+ * published need, counted as if every live node took every version's
+ * plan whole. */
 static void progress(sim *s, double t) {
   double w = sim_wall();
   if (w < s->progress_at)
     return;
   s->progress_at = w + s->progress_s;
-  unsigned v = s->next_version - 1, live = 0, hold = 0;
-  for (int i = 1; i < s->n_node; i++)
-    if (s->node[i].state == NODE_LIVE) {
-      live++;
-      hold += v > 0 && s->node[i].done[v] >= 0;
-    }
+  unsigned v = s->next_version - 1, live;
+  uint64_t stored, need = 0;
+  unsigned hold = holding(s, v, &live, &stored);
+  for (unsigned k = 1; k <= v; k++)
+    need += s->tr.v[k].chunks * live;
   fprintf(stderr,
           "stitch-sim: %.2f s simulated, %u of %u live nodes hold version "
-          "%u of %u, %.0f s wall\n",
-          t, hold, live, v, s->tr.count, w - s->wall0);
+          "%u of %u (chunks stored: %.1f %% of those published), %.0f s "
+          "wall\n",
+          t, hold, live, v, s->tr.count,
+          need > 0 ? 100.0 * (double)stored / (double)need : 0.0,
+          w - s->wall0);
 }
 
 double controller_step(sim *s) {

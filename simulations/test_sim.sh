@@ -9,7 +9,7 @@
 # where every node must finish within 5 % of the median and 1.10 times
 # the bound (sim_fair). With "regions": regions.json, three regions, where
 # nothing may cross back into the seed's region and the anchor crosses
-# at most 2.8 times (sim_regions).
+# at most 2.25 times (sim_regions).
 # What every run must show (nothing failed to verify, no version beat its
 # bound) is simulations/check_sim.py.
 # Usage: test_sim.sh STITCH-SIM SIMULATIONS-DIR [churn [NETWORK...] | fair | regions]
@@ -143,10 +143,12 @@ if home > 0:
     fail("%.2f F crossed back into the seed's region (should be 0)" % home)
 # Two other regions: 2 F if each chunk crossed into each once. 2.77 to
 # 3.16 F before those CROSSINGs and the one for a chunk passed across
-# (rng seeds 1 to 4), 2.50 to 2.76 F after.
+# (rng seeds 1 to 4), 2.50 to 2.76 F after, 2.33 to 2.36 F before the
+# bids for turns (fetch.c bid), 2.06 to 2.16 F with them (2.15 to 2.23
+# with the 15 ms and the pass notice but no bids, a scratch build).
 cross = v["cross_region_bytes"] / v["bytes"]
-if cross > 2.8:
-    fail("%.2f F crossed regions (at most 2.8; 2 is once per region)" % cross)
+if cross > 2.25:
+    fail("%.2f F crossed regions (at most 2.25; 2 is once per region)" % cross)
 print("sim_regions: ok, %.2f F crossed regions, %.2f F back into the "
       "seed's region, ratio %.2f" % (cross, home, v["ratio"]))
 PY
@@ -187,18 +189,21 @@ sed 's/"mode": "p2p"/"network": "queues", "mode": "p2p"/' "$dir/scenarios/small.
 check "$tmp/queues.out" queues
 # Progress on stderr, here at every controller turn (a run prints a line
 # every 30 s of wall time unless STITCH_SIM_PROGRESS_S says): simulated
-# time going up, and at the end every node holding the last version.
+# time going up, and at the end every node holding the last version and
+# every chunk of the versions' plans.
 STITCH_SIM_PROGRESS_S=0 "$sim" "$tmp/queues.json" > /dev/null 2> "$tmp/progress.err"
 python3 - "$tmp/progress.err" <<'PY'
 import re, sys
 lines = open(sys.argv[1]).read().splitlines()
 pat = re.compile(r"stitch-sim: ([0-9.]+) s simulated, (\d+) of (\d+) live "
-                 r"nodes hold version (\d+) of (\d+), \d+ s wall$")
+                 r"nodes hold version (\d+) of (\d+) \(chunks stored: "
+                 r"([0-9.]+) % of those published\), \d+ s wall$")
 m = [pat.match(l) for l in lines]
 if len(lines) < 10 or not all(m):
     sys.exit("sim_small: progress lines: %r" % lines[:3])
 t = [float(x.group(1)) for x in m]
-if t != sorted(t) or m[-1].group(2, 3, 4, 5) != ("20", "20", "3", "3"):
+if t != sorted(t) or m[-1].group(2, 3, 4, 5, 6) != ("20", "20", "3", "3",
+                                                   "100.0"):
     sys.exit("sim_small: progress: times %s..., last line %r" % (t[:3], lines[-1]))
 PY
 

@@ -120,9 +120,9 @@ typedef enum sn_evil {
                        of its own; otherwise honest */
   SN_EVIL_NOT_ME,   /* answers every request from another region with a
                        CROSSING naming a made-up node, not the chunk */
-  SN_EVIL_NO_BID,   /* sends no BID; otherwise honest (a baseline) */
-  SN_EVIL_PASS_LIE  /* to a peer of another region, each HAVE is a
-                       CROSSING naming that peer: a pass that never comes */
+  SN_EVIL_PASS_LIE  /* to a peer of another region, each HAVE (of chunk
+                       c) is a CROSSING naming that peer, a pass that never
+                       comes, and the lie is told again of chunk c / 2 */
 } sn_evil;
 
 struct sn_net;
@@ -153,6 +153,8 @@ typedef struct sn_node {
   uint64_t write_rejects; /* with cfg.write_verifies: bad chunks we refused */
   /* Evil behaviour of its outgoing pipes. */
   sn_evil evil;
+  int deaf_bids; /* every BID that arrives is dropped (a baseline) */
+  uint64_t lies; /* CROSSING frames the rewriter made */
   const uint8_t *evil_buf;
   size_t evil_len;
   uint32_t dribble; /* bytes per ms after a HUGE header */
@@ -187,9 +189,11 @@ typedef struct sn_pipe {
    * refused what came back): an attacker keeps the transport open, so its
    * injected bytes still flow and what reaches it is dropped. */
   int core_gone;
-  /* The monitor, on delivered bytes. */
+  /* The monitor, on delivered bytes; for a receiver deaf to BIDs, the
+   * frames it lets through. */
   wire_reader mon;
   int mon_dead;
+  dbuf heard;
   uint64_t sent, delivered;
   /* With net->track_heap: what the receiver's core kept allocated across
    * its peer_recv calls for this pipe (glibc's mallinfo2). */
@@ -488,6 +492,7 @@ static void sn_conn_close(sn_net *net, sn_conn *c, int closer, int rc,
     p->dribbling = 0;
     wire_reader_free(&p->rw);
     wire_reader_free(&p->mon);
+    dbuf_free(&p->heard);
   }
   for (int s = 0; s < 2; s++)
     if (c->d[s].from != silent)
@@ -530,7 +535,7 @@ static void sn_open(sn_net *net, int a, int b) {
     p->to = s == 0 ? b : a;
     p->bw = local ? net->p.bw_local : net->p.bw_remote;
     p->lat = local ? net->p.lat_local : net->p.lat_remote;
-    p->q.max = p->out.max = SIZE_MAX / 2;
+    p->q.max = p->out.max = p->heard.max = SIZE_MAX / 2;
     wire_reader_init(&p->rw);
     wire_reader_init(&p->mon);
   }
@@ -602,12 +607,6 @@ static void sn_log_line(sn_node *n, const char *fmt, ...) {
 }
 
 /* Carries out every action N's core asks for. */
-/* Dials and closes as an honest node does: one whose only fault is to
- * stay quiet (SN_EVIL_NO_BID, a baseline) takes part in the swarm. */
-static int sn_links_honest(const sn_node *n) {
-  return n->evil == SN_HONEST || n->evil == SN_EVIL_NO_BID;
-}
-
 static void sn_actions(sn_net *net, sn_node *n) {
   stitch_swarm_action a;
   if (!n->alive)
@@ -618,7 +617,7 @@ static void sn_actions(sn_net *net, sn_node *n) {
       return;
     if (a.kind == STITCH_SWARM_CONNECT) {
       /* An evil node attacks only the links the test gives it. */
-      int to = sn_links_honest(n) ? sn_node_by_addr(net, a.addr) : -1;
+      int to = n->evil == SN_HONEST ? sn_node_by_addr(net, a.addr) : -1;
       sn_log_line(n, "CONNECT %s%s", a.addr, to >= 0 ? "" : " (ignored)");
       if (to >= 0)
         sn_dial_later(net, n->idx, to);
@@ -627,7 +626,7 @@ static void sn_actions(sn_net *net, sn_node *n) {
     } else if (a.kind == STITCH_SWARM_CLOSE) {
       int side;
       sn_conn *c = sn_conn_of(net, n->idx, a.peer, &side);
-      if (c != NULL && !sn_links_honest(n)) { /* keep the transport */
+      if (c != NULL && n->evil != SN_HONEST) { /* keep the transport */
         c->d[side].core_gone = 1;
         stitch_swarm_peer_close(n->sw, a.peer, net->now);
       } else if (c != NULL) { /* it hears peer_close like the other side */
@@ -764,8 +763,6 @@ static void sn_rewrite(sn_node *n, sn_pipe *p, int type, const uint8_t *body,
   }
   if (n->evil == SN_EVIL_REACH && type == WIRE_REACH)
     return; /* its made-up REACH stands */
-  if (n->evil == SN_EVIL_NO_BID && type == WIRE_BID)
-    return;
   if (n->evil == SN_EVIL_PASS_LIE && type == WIRE_HAVE &&
       strcmp(n->region, n->net->node[p->to].region) != 0) {
     wire_msg *m = calloc(1, sizeof(*m));
@@ -774,6 +771,9 @@ static void sn_rewrite(sn_node *n, sn_pipe *p, int type, const uint8_t *body,
     m->type = WIRE_CROSSING;
     m->node = n->net->node[p->to].cfg.node_pk;
     ASSERT_EQ(wire_encode(&p->out, m), 0);
+    m->chunk /= 2;
+    ASSERT_EQ(wire_encode(&p->out, m), 0);
+    n->lies += 2;
     free(m);
     return;
   }
@@ -889,6 +889,8 @@ static void sn_monitor(sn_net *net, sn_pipe *p, const uint8_t *buf,
     pos += used;
     if (type <= 0)
       continue;
+    if (to->deaf_bids && type != WIRE_BID)
+      sn_frame(&p->heard, type, body, blen);
     to->rx_frames[type]++;
     if (type == WIRE_CHUNK && net->node[p->from].cfg.seed)
       to->rx_seed_chunks++;
@@ -926,6 +928,11 @@ static void sn_deliver(sn_net *net, sn_conn *c, int side) {
   p->head = end;
   p->delivered += len;
   sn_monitor(net, p, buf, len);
+  if (to->deaf_bids) { /* the frames the monitor let through */
+    buf = p->heard.p;
+    len = p->heard.len;
+    p->heard.len = 0;
+  }
   int rc = 0;
   if (!c->d[1 - side].core_gone) {
     uint64_t h0 = net->track_heap ? sn_heap() : 0;

@@ -676,16 +676,16 @@ static void scenario_leave(void) {
  * fetch across, and they learn of each chunk at about the same time. Each
  * chunk should still cross into "us" about once (fetch.c cross_ok, the
  * CROSSING message), and spread inside. Without the rule every "us" node
- * fetched its own copy across: 12 times the bytes. The "us" nodes behave
- * as EVIL says (SN_HONEST, or SN_EVIL_NO_BID). */
-static void build_regions(sn_net *net, const sn_params *q, sn_evil evil) {
+ * fetched its own copy across: 12 times the bytes. With DEAF_BIDS every
+ * node drops the BIDs that reach it. */
+static void build_regions(sn_net *net, const sn_params *q, int deaf_bids) {
   sn_node *seed = build(net, q, 0);
   for (int i = 1; i <= 14; i++)
-    sn_add(net, i <= 2 ? "eu" : "us", 0, 1)->evil = i <= 2 ? SN_HONEST : evil;
+    sn_add(net, i <= 2 ? "eu" : "us", 0, 1)->deaf_bids = deaf_bids;
   sn_start(net, seed, NULL, 0);
   for (int i = 1; i <= 14; i++) {
     int peers[2] = {i <= 2 ? 0 : 1 + i % 2, i - 1};
-    sn_start(net, &net->node[i], peers, i <= 3 ? 1 : 2);
+    sn_start(net, &net->node[i], peers, i == 1 ? 1 : 2);
   }
   sn_run(net, 50, NULL, NULL);
 }
@@ -694,13 +694,13 @@ static void build_regions(sn_net *net, const sn_params *q, sn_evil evil) {
  * "us" some chunks itself), for version 1 of the regions swarm built with
  * test seed SEED_NO and slow links inside regions; BIDS counts the BID
  * frames its "us" nodes got. */
-static double regions_across(uint64_t seed_no, sn_evil evil, uint64_t *bids) {
+static double regions_across(uint64_t seed_no, int deaf_bids, uint64_t *bids) {
   sn_net net;
   uint64_t saved = test_seed;
   test_seed = seed_no;
   sn_params q = default_params;
   q.bw_local = 500; /* a CROSSING waits behind a chunk at every hop */
-  build_regions(&net, &q, evil);
+  build_regions(&net, &q, deaf_bids);
   test_seed = saved;
   publish(&net, &net.node[0], 1);
   run_until_all_at(&net, 1);
@@ -719,30 +719,34 @@ static double regions_across(uint64_t seed_no, sn_evil evil, uint64_t *bids) {
 
 /* That swarm with and without BIDs (fetch.c bid: a node that first sees
  * a far copy bids for the turn, and a higher rank waits for a lower
- * one's). Along the chain of "us", over links of 500 B/ms, a CROSSING
- * waits behind a chunk at every hop, so turns a few ms apart crossed
- * twice. Means of four runs, test seeds 1 to 6: 1.150-1.174 times v1
- * with BIDs dropped, 1.017-1.045 with them. */
+ * one's; without, every node drops the BIDs that reach it). Along the
+ * chain of "us", over links of 500 B/ms, a CROSSING waits behind a chunk
+ * at every hop. Here the turns' 15 ms and "eu"'s two nodes answering a
+ * second asker with a CROSSING (coming_into) leave bids little to do:
+ * means of four runs, test seeds 1 to 6, 1.044-1.065 times v1 without
+ * them, 1.025-1.049 with. On the simulator, where a hop waits behind a
+ * 400 KB chunk and a region has 40 nodes or more, they take most of the
+ * excess away (docs/swarm.md "Bids"). */
 static void scenario_bids(void) {
   double with = 0, without = 0;
-  uint64_t bids = 0, none = 0;
+  uint64_t bids = 0, dropped = 0;
   printf("bids: crossed into \"us\", times v1, with BIDs / without:");
   for (uint64_t k = 0; k < 4; k++) {
-    double a = regions_across(test_seed + k, SN_HONEST, &bids),
-           b = regions_across(test_seed + k, SN_EVIL_NO_BID, &none);
+    double a = regions_across(test_seed + k, 0, &bids),
+           b = regions_across(test_seed + k, 1, &dropped);
     printf(" %.3f/%.3f", a, b);
     with += a;
     without += b;
   }
-  printf("; means %.3f / %.3f; %" PRIu64 " BID frames (%" PRIu64
-         " without)\n", with / 4, without / 4, bids, none);
-  ASSERT(bids > 0 && none == 0);
-  ASSERT(with < without && with / 4 <= 1.08);
+  printf("; means %.3f / %.3f; %" PRIu64 " BID frames heard (%" PRIu64
+         " dropped)\n", with / 4, without / 4, bids, dropped);
+  ASSERT(bids > 0 && dropped > 0);
+  ASSERT_DBL_LE(with, without);
 }
 
 static void scenario_regions(void) {
   sn_net net;
-  build_regions(&net, &default_params, SN_HONEST);
+  build_regions(&net, &default_params, 0);
   sn_node *seed = &net.node[0];
   for (uint64_t v = 1; v <= 2; v++) {
     publish(&net, seed, v);
@@ -880,7 +884,7 @@ static void scenario_one_way_in(void) {
  * "us" node held it, bit-exact; *CROSSINGS counts the CROSSING frames
  * into "us", *SEEDED the chunks "us" got from the seed. */
 static uint64_t past_liar(sn_evil evil, uint64_t *crossings,
-                          uint64_t *seeded) {
+                          uint64_t *seeded, uint64_t *lies) {
   sn_net net;
   sn_node *seed = build(&net, &default_params, 0);
   sn_node *liar = sn_add(&net, "eu", 0, 1);
@@ -906,6 +910,7 @@ static uint64_t past_liar(sn_evil evil, uint64_t *crossings,
     *seeded += net.node[i].rx_seed_chunks;
   }
   uint64_t took = net.now - publish_ms[1];
+  *lies = liar->lies;
   sn_free(&net);
   return took;
 }
@@ -919,8 +924,8 @@ static uint64_t past_liar(sn_evil evil, uint64_t *crossings,
  * honest nodes (test seeds 1 to 3). A liar that held each request for the
  * full CORE_REQUEST_MS would take 15 s or more. */
 static void scenario_not_me(void) {
-  uint64_t crossings, seeded;
-  uint64_t took = past_liar(SN_EVIL_NOT_ME, &crossings, &seeded);
+  uint64_t crossings, seeded, lies;
+  uint64_t took = past_liar(SN_EVIL_NOT_ME, &crossings, &seeded, &lies);
   printf("not me: \"us\" at v1 bit-exact %" PRIu64 " ms after publish past a "
          "node answering every request with a CROSSING; %" PRIu64
          " CROSSING frames into \"us\"\n",
@@ -930,20 +935,23 @@ static void scenario_not_me(void) {
 
 /* As not_me, but the liar tells "us" of each chunk it holds with a
  * CROSSING naming the receiver (the notice of a pass, fetch.c pass_to)
- * instead of a HAVE, and never sends the chunk. Each "us" node tells its
- * region the chunk is coming, but once per chunk only
- * (fetch_on_crossing), so the liar can hold each chunk back from turns
- * at most CORE_CROSS_TRUST_MS (3 s); the honest node's passes and the
- * seed bring the chunks in meanwhile. "us" held v1 898 ms after publish
- * (test seed 5707716), as with not_me's liar (899). */
+ * instead of a HAVE, tells it again of an earlier chunk, and never sends
+ * either. Each "us" node tells its region the chunk is coming, once per
+ * chunk (fetch_on_crossing, tell_entering), so the liar can hold each
+ * chunk back from turns at most CORE_CROSS_TRUST_MS (3 s); the honest
+ * node's passes and the seed bring the chunks in meanwhile. "us" held v1
+ * 893 ms after publish (test seed 5707716; not_me's liar 899), with 1,698
+ * CROSSING frames between its nodes against 1,190 with no liar. */
 static void scenario_pass_lie(void) {
-  uint64_t crossings, seeded;
-  uint64_t took = past_liar(SN_EVIL_PASS_LIE, &crossings, &seeded);
+  uint64_t crossings, seeded, lies, near, none;
+  uint64_t took = past_liar(SN_EVIL_PASS_LIE, &crossings, &seeded, &lies);
+  past_liar(SN_HONEST, &near, &seeded, &none);
   printf("pass lie: \"us\" at v1 bit-exact %" PRIu64 " ms after publish "
-         "past a node announcing a pass of every chunk it holds and "
-         "sending none; %" PRIu64 " CROSSING frames into \"us\", %" PRIu64
-         " chunks from the seed\n", took, crossings, seeded);
+         "past a node announcing a pass of every chunk it holds, twice, and "
+         "sending none; %" PRIu64 " CROSSING frames inside \"us\" (%" PRIu64
+         " with no liar)\n", took, crossings - lies, near);
   ASSERT(took <= 3000 + 2000);
+  ASSERT(crossings - lies <= 2 * near);
 }
 
 /* Stores every chunk of version V at N and marks its weights as V: a node

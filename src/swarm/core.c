@@ -233,6 +233,7 @@ static void version_free(vstate *v) {
     free(v->crossing[o]);
     free(v->bid[o]);
     free(v->bid_at[o]);
+    free(v->bids_sent[o]);
     free(v->coming[o]);
     free(v->asked_at[o]);
   }
@@ -707,6 +708,7 @@ static int add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
           (v->crossing[o] = calloc(n + 1, 4)) == NULL ||
           (v->bid[o] = calloc(n + 1, 4)) == NULL ||
           (v->bid_at[o] = calloc(n + 1, 4)) == NULL ||
+          (v->bids_sent[o] = calloc(n + 1, 1)) == NULL ||
           (v->coming[o] = calloc(n + 1, 4)) == NULL ||
           (v->asked_at[o] = calloc(n + 1, 4)) == NULL;
     for (uint64_t c = 0; c < n && !bad; c++) {

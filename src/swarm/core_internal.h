@@ -59,6 +59,10 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
 #define CORE_CROSS_HEAR_MS 15
 #define CORE_CROSS_SPREAD_MS 200
 #define CORE_CROSS_BID_SLACK_MS 200
+/* A node sends (or passes on) at most this many BIDs per chunk: each
+ * lower rank heard goes on, about ln(bidders) of them, but a neighbour
+ * that names ever lower ranks must not flood the region for long. */
+#define CORE_CROSS_BIDS_MAX 8
 #define CORE_CROSS_TRUST_MS 3000
 #define CORE_CROSS_SAMPLES 8    /* crossers' ranks before they size a region */
 /* A far peer asking for a chunk we sent within CORE_SENT_RECENT_MS to
@@ -193,9 +197,11 @@ typedef struct vstate {
   uint32_t *far_at[STITCH_MAX_OBJECTS];
   uint32_t *crossing[STITCH_MAX_OBJECTS];
   /* The lowest rank (fetch.c rank_bits) a BID for each chunk named, and
-   * when we heard (or sent) it: that node's turn comes first. */
+   * when we heard (or sent) it: that node's turn comes first. And how
+   * many BIDs we sent for it (at most CORE_CROSS_BIDS_MAX). */
   uint32_t *bid[STITCH_MAX_OBJECTS];
   uint32_t *bid_at[STITCH_MAX_OBJECTS];
+  uint8_t *bids_sent[STITCH_MAX_OBJECTS];
   /* When a far peer first answered our request for each chunk that it is
    * coming into our region another way (fetch.c coming_into). */
   uint32_t *coming[STITCH_MAX_OBJECTS];

@@ -326,10 +326,12 @@ static int crossing_heard(const stitch_swarm *s, const vstate *v, uint32_t o,
   return h != 0 && at_ms(v, h) + CORE_CROSS_TRUST_MS > s->now_ms;
 }
 
-/* A rank in 32 bits, as vstate.bid keeps the lowest. */
+/* A rank in 32 bits, as vstate.bid keeps the lowest, and back. */
 static uint32_t rank_bits(double rank) {
   return (uint32_t)(rank * 4294967295.0);
 }
+
+static double bits_rank(uint32_t b) { return b / 4294967295.0; }
 
 /* When a node of our region with rank RANK takes its turn at a chunk it
  * first saw a far copy of at SEEN_MS (cross_ok). */
@@ -346,7 +348,8 @@ static uint64_t turn_ms(const stitch_swarm *s, const vstate *v, double rank,
 /* Tells our region (but EXCEPT) that node KEY would take a turn at chunk
  * C (BID), if its rank is the lowest we know of for C; a BID that is not
  * stops here, so each goes on through the region only as long as it is
- * the lowest anyone there has heard. */
+ * the lowest anyone there has heard, and we send CORE_CROSS_BIDS_MAX at
+ * most per chunk (past that we still heed lower ranks, cross_ok). */
 static void bid(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c,
                 const stitch_pubkey *key, const peer *except) {
   uint32_t r = rank_bits(cross_rank(v, o, c, key));
@@ -354,6 +357,9 @@ static void bid(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c,
     return;
   v->bid[o][c] = r;
   v->bid_at[o][c] = stamp(s, v);
+  if (v->bids_sent[o][c] >= CORE_CROSS_BIDS_MAX)
+    return;
+  v->bids_sent[o][c]++;
   chunk_id id = {v->ref.m->version, o, c};
   wire_msg m;
   ref_msg(&m, WIRE_BID, &id);
@@ -366,12 +372,14 @@ static void bid(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c,
 }
 
 /* A far peer holds chunk C: our turn's clock starts (far_at), and unless
- * we have the chunk, or it is coming, or nearby, we bid for the turn. */
+ * we do not want the chunk, have it, or it is coming, or nearby, we bid
+ * for the turn. */
 static void saw_far(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c) {
   if (v->far_at[o][c] != 0)
     return;
   v->far_at[o][c] = stamp(s, v);
-  if (!bits_get(&v->held[o], c) && v->inflight[o][c] == 0 &&
+  if (in_plan(s, v->ref.m->version, o) && !bits_get(&v->held[o], c) &&
+      v->inflight[o][c] == 0 &&
       !crossing_heard(s, v, o, c) &&
       !held_nearby(s, v->ref.m->version, o, c))
     bid(s, v, o, c, &s->cfg.node_pk, NULL);
@@ -414,7 +422,7 @@ static int cross_ok(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c) {
   uint64_t next = turn_ms(s, v, rank, at_ms(v, v->far_at[o][c]));
   if (v->bid_at[o][c] != 0 && v->bid[o][c] < rank_bits(rank)) {
     /* Bids, true or not, hold us back CORE_CROSS_TRUST_MS at most. */
-    uint64_t theirs = turn_ms(s, v, v->bid[o][c] / 4294967295.0,
+    uint64_t theirs = turn_ms(s, v, bits_rank(v->bid[o][c]),
                               at_ms(v, v->bid_at[o][c])) +
                       CORE_CROSS_BID_SLACK_MS,
              cap = at_ms(v, v->far_at[o][c]) + CORE_CROSS_TRUST_MS;
@@ -498,12 +506,14 @@ void fetch_on_crossing(stitch_swarm *s, peer *p, const wire_msg *m) {
     return; /* not news for our region, or not ours to judge */
   chunk_id c = {m->version, m->object, m->chunk};
   if (far_peer(p)) {
-    if (find_request(p, &c) < 0) {
-      if (memcmp(m->node.b, s->cfg.node_pk.b, sizeof(m->node.b)) == 0 &&
-          v->crossing[c.object][c.chunk] == 0)
+    /* coming_into never names the asker: naming us, it is a pass. */
+    if (memcmp(m->node.b, s->cfg.node_pk.b, sizeof(m->node.b)) == 0) {
+      if (v->crossing[c.object][c.chunk] == 0)
         tell_entering(s, v, &c);
       return;
     }
+    if (find_request(p, &c) < 0)
+      return;
     fetch_on_reject(s, p, &c);
     if (v->coming[c.object][c.chunk] == 0)
       v->coming[c.object][c.chunk] = stamp(s, v);

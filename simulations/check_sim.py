@@ -1,6 +1,8 @@
 """What every ctest run of stitch-sim checks in its --json report
 (simulations/test_sim.sh): nothing failed to verify or apply, and no
-version beat its bound or had the seed send less than its bytes."""
+version beat its bound or had the seed send less than its bytes, and
+at each publish the median node had links to its own region (a joiner
+may have none yet)."""
 import json
 import sys
 
@@ -27,6 +29,10 @@ def check_common(r, fail):
         if v["seed_bytes"] < v["bytes"]:
             fail("version %d: the seed sent %d B of %d"
                  % (v["version"], v["seed_bytes"], v["bytes"]))
+        lo, mid = v["own_region_links_min"], v["own_region_links_p50"]
+        if r["mode"] == "p2p" and (lo > mid or mid == 0):
+            fail("version %d: links to their own region at publish, min %d "
+                 "and median %d" % (v["version"], lo, mid))
 
 
 def load_one_version(path, test):

@@ -118,6 +118,7 @@ typedef struct node {
 typedef struct snap {
   uint64_t seed_up, cross;
   uint64_t cross_home; /* of cross, into the seed's region */
+  sim_links links;
 } snap;
 
 struct qnet;

@@ -145,6 +145,10 @@ void *sim_report_json(const sim_result *r, int per_node) {
                         json_integer((json_int_t)r->cross_bytes[v]));
     json_object_set_new(e, "cross_into_seed_region_bytes",
                         json_integer((json_int_t)r->cross_home_bytes[v]));
+    json_object_set_new(e, "own_region_links_min",
+                        json_integer((json_int_t)r->links[v].min));
+    json_object_set_new(e, "own_region_links_p50",
+                        json_integer((json_int_t)r->links[v].p50));
     json_array_append_new(vs, e);
   }
   json_object_set_new(o, "mode", json_string(r->mode));

@@ -44,6 +44,7 @@
 
 #define WARMUP_S 2.0 /* nodes join before version 1 */
 #define POLL_S 0.05  /* the controller checks completion */
+#define LINKS_HIST 256 /* take_snap's link counts, the last bin "or more" */
 
 double now_s(const sim *s) {
   return s->q != NULL ? s->clock : simgrid_get_clock();
@@ -470,12 +471,27 @@ static void take_snap(sim *s, snap *sn) {
   stitch_swarm_stats st;
   node_stats(&s->node[0], &st);
   sn->seed_up = st.bytes_up;
+  unsigned hist[LINKS_HIST] = {0}, live = 0;
   for (int i = 0; i < s->n_node; i++) {
     node_stats(&s->node[i], &st);
     sn->cross += st.bytes_other_region;
     if (i > 0 && strcmp(s->sc.regions[s->node[i].region].name,
                         s->sc.seed_region) == 0)
       sn->cross_home += st.bytes_other_region;
+    if (i > 0 && s->node[i].state == NODE_LIVE) {
+      hist[st.peers_same_region < LINKS_HIST ? st.peers_same_region
+                                             : LINKS_HIST - 1]++;
+      live++;
+    }
+  }
+  /* The smallest count, and the median (the lower one of an even n). */
+  unsigned below = 0;
+  for (unsigned k = 0; k < LINKS_HIST && 2 * below < live; k++) {
+    if (below == 0 && hist[k] > 0)
+      sn->links.min = k;
+    below += hist[k];
+    if (2 * below >= live)
+      sn->links.p50 = k;
   }
 }
 
@@ -796,6 +812,7 @@ static int report(sim *s, double wall_s, double rss_base, int as_json,
   uint64_t *home_b = xcalloc(nv + 1, sizeof(*home_b));
   double *bound = xcalloc(nv + 1, sizeof(*bound));
   double *node_bound = xcalloc(nv + 1, sizeof(*node_bound));
+  sim_links *links = xcalloc(nv + 1, sizeof(*links));
   sim_result r = {0};
   r.mode = s->sc.central ? "central" : "p2p";
   for (unsigned i = 0; i < slots; i++) {
@@ -831,6 +848,7 @@ static int report(sim *s, double wall_s, double rss_base, int as_json,
     home_b[v] = s->sc.central ? 0 : b->cross_home - a->cross_home;
     bound[v] = sim_bound(&s->sc, f);
     node_bound[v] = sim_node_bound(&s->sc, f);
+    links[v] = a->links;
     if (s->published[v] < 0)
       s->published[v] = INFINITY;
   }
@@ -851,6 +869,7 @@ static int report(sim *s, double wall_s, double rss_base, int as_json,
   r.cross_home_bytes = home_b;
   r.bound = bound;
   r.node_bound = node_bound;
+  r.links = links;
   r.latency_s = sim_latency(&s->sc);
   r.wall_s = wall_s;
   r.sim_s = s->end_s;
@@ -880,6 +899,7 @@ static int report(sim *s, double wall_s, double rss_base, int as_json,
   free(home_b);
   free(bound);
   free(node_bound);
+  free(links);
   return rc;
 }
 

@@ -138,6 +138,12 @@ uint64_t sim_xorshift(uint64_t *s);
 
 /* ---- report.c: what a run measured ----------------------------------- */
 
+/* Ready links to a node's own region, over the live nodes other than the
+ * seed, at a version's publish. */
+typedef struct sim_links {
+  unsigned min, p50;
+} sim_links;
+
 typedef struct sim_result {
   const char *mode;
   unsigned nodes, versions; /* nodes: at start */
@@ -153,6 +159,7 @@ typedef struct sim_result {
   const uint64_t *seed_bytes, *cross_bytes; /* [version] */
   const uint64_t *cross_home_bytes; /* [version]: into the seed's region */
   const double *bound, *node_bound; /* [version] */
+  const sim_links *links;           /* [version], at its publish */
   double latency_s;
   double wall_s, sim_s;
   int finished;

@@ -1145,6 +1145,9 @@ uint64_t stitch_swarm_wake(const stitch_swarm *s) {
 }
 
 void stitch_swarm_get_stats(const stitch_swarm *s, stitch_swarm_stats *st) {
+  size_t same, far;
+  count_ready(s, &same, &far);
   *st = s->st;
-  st->peers = (uint32_t)count_peers(s, 1);
+  st->peers = (uint32_t)(same + far);
+  st->peers_same_region = (uint32_t)same;
 }

@@ -167,6 +167,7 @@ typedef struct stitch_swarm_stats {
   uint64_t fetching_version;
   uint64_t fetch_done, fetch_total; /* chunks of the plan in flight */
   uint32_t peers;
+  uint32_t peers_same_region;          /* of peers, those of our region */
   uint64_t bytes_up, bytes_down;       /* chunk payloads */
   uint64_t bytes_from_seed, bytes_same_region, bytes_other_region;
   uint64_t bytes_to_same_region, bytes_to_other_region;

@@ -113,6 +113,7 @@ typedef struct node {
   double wake_at; /* queues: the earliest wake-up queued for it */
   uint64_t stored, needed_n, bad_writes, apply_errors, tick_errors;
   uint64_t wire_up; /* bytes this node put on the wire */
+  uint64_t ramp_held; /* of version 1's chunks (STITCH_SIM_RAMP) */
 } node;
 
 typedef struct snap {
@@ -143,6 +144,9 @@ typedef struct sim {
   struct qnet *q;
   uint64_t refused, messages, events;
   int verbose; /* STITCH_SIM_LOG=1: every core's log lines on stderr */
+  uint64_t *ramp_v1; /* STITCH_SIM_RAMP=1: version 1's chunks, a bitset
+                        over the table (node_ramp); NULL: no ramp lines */
+  uint64_t ramp_n;   /* bits set in ramp_v1 */
   double wall0, progress_s, progress_at; /* progress lines on stderr */
   FILE *trace; /* --trace: a CSV row per controller turn */
   double trace_t;

@@ -237,6 +237,23 @@ static void io_release(void *user, const uint8_t *buf, size_t len) {
   (void)user, (void)buf, (void)len; /* the table keeps every chunk */
 }
 
+/* STITCH_SIM_RAMP=1: a line on stderr each time node N comes to hold
+ * its first chunk of version 1, or 10, 25, 50, 75, 90 or 100 % of them,
+ * in seconds from that version's publish (simulations/ramp.py reads
+ * them): where a node's downlink waits while a version spreads. */
+static void node_ramp(node *n) {
+  const sim *s = n->sim;
+  uint64_t k = ++n->ramp_held, all = s->ramp_n;
+  static const unsigned pct[] = {10, 25, 50, 75, 90, 100};
+  int mark = k == 1;
+  for (size_t j = 0; j < sizeof(pct) / sizeof(pct[0]); j++)
+    mark |= k == (all * pct[j] + 99) / 100;
+  if (mark)
+    fprintf(stderr, "ramp %d %s %" PRIu64 " %.5f\n", n->idx,
+            s->sc.regions[n->region].name, k * 100 / all,
+            now_s(s) - s->published[1]);
+}
+
 /* The core's check (config.write_verifies): the table's bytes hash to
  * the chunk's name (stable_make checked), so equal bytes are what a hash
  * check would accept, at a fraction of its cost. */
@@ -252,6 +269,8 @@ static int io_write(void *user, const stitch_digest *h, const uint8_t *buf,
   if (!bit(n->have, i)) {
     set_bit(n->have, i);
     n->stored++;
+    if (n->sim->ramp_v1 != NULL && bit(n->sim->ramp_v1, i))
+      node_ramp(n);
   }
   return 0;
 }
@@ -792,6 +811,7 @@ static void sim_free(sim *s) {
   free(s->published);
   free(s->at);
   free(s->stable);
+  free(s->ramp_v1);
   queue_free(s);
   sim_churn_free(&s->ch);
   sim_trajectory_free(&s->tr);
@@ -936,6 +956,7 @@ int main(int argc, char **argv) {
   memset(&s, 0, sizeof(s));
   const char *lg = getenv("STITCH_SIM_LOG");
   s.verbose = lg != NULL && *lg == '1';
+  const char *rp = getenv("STITCH_SIM_RAMP");
   const char *ps = getenv("STITCH_SIM_PROGRESS_S");
   s.progress_s = ps != NULL && *ps ? atof(ps) : 30;
   s.wall0 = t0;
@@ -945,6 +966,14 @@ int main(int argc, char **argv) {
     die(err);
   if (sim_trajectory_make(&s.sc, &s.tr, err, sizeof(err)) != 0)
     die(err);
+  if (rp != NULL && *rp == '1' && !s.sc.central) {
+    s.ramp_v1 = xcalloc((s.tr.chunks.n + 63) / 64, sizeof(uint64_t));
+    for (size_t k = 0; k < s.tr.v[1].n_all; k++)
+      if (!bit(s.ramp_v1, s.tr.v[1].all[k])) {
+        set_bit(s.ramp_v1, s.tr.v[1].all[k]);
+        s.ramp_n++;
+      }
+  }
   if (trace != NULL) {
     if (s.sc.central) {
       fprintf(stderr, "stitch-sim: --trace: a central scenario has no swarm "

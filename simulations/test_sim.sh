@@ -1,7 +1,8 @@
 #!/bin/sh
 # The simulator under ctest (docs/simulator.md): the small scenario
 # completes, every chunk is verified and stored once, no completion beats
-# the bound; broken scenario files fail with one line and a nonzero exit.
+# the bound, its progress, trace and ramp lines are whole; broken
+# scenario files fail with one line and a nonzero exit.
 # With "churn": churn.json, where nodes leave and join, still ends with
 # every live node holding the last version (sim_churn), on the networks
 # named (both by default; the sanitized build runs queues alone).
@@ -185,8 +186,15 @@ PY
 "$sim" "$dir/scenarios/small.json" --json > "$tmp/out.json"
 check "$tmp/out.json" flows
 sed 's/"mode": "p2p"/"network": "queues", "mode": "p2p"/' "$dir/scenarios/small.json" > "$tmp/queues.json"
-"$sim" "$tmp/queues.json" --json --trace "$tmp/trace.csv" > "$tmp/queues.out"
+STITCH_SIM_RAMP=1 "$sim" "$tmp/queues.json" --json --trace "$tmp/trace.csv" \
+  > "$tmp/queues.out" 2> "$tmp/ramp.txt"
 check "$tmp/queues.out" queues
+# STITCH_SIM_RAMP: every node's ramp lines go up, to all of version 1.
+bound=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["versions"][0]["bound_s"])' "$tmp/queues.out")
+python3 "$dir/ramp.py" "$tmp/ramp.txt" "$bound" > "$tmp/ramp.out" ||
+  { echo "sim_small: ramp.py failed"; exit 1; }
+grep -q "^us, 12 nodes: first " "$tmp/ramp.out" ||
+  { echo "sim_small: ramp: $(head -c 300 "$tmp/ramp.out")"; exit 1; }
 # Progress on stderr, here at every controller turn (a run prints a line
 # every 30 s of wall time unless STITCH_SIM_PROGRESS_S says): simulated
 # time going up, and at the end every node holding the last version and

@@ -193,6 +193,8 @@ void *sim_report_json(const sim_result *r, int per_node) {
                       json_integer((json_int_t)r->chunks_needed));
   json_object_set_new(o, "chunks_stored",
                       json_integer((json_int_t)r->chunks_stored));
+  json_object_set_new(o, "chunks_twice",
+                      json_integer((json_int_t)r->chunks_twice));
   json_object_set_new(o, "sim_s", num_or_null(r->sim_s));
   json_object_set_new(o, "wall_s", num_or_null(r->wall_s));
   json_object_set_new(o, "rss_peak_mib", num_or_null(r->rss_peak_mib));
@@ -267,12 +269,13 @@ void sim_report_text(const sim_result *r, FILE *f) {
                 json_object_get(e, "cross_region_bytes")));
   }
   fprintf(f, "verify failures %llu, bad writes %llu, apply errors %llu, "
-             "chunks stored %llu of %llu needed\n",
+             "chunks stored %llu of %llu needed (%llu came twice)\n",
           (unsigned long long)r->verify_failures,
           (unsigned long long)r->bad_writes,
           (unsigned long long)r->apply_errors,
           (unsigned long long)r->chunks_stored,
-          (unsigned long long)r->chunks_needed);
+          (unsigned long long)r->chunks_needed,
+          (unsigned long long)r->chunks_twice);
   fprintf(f, "staleness p99 %.0f versions; latency seed to farthest node "
              "%.3f s (outside the bound)\n",
           num(o, "staleness_p99_versions"), r->latency_s);

@@ -239,8 +239,10 @@ static void io_release(void *user, const uint8_t *buf, size_t len) {
 
 /* STITCH_SIM_RAMP=1: a line on stderr each time node N comes to hold
  * its first chunk of version 1, or 10, 25, 50, 75, 90 or 100 % of them,
- * in seconds from that version's publish (simulations/ramp.py reads
- * them): where a node's downlink waits while a version spreads. */
+ * in seconds from that version's publish, with its ready links to its
+ * own region then (simulations/ramp.py reads them): where a node's
+ * downlink waits while a version spreads, and beside how many
+ * neighbours. */
 static void node_ramp(node *n) {
   const sim *s = n->sim;
   uint64_t k = ++n->ramp_held, all = s->ramp_n;
@@ -248,10 +250,13 @@ static void node_ramp(node *n) {
   int mark = k == 1;
   for (size_t j = 0; j < sizeof(pct) / sizeof(pct[0]); j++)
     mark |= k == (all * pct[j] + 99) / 100;
-  if (mark)
-    fprintf(stderr, "ramp %d %s %" PRIu64 " %.5f\n", n->idx,
-            s->sc.regions[n->region].name, k * 100 / all,
-            now_s(s) - s->published[1]);
+  if (!mark)
+    return;
+  stitch_swarm_stats st;
+  stitch_swarm_get_stats(n->sw, &st);
+  fprintf(stderr, "ramp %d %s %" PRIu64 " %.5f %u\n", n->idx,
+          s->sc.regions[n->region].name, k * 100 / all,
+          now_s(s) - s->published[1], st.peers_same_region);
 }
 
 /* The core's check (config.write_verifies): the table's bytes hash to
@@ -852,6 +857,8 @@ static int report(sim *s, double wall_s, double rss_base, int as_json,
     stitch_swarm_stats st;
     node_stats(n, &st);
     r.verify_failures += st.verify_failures;
+    if (i > 0)
+      r.chunks_twice += st.chunks_twice;
     r.bans += st.bans;
   }
   for (unsigned v = 1; v <= nv; v++) {

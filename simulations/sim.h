@@ -164,7 +164,7 @@ typedef struct sim_result {
   double wall_s, sim_s;
   int finished;
   uint64_t verify_failures, bad_writes, apply_errors, bans;
-  uint64_t chunks_needed, chunks_stored;
+  uint64_t chunks_needed, chunks_stored, chunks_twice;
   double rss_base_mib, rss_peak_mib;
 } sim_result;
 

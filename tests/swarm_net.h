@@ -158,8 +158,12 @@ typedef struct sn_node {
   const uint8_t *evil_buf;
   size_t evil_len;
   uint32_t dribble; /* bytes per ms after a HUGE header */
-  /* What the monitor saw arrive here. */
+  /* What the monitor saw arrive here, and of its frames elsewhere. */
   uint64_t rx_frames[WIRE_TYPE_COUNT_];
+  uint64_t tx_frames[WIRE_TYPE_COUNT_];
+  /* Its first CHUNK came before any REQUEST of its had arrived anywhere:
+   * unasked (1), or maybe asked for (0); -1 before it came. */
+  int first_chunk_unasked;
   uint64_t rx_seed_chunks; /* CHUNK frames from the seed */
   uint64_t watch_rx[SN_WATCH];
   /* The last lines the core logged. */
@@ -336,6 +340,7 @@ static sn_node *sn_add(sn_net *net, const char *region, int seed,
   memset(n, 0, sizeof(*n));
   n->net = net;
   n->idx = net->n_nodes++;
+  n->first_chunk_unasked = -1;
   snprintf(n->name, sizeof(n->name), "n%d", n->idx);
   snprintf(n->region, sizeof(n->region), "%s", region);
   n->rng = sn_xorshift(&net->rng) | 1;
@@ -892,6 +897,9 @@ static void sn_monitor(sn_net *net, sn_pipe *p, const uint8_t *buf,
     if (to->deaf_bids && type != WIRE_BID)
       sn_frame(&p->heard, type, body, blen);
     to->rx_frames[type]++;
+    net->node[p->from].tx_frames[type]++;
+    if (type == WIRE_CHUNK && to->first_chunk_unasked < 0)
+      to->first_chunk_unasked = to->tx_frames[WIRE_REQUEST] == 0;
     if (type == WIRE_CHUNK && net->node[p->from].cfg.seed)
       to->rx_seed_chunks++;
     if (type != WIRE_MANIFEST || net->n_watch == 0)

@@ -651,6 +651,44 @@ static void scenario_seed_push(void) {
   sn_free(&net);
 }
 
+/* A chunk of the newest version goes on unasked to a neighbour of the
+ * region that holds none yet (fetch.c push_near), saving it the HAVE and
+ * the REQUEST. A line of five nodes of the seed's region, each told only
+ * of the one before it (n1 of the seed): the seed's first round all goes
+ * to n1, over a slow uplink, so that each node's BITFIELD (it wants v1
+ * and holds none) is there before its neighbour's first chunk. Each of
+ * n2 to n5 gets its first chunk before any REQUEST of its has arrived
+ * anywhere; without push_near each asked first. */
+static void scenario_push_near(void) {
+  sn_net net;
+  sn_params p = default_params;
+  p.seed = test_seed;
+  sn_init(&net, &p, &swarm_pk);
+  sn_node *seed = sn_add(&net, "eu", 1, 1);
+  seed->cfg.node_pk = swarm_pk;
+  seed->cfg.node_sk = swarm_sk;
+  seed->up_bw = 50; /* bytes per ms: a chunk in 60 ms */
+  sn_start(&net, seed, NULL, 0);
+  for (int i = 1; i <= 5; i++) {
+    int before[1] = {i - 1};
+    sn_start(&net, sn_add(&net, "eu", 0, 1), before, 1);
+  }
+  sn_run(&net, net.now + 50, NULL, NULL);
+  publish(&net, seed, 1);
+  run_until_all_at(&net, 1);
+  check_all_exact(&net, 1);
+  int unasked = 0;
+  for (int i = 2; i <= 5; i++)
+    unasked += net.node[i].first_chunk_unasked == 1;
+  printf("push_near: %d of n2..n5 got their first chunk unasked (n2..n5: "
+         "%d %d %d %d)\n",
+         unasked, net.node[2].first_chunk_unasked,
+         net.node[3].first_chunk_unasked, net.node[4].first_chunk_unasked,
+         net.node[5].first_chunk_unasked);
+  CHECK_NET(&net, unasked == 4);
+  sn_free(&net);
+}
+
 static void scenario_fanout_once(void) {
   stitch_digest fp;
   scenario_fanout(0, &fp);
@@ -719,6 +757,7 @@ static const sw_scenario scenarios[] = {
     {"one_region", scenario_one_region},
     {"endgame", scenario_endgame},
     {"seed_push", scenario_seed_push},
+    {"push_near", scenario_push_near},
     {"behind_first", scenario_behind_first},
     {"lowat", scenario_lowat},
     {"determinism", scenario_determinism},

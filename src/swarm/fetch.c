@@ -892,11 +892,51 @@ void fetch_on_interest(stitch_swarm *s, peer *p, uint64_t version,
 }
 
 /* The largest CHUNK body P may send us: what we asked it for, or any
- * chunk of a version we know, which a far peer may pass us unasked
- * (push_across). */
+ * chunk of a version we know, which a peer may pass us unasked
+ * (push_across, push_near). */
 uint64_t fetch_chunk_allow(const stitch_swarm *s, const peer *p) {
-  uint64_t pushed = far_peer(p) || p->is_seed ? s->chunk_max + 64 : 0;
+  uint64_t pushed = s->cfg.seed ? 0 : s->chunk_max + 64;
   return p->chunk_allow > pushed ? p->chunk_allow : pushed;
+}
+
+static int sending(const stitch_swarm *s, const peer *p);
+
+/* A chunk of the newest version goes on at once, unasked, to a neighbour
+ * of our region that told us it wants the object and holds none of it (a
+ * BITFIELD, no HAVE since), and has nothing coming from us. One that has
+ * said nothing yet may hold it all (a holder whose BITFIELD is slow to
+ * come: ctest test_swarm endgame). It saves that neighbour the HAVE and
+ * the REQUEST (two latencies of the ~4 in a relay), and a node has
+ * nothing to serve until its first chunk comes. Early in a version such
+ * a neighbour is common and a chunk's holders are few, so two holders
+ * seldom pass one node the same chunk; later there is none. */
+static void push_near(stitch_swarm *s, const peer *from, vstate *v,
+                      const chunk_id *c) {
+  if (s->cfg.seed || v != &s->v[s->n_v - 1])
+    return;
+  peer *pick = NULL;
+  bits *its = NULL;
+  unsigned n = 0;
+  for (size_t i = 0; i < s->n_peers; i++) {
+    peer *q = &s->peers[i];
+    if (q == from || !near_peer(q) || q->n_serve > 0 || sending(s, q))
+      continue;
+    bits *h = peer_bits(q, c->version, c->object, 0, 0);
+    if (h == NULL || h->count > 0)
+      continue;
+    if (core_random(s) % ++n == 0) { /* one of them, uniformly */
+      pick = q;
+      its = h;
+    }
+  }
+  if (pick == NULL)
+    return;
+  /* Counted as its from now, as pass_to does: no HAVE of it goes to it,
+   * and it is passed nothing more while it seems to hold one. */
+  pick->serve[pick->n_serve++] = *c;
+  pick->serve_wait_ms = s->now_ms;
+  bits_set(its, c->chunk);
+  fetch_on_have_bit(s, pick, c->version, c->object, c->chunk);
 }
 
 int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
@@ -913,8 +953,11 @@ int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
   if (m->object >= v->ref.m->n_objects ||
       m->chunk >= v->ref.m->objects[m->object].n_chunks)
     return -1; /* no such chunk: not a mistake an honest peer makes */
-  if (bits_get(&v->held[m->object], m->chunk))
-    return 0; /* the endgame's second copy, or a reply to a cancel */
+  if (bits_get(&v->held[m->object], m->chunk)) {
+    s->st.chunks_twice++; /* the endgame's second copy, or a reply to a
+                           * cancel, or two pushes of one chunk */
+    return 0;
+  }
   /* Unasked (a reply after our request timed out, or after a cancel) is
    * fine if it verifies: the hash decides, not the bookkeeping. */
   const stitch_chunk_ref *r = ref_of(v, m->object, m->chunk);
@@ -955,6 +998,7 @@ int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
   } else if (i < 0 && far_peer(p)) {
     tell_entering(s, v, &c);
   }
+  push_near(s, p, v, &c);
   /* Cancel the endgame's other copies, tell everyone we have it (but
    * those we pass it to). */
   for (size_t k = 0; k < s->n_peers; k++) {

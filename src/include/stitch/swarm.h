@@ -172,6 +172,7 @@ typedef struct stitch_swarm_stats {
   uint64_t bytes_from_seed, bytes_same_region, bytes_other_region;
   uint64_t bytes_to_same_region, bytes_to_other_region;
   uint64_t verify_failures;  /* chunks or manifests that did not verify */
+  uint64_t chunks_twice;     /* chunks that came again once held: waste */
   uint64_t bans;
   uint64_t manifests_forwarded;
 } stitch_swarm_stats;

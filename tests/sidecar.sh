@@ -82,6 +82,7 @@ want = {"stitch_held_version": 2, "stitch_applied_version": 0,
 for k, v in want.items():
     assert values.get(k) == v, (k, values.get(k))
 for k in ("stitch_bytes_up_total", "stitch_verify_failures_total",
+          "stitch_chunks_twice_total",
           "stitch_bans_total", "stitch_peers", "stitch_apply_pause_seconds",
           'stitch_bytes_down_total{source="same_region"}',
           'stitch_bytes_down_total{source="other_region"}'):

@@ -70,6 +70,8 @@ int sidecar_metrics_text(const sidecar_snapshot *r, sbuf *out) {
                    "Chunk bytes served, by the peer's region", 2, dst, up);
   ONE("stitch_verify_failures_total", "counter",
       "Chunks or manifests that failed verification", s->verify_failures);
+  ONE("stitch_chunks_twice_total", "counter",
+      "Chunks that came again once held (downlink lost)", s->chunks_twice);
   ONE("stitch_bans_total", "counter", "Peers banned", s->bans);
   ONE("stitch_engine_applies_total", "counter",
       "Versions the engine switched to", r->applies);

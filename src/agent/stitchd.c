@@ -390,12 +390,13 @@ static void write_status(agent *a) {
           ", \"bytes_other_region\": %" PRIu64
           ", \"bytes_to_same_region\": %" PRIu64
           ", \"bytes_to_other_region\": %" PRIu64
-          ", \"verify_failures\": %" PRIu64 ", \"bans\": %" PRIu64
+          ", \"verify_failures\": %" PRIu64 ", \"chunks_twice\": %" PRIu64
+          ", \"bans\": %" PRIu64
           ", \"manifests_forwarded\": %" PRIu64 ", \"applied\": [",
           s.held_version, s.latest_version, s.fetching_version, s.fetch_done,
           s.fetch_total, s.peers, s.bytes_up, s.bytes_down, s.bytes_from_seed,
           s.bytes_same_region, s.bytes_other_region, s.bytes_to_same_region,
-          s.bytes_to_other_region, s.verify_failures, s.bans,
+          s.bytes_to_other_region, s.verify_failures, s.chunks_twice, s.bans,
           s.manifests_forwarded);
   for (size_t i = 0; i < a->n_applied; i++)
     fprintf(f, "%s{\"version\": %" PRIu64 ", \"unix_ms\": %" PRIu64 "}",

@@ -832,6 +832,18 @@ static int may_pass(stitch_swarm *s, peer *q, vstate *v, const chunk_id *c) {
          !region_has(s, q->region, c) && coming_into(s, q, c) == NULL;
 }
 
+/* Chunk C, passed to Q unasked, counts as Q's from now: Q gets no HAVE
+ * of it, and no second pass (pass_to, push_near). */
+static void count_as_its(stitch_swarm *s, peer *q, vstate *v,
+                         const chunk_id *c) {
+  bits *h = peer_bits(q, c->version, c->object, 1,
+                      v->ref.m->objects[c->object].n_chunks);
+  if (h != NULL && !bits_get(h, c->chunk)) {
+    bits_set(h, c->chunk);
+    fetch_on_have_bit(s, q, c->version, c->object, c->chunk);
+  }
+}
+
 /* Queues C ahead of Q's requests, unasked, and counts it as Q's from now:
  * Q's region is not passed it twice, and Q gets no HAVE for it. A
  * CROSSING naming Q goes first, so Q tells its region that C is coming a
@@ -845,12 +857,7 @@ static void pass_to(stitch_swarm *s, peer *q, vstate *v, const chunk_id *c) {
   ref_msg(&x, WIRE_CROSSING, c);
   x.node = q->node;
   core_send(s, q, &x);
-  bits *h = peer_bits(q, c->version, c->object, 1,
-                      v->ref.m->objects[c->object].n_chunks);
-  if (h != NULL && !bits_get(h, c->chunk)) {
-    bits_set(h, c->chunk);
-    fetch_on_have_bit(s, q, c->version, c->object, c->chunk);
-  }
+  count_as_its(s, q, v, c);
 }
 
 /* A chunk the seed gave us goes on at once, unasked, to a neighbour in
@@ -915,28 +922,22 @@ static void push_near(stitch_swarm *s, const peer *from, vstate *v,
   if (s->cfg.seed || v != &s->v[s->n_v - 1])
     return;
   peer *pick = NULL;
-  bits *its = NULL;
   unsigned n = 0;
   for (size_t i = 0; i < s->n_peers; i++) {
     peer *q = &s->peers[i];
     if (q == from || !near_peer(q) || q->n_serve > 0 || sending(s, q))
       continue;
-    bits *h = peer_bits(q, c->version, c->object, 0, 0);
+    const bits *h = peer_bits(q, c->version, c->object, 0, 0);
     if (h == NULL || h->count > 0)
       continue;
-    if (core_random(s) % ++n == 0) { /* one of them, uniformly */
+    if (core_random(s) % ++n == 0) /* one of them, uniformly */
       pick = q;
-      its = h;
-    }
   }
   if (pick == NULL)
     return;
-  /* Counted as its from now, as pass_to does: no HAVE of it goes to it,
-   * and it is passed nothing more while it seems to hold one. */
   pick->serve[pick->n_serve++] = *c;
   pick->serve_wait_ms = s->now_ms;
-  bits_set(its, c->chunk);
-  fetch_on_have_bit(s, pick, c->version, c->object, c->chunk);
+  count_as_its(s, pick, v, c);
 }
 
 int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {

@@ -120,10 +120,19 @@ typedef enum sn_evil {
                        of its own; otherwise honest */
   SN_EVIL_NOT_ME,   /* answers every request from another region with a
                        CROSSING naming a made-up node, not the chunk */
-  SN_EVIL_PASS_LIE  /* to a peer of another region, each HAVE (of chunk
+  SN_EVIL_PASS_LIE, /* to a peer of another region, each HAVE (of chunk
                        c) is a CROSSING naming that peer, a pass that never
                        comes, and the lie is told again of chunk c / 2 */
+  SN_EVIL_LIE_LATE  /* as PASS_LIE, but each lie is told again, word for
+                       word, SN_LATE_MS after the first lie to that peer,
+                       and no PEERS or BITFIELD frame goes to another
+                       region (it tells what it holds by lies only), and
+                       a REJECT goes there in place of each CHUNK */
 } sn_evil;
+
+/* Past CORE_CROSS_TRUST_MS (3 s), when a region no longer holds a chunk
+ * back for a crossing it heard of. */
+#define SN_LATE_MS 3500
 
 struct sn_net;
 
@@ -189,6 +198,8 @@ typedef struct sn_pipe {
   size_t out_head;
   wire_reader rw;
   int injected, dribbling;
+  dbuf late; /* SN_EVIL_LIE_LATE: LATE_N lies told again at LATE_AT */
+  uint64_t late_at, late_n;
   /* An evil sender's core let go of the link (it asked to close it, or
    * refused what came back): an attacker keeps the transport open, so its
    * injected bytes still flow and what reaches it is dropped. */
@@ -490,6 +501,7 @@ static void sn_conn_close(sn_net *net, sn_conn *c, int closer, int rc,
     sn_pipe *p = &c->d[s];
     dbuf_free(&p->q);
     dbuf_free(&p->out);
+    dbuf_free(&p->late);
     free(p->seg);
     p->seg = NULL;
     p->nseg = p->seg_head = p->seg_cap = 0;
@@ -540,7 +552,7 @@ static void sn_open(sn_net *net, int a, int b) {
     p->to = s == 0 ? b : a;
     p->bw = local ? net->p.bw_local : net->p.bw_remote;
     p->lat = local ? net->p.lat_local : net->p.lat_remote;
-    p->q.max = p->out.max = p->heard.max = SIZE_MAX / 2;
+    p->q.max = p->out.max = p->heard.max = p->late.max = SIZE_MAX / 2;
     wire_reader_init(&p->rw);
     wire_reader_init(&p->mon);
   }
@@ -768,17 +780,39 @@ static void sn_rewrite(sn_node *n, sn_pipe *p, int type, const uint8_t *body,
   }
   if (n->evil == SN_EVIL_REACH && type == WIRE_REACH)
     return; /* its made-up REACH stands */
-  if (n->evil == SN_EVIL_PASS_LIE && type == WIRE_HAVE &&
-      strcmp(n->region, n->net->node[p->to].region) != 0) {
+  int far = strcmp(n->region, n->net->node[p->to].region) != 0;
+  if (n->evil == SN_EVIL_LIE_LATE && far &&
+      (type == WIRE_PEERS || type == WIRE_BITFIELD))
+    return;
+  if (n->evil == SN_EVIL_LIE_LATE && far && type == WIRE_CHUNK) {
+    wire_msg *m = calloc(1, sizeof(*m));
+    ASSERT(m != NULL);
+    ASSERT_EQ(wire_decode(type, body, len, m, NULL), 0);
+    m->type = WIRE_REJECT;
+    m->data = NULL;
+    m->data_len = 0;
+    ASSERT_EQ(wire_encode(&p->out, m), 0);
+    free(m);
+    return;
+  }
+  if ((n->evil == SN_EVIL_PASS_LIE || n->evil == SN_EVIL_LIE_LATE) &&
+      type == WIRE_HAVE && far) {
     wire_msg *m = calloc(1, sizeof(*m));
     ASSERT(m != NULL);
     ASSERT_EQ(wire_decode(type, body, len, m, NULL), 0);
     m->type = WIRE_CROSSING;
     m->node = n->net->node[p->to].cfg.node_pk;
     ASSERT_EQ(wire_encode(&p->out, m), 0);
-    m->chunk /= 2;
-    ASSERT_EQ(wire_encode(&p->out, m), 0);
-    n->lies += 2;
+    if (n->evil == SN_EVIL_PASS_LIE) {
+      m->chunk /= 2;
+      ASSERT_EQ(wire_encode(&p->out, m), 0);
+    } else if (p->late_at == 0 || n->net->now < p->late_at) {
+      ASSERT_EQ(wire_encode(&p->late, m), 0);
+      p->late_n++;
+      if (p->late_at == 0)
+        p->late_at = n->net->now + SN_LATE_MS;
+    }
+    n->lies += 1 + (n->evil == SN_EVIL_PASS_LIE);
     free(m);
     return;
   }
@@ -806,6 +840,11 @@ static void sn_rewrite(sn_node *n, sn_pipe *p, int type, const uint8_t *body,
 static void sn_evil_pull(sn_node *n, sn_pipe *p) {
   const uint8_t *buf = NULL;
   size_t len = 0;
+  if (p->late.len > 0 && n->net->now >= p->late_at) {
+    ASSERT_EQ(dbuf_put(&p->out, p->late.p, p->late.len), 0);
+    n->lies += p->late_n;
+    p->late.len = p->late_n = 0;
+  }
   if (!p->core_gone)
     stitch_swarm_peer_pending(n->sw, p->from_peer, &buf, &len);
   size_t pos = 0;

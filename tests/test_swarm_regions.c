@@ -289,6 +289,46 @@ static void scenario_pass_lie(void) {
   ASSERT(crossings - lies <= 2 * near);
 }
 
+/* The notice of a pass is news once per chunk (fetch.c fetch_on_crossing):
+ * a far peer that names us as the receiver of a chunk it never sends
+ * holds that chunk back from our region's turns for CORE_CROSS_TRUST_MS,
+ * and telling us again later holds it back no more. Two nodes of "us", A
+ * dialing the liar of "eu" and B dialing A (and the liar, whom A names);
+ * the liar has every chunk of v1 from the seed, announces a pass of each
+ * to them, tells each lie again SN_LATE_MS later, and answers requests
+ * with REJECTs, so "us" lacks every chunk throughout. The replayed lies
+ * make no CROSSING inside "us" (321 before and after, test seed
+ * 5707716); without the check on `crossing` in fetch_on_crossing, 472
+ * after (checked by hand). */
+static void scenario_lie_late(void) {
+  sn_net net;
+  sn_node *seed = build(&net, &default_params, 0);
+  sn_node *liar = sn_add(&net, "eu", 0, 1);
+  sn_node *a = sn_add(&net, "us", 0, 1), *b = sn_add(&net, "us", 0, 1);
+  liar->evil = SN_EVIL_LIE_LATE;
+  int to_liar[1] = {liar->idx}, to_a[1] = {a->idx};
+  sn_start(&net, seed, NULL, 0);
+  sn_start(&net, liar, NULL, 0);
+  sn_link(&net, liar, seed);
+  sn_start(&net, a, to_liar, 1);
+  sn_start(&net, b, to_a, 1);
+  sn_run(&net, 50, NULL, NULL);
+  publish(&net, seed, 1);
+  sn_run(&net, publish_ms[1] + SN_LATE_MS - 100, NULL, NULL);
+  uint64_t lies = liar->lies;
+  uint64_t told = a->tx_frames[WIRE_CROSSING] + b->tx_frames[WIRE_CROSSING];
+  sn_run(&net, net.now + 2000, NULL, NULL);
+  uint64_t after = a->tx_frames[WIRE_CROSSING] + b->tx_frames[WIRE_CROSSING];
+  printf("lie late: %" PRIu64 " notices of a pass that never came, then "
+         "each again %d ms later; CROSSING frames inside \"us\": %" PRIu64
+         " before the second round, %" PRIu64 " after\n",
+         lies, SN_LATE_MS, told, after);
+  CHECK_NET(&net, lies > 0 && liar->lies == 2 * lies);
+  CHECK_NET(&net, told > 0 && after == told);
+  CHECK_NET(&net, a->chunks_written == 0 && b->chunks_written == 0);
+  sn_free(&net);
+}
+
 /* ---- Links ------------------------------------------------------------- */
 
 /* A node X of "us" is dialed by 12 nodes, the last NFAR of them of "eu";
@@ -445,6 +485,7 @@ static const sw_scenario scenarios[] = {
     {"one_way_in", scenario_one_way_in},
     {"not_me", scenario_not_me},
     {"pass_lie", scenario_pass_lie},
+    {"lie_late", scenario_lie_late},
     {"full_far", scenario_full_far},
     {"full_same", scenario_full_same},
     {"cross_on_top", scenario_cross_on_top},

@@ -761,13 +761,19 @@ static void sn_inject(sn_node *n, sn_pipe *p) {
   }
 }
 
+/* A frame of TYPE its core sent, decoded; the caller frees it. */
+static wire_msg *sn_decoded(int type, const uint8_t *body, size_t len) {
+  wire_msg *m = calloc(1, sizeof(*m));
+  ASSERT(m != NULL);
+  ASSERT_EQ(wire_decode(type, body, len, m, NULL), 0);
+  return m;
+}
+
 /* Passes one whole frame of the evil core through the rewriter. */
 static void sn_rewrite(sn_node *n, sn_pipe *p, int type, const uint8_t *body,
                        size_t len) {
   if (n->evil == SN_EVIL_FLIP && type == WIRE_CHUNK) {
-    wire_msg *m = calloc(1, sizeof(*m));
-    ASSERT(m != NULL);
-    ASSERT_EQ(wire_decode(type, body, len, m, NULL), 0);
+    wire_msg *m = sn_decoded(type, body, len);
     size_t at = (size_t)(m->data - body) + m->data_len / 2;
     free(m);
     uint8_t *copy = malloc(len);
@@ -784,22 +790,9 @@ static void sn_rewrite(sn_node *n, sn_pipe *p, int type, const uint8_t *body,
   if (n->evil == SN_EVIL_LIE_LATE && far &&
       (type == WIRE_PEERS || type == WIRE_BITFIELD))
     return;
-  if (n->evil == SN_EVIL_LIE_LATE && far && type == WIRE_CHUNK) {
-    wire_msg *m = calloc(1, sizeof(*m));
-    ASSERT(m != NULL);
-    ASSERT_EQ(wire_decode(type, body, len, m, NULL), 0);
-    m->type = WIRE_REJECT;
-    m->data = NULL;
-    m->data_len = 0;
-    ASSERT_EQ(wire_encode(&p->out, m), 0);
-    free(m);
-    return;
-  }
   if ((n->evil == SN_EVIL_PASS_LIE || n->evil == SN_EVIL_LIE_LATE) &&
       type == WIRE_HAVE && far) {
-    wire_msg *m = calloc(1, sizeof(*m));
-    ASSERT(m != NULL);
-    ASSERT_EQ(wire_decode(type, body, len, m, NULL), 0);
+    wire_msg *m = sn_decoded(type, body, len);
     m->type = WIRE_CROSSING;
     m->node = n->net->node[p->to].cfg.node_pk;
     ASSERT_EQ(wire_encode(&p->out, m), 0);
@@ -816,15 +809,16 @@ static void sn_rewrite(sn_node *n, sn_pipe *p, int type, const uint8_t *body,
     free(m);
     return;
   }
-  if (n->evil == SN_EVIL_NOT_ME && type == WIRE_CHUNK &&
-      strcmp(n->region, n->net->node[p->to].region) != 0) {
-    wire_msg *m = calloc(1, sizeof(*m));
-    ASSERT(m != NULL);
-    ASSERT_EQ(wire_decode(type, body, len, m, NULL), 0);
-    m->type = WIRE_CROSSING;
+  if ((n->evil == SN_EVIL_NOT_ME || n->evil == SN_EVIL_LIE_LATE) &&
+      type == WIRE_CHUNK && far) {
+    wire_msg *m = sn_decoded(type, body, len);
     m->data = NULL;
     m->data_len = 0;
-    memset(m->node.b, 0x42, sizeof(m->node.b));
+    m->type = WIRE_REJECT;
+    if (n->evil == SN_EVIL_NOT_ME) { /* "through another node": made up */
+      m->type = WIRE_CROSSING;
+      memset(m->node.b, 0x42, sizeof(m->node.b));
+    }
     ASSERT_EQ(wire_encode(&p->out, m), 0);
     free(m);
     return;

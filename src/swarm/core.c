@@ -86,9 +86,8 @@ static bits *list_bits(bits **arr, size_t *n, uint64_t version,
   return &na[(*n)++];
 }
 
-bits *peer_bits(peer *p, uint64_t version, uint32_t object, int create,
-                uint64_t n) {
-  return list_bits(&p->have, &p->n_have, version, object, create, n);
+bits *peer_bits_add(peer *p, uint64_t version, uint32_t object, uint64_t n) {
+  return list_bits(&p->have, &p->n_have, version, object, 1, n);
 }
 
 bits *peer_offered(peer *p, uint64_t version, uint32_t object, uint64_t n) {
@@ -258,6 +257,7 @@ void stitch_swarm_free(stitch_swarm *s) {
   for (size_t i = 0; i < s->n_peers; i++)
     peer_reset(s, &s->peers[i]);
   free(s->peers);
+  free(s->sched);
   for (size_t i = 0; i < s->n_v; i++)
     version_free(&s->v[i]);
   free(s->v);
@@ -496,6 +496,10 @@ int stitch_swarm_peer_open(stitch_swarm *s, uint64_t now_ms, int outbound,
     if (s->peers[i].state == PEER_FREE)
       p = &s->peers[i];
   if (p == NULL) {
+    struct sched_slot *ns = realloc(s->sched, (s->n_peers + 1) * sizeof(*ns));
+    if (ns == NULL)
+      return STITCH_ENOMEM;
+    s->sched = ns;
     peer *np = realloc(s->peers, (s->n_peers + 1) * sizeof(*np));
     if (np == NULL)
       return STITCH_ENOMEM;

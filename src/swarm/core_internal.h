@@ -144,7 +144,6 @@ typedef struct peer {
   /* Our requests to it. */
   request req[CORE_MAX_PIPELINE];
   unsigned n_req;
-  int sched_done; /* fetch_schedule: nothing more to ask it this round */
   unsigned timeouts;
   uint64_t chunk_allow; /* largest CHUNK body it may send: what we asked */
   /* Its requests to us, served in order. */
@@ -227,6 +226,12 @@ struct stitch_swarm {
   uint64_t fetched; /* chunks received since start: random-first */
   peer *peers;
   size_t n_peers;
+  /* fetch_schedule: the ready peers it may still ask, as many slots as
+   * peers. */
+  struct sched_slot {
+    peer *p;
+    unsigned lim; /* requests it may have from us at once */
+  } *sched;
   uint32_t next_peer_id;
   addr_entry *addrs;
   size_t n_addrs;
@@ -273,8 +278,17 @@ static inline int bits_get(const bits *b, uint64_t i) {
   return i < b->n && (b->b[i / 8] >> (i % 8)) & 1;
 }
 void bits_set(bits *b, uint64_t i);
-bits *peer_bits(peer *p, uint64_t version, uint32_t object, int create,
-                uint64_t n);
+bits *peer_bits_add(peer *p, uint64_t version, uint32_t object, uint64_t n);
+/* What P holds of (VERSION, OBJECT), or NULL; with CREATE, an empty
+ * bitset of N chunks is made for it if there is none (NULL if out of
+ * memory). Inline: it runs for every peer at every event. */
+static inline bits *peer_bits(peer *p, uint64_t version, uint32_t object,
+                              int create, uint64_t n) {
+  for (size_t i = 0; i < p->n_have; i++)
+    if (p->have[i].version == version && p->have[i].object == object)
+      return &p->have[i];
+  return create ? peer_bits_add(p, version, object, n) : NULL;
+}
 bits *peer_offered(peer *p, uint64_t version, uint32_t object, uint64_t n);
 bits *peer_told(peer *p, uint64_t version, uint32_t object);
 

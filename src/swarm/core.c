@@ -63,14 +63,6 @@ static int bits_init(bits *b, uint64_t version, uint32_t object, uint64_t n) {
   return b->b ? 0 : STITCH_ENOMEM;
 }
 
-static bits *bits_find(bits *arr, size_t n, uint64_t version,
-                       uint32_t object) {
-  for (size_t i = 0; i < n; i++)
-    if (arr[i].version == version && arr[i].object == object)
-      return &arr[i];
-  return NULL;
-}
-
 /* The entry for (version, object) in a peer's list, made when CREATE. */
 static bits *list_bits(bits **arr, size_t *n, uint64_t version,
                        uint32_t object, int create, uint64_t nbits) {

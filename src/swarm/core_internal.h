@@ -278,16 +278,23 @@ static inline int bits_get(const bits *b, uint64_t i) {
   return i < b->n && (b->b[i / 8] >> (i % 8)) & 1;
 }
 void bits_set(bits *b, uint64_t i);
+/* The entry for (VERSION, OBJECT) among ARR's N, or NULL. Inline: it runs
+ * for every peer at every event. */
+static inline bits *bits_find(bits *arr, size_t n, uint64_t version,
+                              uint32_t object) {
+  for (size_t i = 0; i < n; i++)
+    if (arr[i].version == version && arr[i].object == object)
+      return &arr[i];
+  return NULL;
+}
 bits *peer_bits_add(peer *p, uint64_t version, uint32_t object, uint64_t n);
 /* What P holds of (VERSION, OBJECT), or NULL; with CREATE, an empty
  * bitset of N chunks is made for it if there is none (NULL if out of
- * memory). Inline: it runs for every peer at every event. */
+ * memory). */
 static inline bits *peer_bits(peer *p, uint64_t version, uint32_t object,
                               int create, uint64_t n) {
-  for (size_t i = 0; i < p->n_have; i++)
-    if (p->have[i].version == version && p->have[i].object == object)
-      return &p->have[i];
-  return create ? peer_bits_add(p, version, object, n) : NULL;
+  bits *b = bits_find(p->have, p->n_have, version, object);
+  return b != NULL || !create ? b : peer_bits_add(p, version, object, n);
 }
 bits *peer_offered(peer *p, uint64_t version, uint32_t object, uint64_t n);
 bits *peer_told(peer *p, uint64_t version, uint32_t object);

@@ -37,11 +37,7 @@ static const stitch_chunk_ref *ref_of(vstate *v, uint32_t o, uint64_t c) {
 }
 
 bits *peer_told(peer *p, uint64_t version, uint32_t object) {
-  bits *b = NULL;
-  for (size_t i = 0; i < p->n_told; i++)
-    if (p->told[i].version == version && p->told[i].object == object)
-      b = &p->told[i];
-  return b;
+  return bits_find(p->told, p->n_told, version, object);
 }
 
 static void mark_told(peer *p, uint64_t version, uint32_t object) {

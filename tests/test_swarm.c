@@ -558,8 +558,10 @@ static uint64_t sent_to(const sn_net *net, const sn_node *from,
  * requester through (docs/simulator-history.md "Chunks handed over when the
  * uplink wants them"). One holder H of version 1 (the seed is gone once
  * H has it), 7 requesters that start together and an eighth (E) that
- * starts 150 ms later: E is furthest behind, so H must serve it at once
- * and give it a slot's share of its uplink, well above the others'. */
+ * starts 150 ms later: E is furthest behind, so H must serve it at once;
+ * and it is more than CORE_BEHIND_MARGIN behind the others, so it counts
+ * as two of their CORE_SERVE_SLOTS and fewer of them share H's uplink
+ * with it. Its share must be well above theirs. */
 static void scenario_behind_first(void) {
   sn_params q = default_params;
   q.pipeline = 1;  /* two requests while behind (request_depth) */
@@ -590,9 +592,10 @@ static void scenario_behind_first(void) {
   printf("behind_first: in 200 ms the holder sent the requester furthest "
          "behind %" PRIu64 " bytes, the 7 others %.0f each\n",
          late, (double)early / 7);
-  /* 1.23 to 1.65 times the others' mean (STITCH_TEST_SEED 1 to 4 and
-   * the default); 0.95 to 0.97 when only queued requests counted. */
-  CHECK_NET(&net, 100 * late * 7 >= 110 * early);
+  /* 1.71 to 1.97 times the others' mean (STITCH_TEST_SEED 1 to 16);
+   * 1.23 to 1.66 when a requester far behind took one slot like any
+   * other, 0.95 to 0.97 when only queued requests counted. */
+  CHECK_NET(&net, 100 * late * 7 >= 168 * early);
   sn_free(&net);
 }
 

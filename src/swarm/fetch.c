@@ -1081,7 +1081,10 @@ static double behind(peer *p) {
  * wait in their queues, at most CORE_SERVE_WAIT_MS for each chunk. A
  * driver shares an uplink evenly among the links that have data on it,
  * so without this the nodes with fewest neighbours finished last
- * (docs/swarm.md "Serving the furthest behind first"). Far peers'
+ * (docs/swarm.md "Serving the furthest behind first"). A requester more
+ * than CORE_BEHIND_MARGIN further behind than P counts as two: one slot
+ * is a quarter of an uplink, and a node its region left with three
+ * neighbours got at most three quarters of its downlink. Far peers'
  * requests are served at once, beside the slots: a crossing feeds a
  * region. The seed super-seeds instead. */
 static int serve_turn(stitch_swarm *s, peer *p) {
@@ -1096,9 +1099,11 @@ static int serve_turn(stitch_swarm *s, peer *p) {
         (q->n_serve == 0 && !sending(s, q)))
       continue;
     double theirs = behind(q);
-    if (theirs < mine || (theirs == mine && q->id < p->id))
-      if (++ahead >= CORE_SERVE_SLOTS)
+    if (theirs < mine || (theirs == mine && q->id < p->id)) {
+      ahead += theirs < mine - CORE_BEHIND_MARGIN ? 2 : 1;
+      if (ahead >= CORE_SERVE_SLOTS)
         return 0;
+    }
   }
   return 1;
 }

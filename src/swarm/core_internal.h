@@ -45,7 +45,9 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
 #define CORE_LATE_FACTOR 2.0
 #define CORE_LATE_MIN_MS 50
 #define CORE_BEHIND_MARGIN 0.02 /* behind our neighbours by this: twice the
-                                   pipeline (fetch.c request_depth) */
+                                   pipeline (fetch.c request_depth); behind
+                                   another requester by this: two serving
+                                   slots (fetch.c serve_turn) */
 /* Crossing regions (fetch.c cross_ok): a node fetches a chunk across no
  * sooner than its rank times the region's size times CORE_CROSS_STEP_MS
  * after the version came (at most CORE_CROSS_WAIT_MS), nor

@@ -484,6 +484,76 @@ static void damage(const sym_fmt *f, int coding, const uint8_t *base,
   free(data);
 }
 
+/* The raw-bit rules again with parts of dozens of bytes, both the gaps'
+ * and the steps': a byte left over, a part one byte short and a nonzero
+ * padding bit are each caught, and the part as coded decodes. */
+static void test_rules_long(void) {
+  sym_fmt f;
+  ASSERT_EQ(sym_fmt_for(STITCH_DT_BF16, 0, &f), 0);
+  uint64_t n = 1u << 16;
+  uint16_t *a = malloc(2 * n), *b = malloc(2 * n), *data = malloc(2 * n);
+  for (uint64_t j = 0; j < n; j++)
+    a[j] = b[j] = (uint16_t)(0x3c00 + j % 512);
+  /* Gaps of 300 to 1,300 (7 to 9 raw bits each) and steps of 2 to 9 (one
+   * to three raw bits): both raw parts far past 8 bytes. */
+  for (uint64_t j = 200, k = 0; j < n; j += 300 + (k * 337) % 1000, k++)
+    b[j] = (uint16_t)(b[j] + 2 + k % 8);
+  size_t len;
+  uint64_t ch;
+  uint8_t *p = round_trip(&FORMATS[5], &f, n, (uint8_t *)a, (uint8_t *)b,
+                          &len, &ch);
+  ASSERT_EQ(rt_coding, STITCH_CODING_RANS);
+  parts x;
+  split(p, len, &x);
+  ASSERT(x.ngb > 40 && x.nsb > 16);
+  uint8_t *q = malloc(len + 64), *bytes = malloc(len + 64);
+  block_span sp = {0, n};
+  stitch_diag d = {{0}};
+  parts y = x;
+  const uint8_t **part[2] = {&y.gb, &y.sb};
+  size_t *plen[2] = {&y.ngb, &y.nsb};
+  const uint8_t *orig[2] = {x.gb, x.sb};
+  const size_t olen[2] = {x.ngb, x.nsb};
+  for (int t = 0; t < 2; t++) {
+    y = x;
+    memcpy(bytes, orig[t], olen[t]);
+    *part[t] = bytes;
+    bytes[olen[t]] = 0; /* a byte left over */
+    *plen[t] = olen[t] + 1;
+    size_t ql = join(&y, q);
+    memcpy(data, a, 2 * n);
+    ASSERT_ERR(rans_decode(&f, STITCH_CODING_RANS, (uint8_t *)data, sp, q, ql, ch, &d),
+               STITCH_EFORMAT, d, "does not end cleanly");
+    *plen[t] = olen[t] - 1; /* one short */
+    ql = join(&y, q);
+    memcpy(data, a, 2 * n);
+    ASSERT_ERR(rans_decode(&f, STITCH_CODING_RANS, (uint8_t *)data, sp, q, ql, ch, &d),
+               STITCH_EFORMAT, d, "raw bits end early");
+    *plen[t] = olen[t];
+    ql = join(&y, q); /* as coded: decodes */
+    memcpy(data, a, 2 * n);
+    ASSERT_OK(rans_decode(&f, STITCH_CODING_RANS, (uint8_t *)data, sp, q, ql, ch, &d), d);
+    ASSERT(memcmp(data, b, 2 * n) == 0);
+  }
+  /* The gaps' last byte holds padding above its last bit: set the top. */
+  y = x;
+  memcpy(bytes, x.gb, x.ngb);
+  y.gb = bytes;
+  if ((bytes[x.ngb - 1] & 0x80) == 0) {
+    bytes[x.ngb - 1] |= 0x80;
+    size_t ql = join(&y, q);
+    memcpy(data, a, 2 * n);
+    ASSERT_ERR(rans_decode(&f, STITCH_CODING_RANS, (uint8_t *)data, sp, q, ql, ch, &d),
+               STITCH_EFORMAT, d, "does not end cleanly");
+  }
+  free(bytes);
+  free(q);
+  free(p);
+  free(a);
+  free(b);
+  free(data);
+}
+
 /* Damaged payloads and wrong counts: a clean error or some decoding, never
  * a read or write out of bounds (run under ASan), and the damage that
  * must be caught is. */
@@ -756,6 +826,7 @@ int main(void) {
   test_modes();
   test_no_room();
   test_rules();
+  test_rules_long();
   test_damage();
   test_classes_formats();
   test_classes_gain();

@@ -331,14 +331,22 @@ static size_t join(const parts *x, uint8_t *out) {
   return k;
 }
 
+/* A BF16 base of N symbols, B a copy of it to change, and room to decode
+ * into. */
+static void ramp_pair(uint64_t n, uint16_t **a, uint16_t **b, uint16_t **data) {
+  *a = malloc(2 * n), *b = malloc(2 * n), *data = malloc(2 * n);
+  ASSERT(*a != NULL && *b != NULL && *data != NULL);
+  for (uint64_t j = 0; j < n; j++)
+    (*a)[j] = (*b)[j] = (uint16_t)(0x3c00 + j % 512);
+}
+
 /* Each rule the spec lists, broken on purpose, gets its own error. */
 static void test_rules(void) {
   sym_fmt f;
   ASSERT_EQ(sym_fmt_for(STITCH_DT_BF16, 0, &f), 0);
   uint64_t n = 1u << 14;
-  uint16_t *a = malloc(2 * n), *b = malloc(2 * n), *data = malloc(2 * n);
-  for (uint64_t j = 0; j < n; j++)
-    a[j] = b[j] = (uint16_t)(0x3c00 + j % 512);
+  uint16_t *a, *b, *data;
+  ramp_pair(n, &a, &b, &data);
   b[100] += 1;  /* gap 100: four raw bits, four of padding */
   b[140] -= 3;  /* a step of 3: one raw bit */
   b[5000] += 1; /* gap 4859: ten raw bits */
@@ -491,11 +499,10 @@ static void test_rules_long(void) {
   sym_fmt f;
   ASSERT_EQ(sym_fmt_for(STITCH_DT_BF16, 0, &f), 0);
   uint64_t n = 1u << 16;
-  uint16_t *a = malloc(2 * n), *b = malloc(2 * n), *data = malloc(2 * n);
-  for (uint64_t j = 0; j < n; j++)
-    a[j] = b[j] = (uint16_t)(0x3c00 + j % 512);
-  /* Gaps of 300 to 1,300 (7 to 9 raw bits each) and steps of 2 to 9 (one
-   * to three raw bits): both raw parts far past 8 bytes. */
+  uint16_t *a, *b, *data;
+  ramp_pair(n, &a, &b, &data);
+  /* Gaps of 200 to 1,299 (5 to 8 raw bits each) and steps of 2 to 9 (up
+   * to three raw bits): both raw parts dozens of bytes long. */
   for (uint64_t j = 200, k = 0; j < n; j += 300 + (k * 337) % 1000, k++)
     b[j] = (uint16_t)(b[j] + 2 + k % 8);
   size_t len;

@@ -404,11 +404,12 @@ GAPS_AVX2_INL uint32_t lut_window_t(const gaps_lut *l, const int layout,
 /* The vector of the window (at Q) and the symbol in it where the running
  * weight passes T (window weight; T < cum[nv]): the symbol whose interval
  * holds T. Returns its index in the window; *AT gets the weight before
- * it. The search starts at the last vector found, which T cannot be
- * before. */
+ * it and *W its weight, both from the sums, so that the coder need not
+ * wait for the symbol's load. The search starts at the last vector
+ * found, which T cannot be before. */
 GAPS_AVX2_INL unsigned lut_find_t(const gaps_lut *l, const int layout,
                                   const uint8_t *q, gaps_scan *s, uint32_t t,
-                                  uint32_t *at) {
+                                  uint32_t *at, uint32_t *w) {
   const __m256i tv = _mm256_set1_epi32((int)t);
   unsigned u = s->pu == UINT32_MAX ? 0 : s->pu;
   for (;; u += 8) { /* cum[u + 1..u + 8]: the first above T ends vector u */
@@ -436,6 +437,7 @@ GAPS_AVX2_INL unsigned lut_find_t(const gaps_lut *l, const int layout,
   __m256i le = _mm256_cmpeq_epi16(_mm256_min_epu16(x, _mm256_set1_epi16((short)r)), x);
   unsigned k = (unsigned)__builtin_popcount((uint32_t)_mm256_movemask_epi8(le)) / 2;
   *at = s->cum[u] + s->pre[k];
+  *w = (uint32_t)(s->pre[k + 1] - s->pre[k]);
   return 16 * u + k;
 }
 
@@ -923,6 +925,7 @@ decode_impl(const sym_fmt *f, const unsigned bits, const int vec,
                 STITCH_EFORMAT, "gaps block: change %" PRIu64 " lies past the block", i);
     uint32_t t = rc_decode_span_value(&r, GAPS_M_LOG2);
     uint64_t a, rk = k << GAPS_M_LOG2;
+    uint32_t wt = 0; /* the change's weight: from the sums when they ran */
     RETURN_IF(t >= GAPS_M, d, STITCH_EFORMAT,
               "gaps block: change %" PRIu64 " is not at a symbol", i);
 #ifdef GAPS_AVX2
@@ -939,7 +942,7 @@ decode_impl(const sym_fmt *f, const unsigned bits, const int vec,
       uint32_t at;
       j = sc.ws + lut_find_t(&w.lut, layout_of(f, bits),
                              data + span_bytes(sc.ws, bits), &sc, (uint32_t)tg,
-                             &at);
+                             &at, &wt);
       a = (uint64_t)((int64_t)at - o);
     } else
 #endif
@@ -954,11 +957,13 @@ decode_impl(const sym_fmt *f, const unsigned bits, const int vec,
               "gaps block: change %" PRIu64 " is not at a symbol", i);
     uint64_t ov = ld(data, j, bits);
     unsigned mi = mi_of(f, bits, ov);
-    uint32_t lo = (uint32_t)(a - rk), hi = lo + m.wmi[mi];
+    if (!vec)
+      wt = m.wmi[mi];
+    uint32_t lo = (uint32_t)(a - rk), hi = lo + wt;
     rc_decode_span(&r, lo, hi < GAPS_M ? hi : GAPS_M, GAPS_M_LOG2);
     st(data, j, bits, decode_step(&r, &m, f, bits, ov, m.cls[mi]));
 #ifdef GAPS_AVX2
-    o += (int64_t)(a + m.wmi[mi]); /* the origin moves to the change's end */
+    o += (int64_t)(a + wt); /* the origin moves to the change's end */
 #endif
     j++;
   }

@@ -50,3 +50,14 @@ wait_held() {
   done
   fail "the node does not hold version $1 in 60 s: $(status)"
 }
+
+# admit DIR: makes the node identity DIR/node.{key,pub} (as stitchd would
+# on its first start) and the trainer's ticket for it, $work/k.key signing,
+# and prints the ticket's path: a node's --ticket in a closed swarm.
+admit() {
+  mkdir -p "$1"
+  "$bin/stitch" keygen --out "$1/node" >/dev/null
+  "$bin/stitch" admit --key "$work/k.key" --node "$1/node.pub" \
+    --out "$1/ticket" >/dev/null
+  printf '%s\n' "$1/ticket"
+}

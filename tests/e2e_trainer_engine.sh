@@ -48,8 +48,10 @@ mkdir -p "$work/data"
   --store "$work/data" --swarm "$work/k.pub" 2>"$work/engine.log" &
 pids+=($!)
 eport="$(wait_line "$work/engine.port" '^')"
+ticket="$(admit "$work/data")"
 "$bin/stitchd" node --swarm "$work/k.pub" --listen 127.0.0.1:0 \
   --peers "$seed" --weights "$work/w.st" --data "$work/data" \
+  --ticket "$ticket" \
   --status "$work/node.json" --threads 1 \
   --http 127.0.0.1:0 --engine "http://127.0.0.1:$eport" \
   --engine-reload /reload >"$work/node.out" 2>"$work/node.log" &

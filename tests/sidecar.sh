@@ -29,8 +29,10 @@ pids+=($!)
 pids+=($!)
 seed="$(wait_line "$work/seed.out" '^stitchd: listening on ')"
 eport="$(wait_line "$work/engine.port" '^')"
+ticket="$(admit "$work/data")"
 "$bin/stitchd" node --swarm "$work/k.pub" --listen 127.0.0.1:0 \
   --peers "$seed" --weights "$work/w.st" --data "$work/data" \
+  --ticket "$ticket" \
   --http 127.0.0.1:0 --engine "http://127.0.0.1:$eport" \
   --engine-reload /reload >"$work/node.out" 2>"$work/node.log" &
 node=$!

@@ -191,7 +191,7 @@ static uint64_t test_seed;
 static sn_node *build(sn_net *net, const sn_params *p, int n) {
   sn_params q = *p;
   q.seed = test_seed;
-  sn_init(net, &q, &swarm_pk);
+  sn_init(net, &q, &swarm_pk, &swarm_sk);
   sn_node *seed = sn_add(net, "eu", 1, 1);
   seed->cfg.node_pk = swarm_pk;
   seed->cfg.node_sk = swarm_sk;

@@ -666,7 +666,7 @@ static void scenario_push_near(void) {
   sn_net net;
   sn_params p = default_params;
   p.seed = test_seed;
-  sn_init(&net, &p, &swarm_pk);
+  sn_init(&net, &p, &swarm_pk, &swarm_sk);
   sn_node *seed = sn_add(&net, "eu", 1, 1);
   seed->cfg.node_pk = swarm_pk;
   seed->cfg.node_sk = swarm_sk;

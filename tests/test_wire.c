@@ -13,6 +13,7 @@
 #include "swarm/wire.h"
 
 #include <msgpack.h>
+#include <sodium.h>
 
 static test_rng rng;
 
@@ -30,14 +31,17 @@ static void assert_msg_eq(const wire_msg *a, const wire_msg *b) {
   switch (a->type) {
   case WIRE_HELLO:
     ASSERT_UEQ(a->proto, b->proto);
-    ASSERT_MEM_EQ(a->swarm.b, b->swarm.b, STITCH_PUBKEY_BYTES);
-    ASSERT_MEM_EQ(a->node.b, b->node.b, STITCH_PUBKEY_BYTES);
-    ASSERT_MEM_EQ(a->nonce, b->nonce, WIRE_NONCE_BYTES);
-    ASSERT_STR_EQ(a->listen, b->listen);
-    ASSERT_STR_EQ(a->region, b->region);
+    ASSERT_MEM_EQ(a->kx, b->kx, WIRE_KX_BYTES);
     break;
   case WIRE_AUTH:
+    ASSERT_MEM_EQ(a->swarm.b, b->swarm.b, STITCH_PUBKEY_BYTES);
+    ASSERT_MEM_EQ(a->node.b, b->node.b, STITCH_PUBKEY_BYTES);
     ASSERT_MEM_EQ(a->sig, b->sig, STITCH_SIG_BYTES);
+    ASSERT_UEQ(a->data_len, b->data_len);
+    if (a->data_len)
+      ASSERT_MEM_EQ(a->data, b->data, a->data_len);
+    ASSERT_STR_EQ(a->listen, b->listen);
+    ASSERT_STR_EQ(a->region, b->region);
     break;
   case WIRE_PEERS:
     ASSERT_UEQ(a->n_peers, b->n_peers);
@@ -54,6 +58,7 @@ static void assert_msg_eq(const wire_msg *a, const wire_msg *b) {
   case WIRE_PING:
     break;
   case WIRE_MANIFEST:
+  case WIRE_POLICY:
     ASSERT_UEQ(a->data_len, b->data_len);
     ASSERT_MEM_EQ(a->data, b->data, a->data_len);
     break;
@@ -80,19 +85,21 @@ static void ref_body(const wire_msg *m, msgpack_sbuffer *sb) {
   msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
   switch (m->type) {
   case WIRE_HELLO:
-    msgpack_pack_array(&pk, 6);
+    msgpack_pack_array(&pk, 2);
     msgpack_pack_uint32(&pk, m->proto);
+    msgpack_pack_bin_with_body(&pk, m->kx, 32);
+    break;
+  case WIRE_AUTH:
+    msgpack_pack_array(&pk, 6);
     msgpack_pack_bin_with_body(&pk, m->swarm.b, 32);
     msgpack_pack_bin_with_body(&pk, m->node.b, 32);
-    msgpack_pack_bin_with_body(&pk, m->nonce, 16);
+    msgpack_pack_bin_with_body(&pk, m->sig, 64);
+    msgpack_pack_bin_with_body(&pk, m->data, m->data_len);
     msgpack_pack_str_with_body(&pk, m->listen, strlen(m->listen));
     msgpack_pack_str_with_body(&pk, m->region, strlen(m->region));
     break;
-  case WIRE_AUTH:
-    msgpack_pack_array(&pk, 1);
-    msgpack_pack_bin_with_body(&pk, m->sig, 64);
-    break;
   case WIRE_MANIFEST:
+  case WIRE_POLICY:
     msgpack_pack_array(&pk, 1);
     msgpack_pack_bin_with_body(&pk, m->data, m->data_len);
     break;
@@ -201,8 +208,15 @@ static wire_msg *new_msg(wire_type t) {
 static void test_roundtrip_small(void) {
   wire_msg *m = new_msg(WIRE_HELLO);
   m->proto = WIRE_PROTO;
-  fill(m->swarm.b, 32), fill(m->node.b, 32), fill(m->nonce, 16);
-  roundtrip(m); /* empty listen and region */
+  fill(m->kx, 32);
+  roundtrip(m);
+  m->type = WIRE_AUTH;
+  fill(m->swarm.b, 32), fill(m->node.b, 32), fill(m->sig, 64);
+  roundtrip(m); /* no ticket, empty listen and region */
+  uint8_t ticket[STITCH_TICKET_BYTES];
+  fill(ticket, sizeof(ticket));
+  m->data = ticket, m->data_len = sizeof(ticket);
+  roundtrip(m);
   strcpy(m->listen, "10.0.0.7:7070");
   strcpy(m->region, "eu-west");
   roundtrip(m);
@@ -214,9 +228,7 @@ static void test_roundtrip_small(void) {
   m->listen[31] = 'b', m->listen[32] = 0;
   roundtrip(m);
 
-  m->type = WIRE_AUTH;
-  fill(m->sig, 64);
-  roundtrip(m);
+  m->data = NULL, m->data_len = 0;
   m->type = WIRE_PING;
   roundtrip(m);
 
@@ -323,16 +335,22 @@ static void test_encode_refusals(void) {
   uint8_t bits[4] = {0xff, 0xff, 0x01, 0};
   wire_msg *m = new_msg(WIRE_HELLO);
   enc_fails(m, STITCH_EINVAL); /* proto 0 */
-  m->proto = 2;
+  m->proto = WIRE_PROTO + 1;
   enc_fails(m, STITCH_EINVAL);
   m->proto = WIRE_PROTO;
+  m->type = WIRE_AUTH;
+  uint8_t ticket[STITCH_TICKET_BYTES] = {0};
+  m->data = ticket, m->data_len = sizeof(ticket) - 1; /* 0 or 160 */
+  enc_fails(m, STITCH_EINVAL);
+  m->data_len = 0;
   memset(m->region, 'r', sizeof(m->region)); /* no NUL */
   enc_fails(m, STITCH_EINVAL);
   m->region[0] = 0;
   memset(m->listen, 'l', sizeof(m->listen));
   enc_fails(m, STITCH_EINVAL);
   m->listen[0] = 0;
-  dbuf small = {NULL, 0, 0, 40}; /* HELLO needs more */
+  m->type = WIRE_HELLO;
+  dbuf small = {NULL, 0, 0, 40}; /* HELLO needs 41 */
   ASSERT_EQ(wire_encode(&small, m), STITCH_ELIMIT);
   ASSERT_UEQ(small.len, 0);
   dbuf_free(&small);
@@ -406,13 +424,15 @@ static void rand_msg(wire_msg *m, uint8_t *store) {
   m->object = (uint32_t)(test_rng_next(&rng) % STITCH_MAX_OBJECTS);
   m->chunk = big % STITCH_MAX_CHUNKS;
   m->proto = WIRE_PROTO;
-  fill(m->swarm.b, 32), fill(m->node.b, 32), fill(m->nonce, 16);
+  fill(m->swarm.b, 32), fill(m->node.b, 32), fill(m->kx, 32);
   fill(m->sig, 64);
   snprintf(m->listen, sizeof(m->listen), "node%llu:%u",
            (unsigned long long)(big % 1000), (unsigned)(big % 65536));
   snprintf(m->region, sizeof(m->region), "r%u", (unsigned)(big % 7));
   m->data = store;
   m->data_len = 1 + test_rng_next(&rng) % 600;
+  if (m->type == WIRE_AUTH)
+    m->data_len = test_rng_next(&rng) % 2 ? STITCH_TICKET_BYTES : 0;
   fill(store, m->data_len);
   if (m->type == WIRE_BITFIELD) {
     m->nbits = 1 + test_rng_next(&rng) % 4800;
@@ -552,7 +572,7 @@ static void header_fails(uint32_t len, int type, int code, const char *why) {
 
 static void test_reader_refusals(void) {
   header_fails(10, 0, STITCH_EFORMAT, "unknown type 0");
-  header_fails(10, WIRE_TYPE_COUNT_, STITCH_EFORMAT, "unknown type 15");
+  header_fails(10, WIRE_TYPE_COUNT_, STITCH_EFORMAT, "unknown type 16");
   header_fails(10, 255, STITCH_EFORMAT, "unknown type 255");
   header_fails(0, WIRE_PING, STITCH_EFORMAT, "length 0");
   header_fails(0xffffffffu, WIRE_CHUNK, STITCH_ELIMIT, "CHUNK frame of");
@@ -685,19 +705,19 @@ static void uints_fail(int type, size_t n, uint64_t a, uint64_t b, uint64_t c,
 
 static const uint8_t key[64];
 
-/* HELLO with one field spoilt: the field's index, or -1 for none. */
+/* AUTH with one field spoilt: the field's index, or -1 for none. */
 enum { H_OK = -1 };
-static msgpack_packer *hello(body *b, int bad, const char *listen,
-                             size_t listen_len) {
+static msgpack_packer *auth(body *b, int bad, const char *listen,
+                            size_t listen_len) {
   msgpack_packer *pk = start(b);
   msgpack_pack_array(pk, 6);
-  msgpack_pack_uint8(pk, 1);
-  msgpack_pack_bin_with_body(pk, key, bad == 1 ? 31 : 32);
-  if (bad == 2)
+  msgpack_pack_bin_with_body(pk, key, bad == 0 ? 31 : 32);
+  if (bad == 1)
     msgpack_pack_str_with_body(pk, key, 32);
   else
     msgpack_pack_bin_with_body(pk, key, 32);
-  msgpack_pack_bin_with_body(pk, key, bad == 3 ? 17 : 16);
+  msgpack_pack_bin_with_body(pk, key, bad == 2 ? 63 : 64);
+  msgpack_pack_bin_with_body(pk, key, bad == 3 ? 32 : 0);
   msgpack_pack_str_with_body(pk, listen, listen_len);
   if (bad == 5)
     msgpack_pack_nil(pk);
@@ -714,31 +734,42 @@ static void test_decode_refusals(void) {
   char s[200];
   memset(s, 'x', sizeof(s));
 
-  hello(&b, H_OK, "h:1", 3);
-  dec_ok(&b, WIRE_HELLO, m);
+  auth(&b, H_OK, "h:1", 3);
+  dec_ok(&b, WIRE_AUTH, m);
   ASSERT_STR_EQ(m->listen, "h:1");
-  hello(&b, H_OK, s, 127);
-  dec_ok(&b, WIRE_HELLO, m);
-  hello(&b, 1, "", 0);
-  dec_fails(&b, WIRE_HELLO, STITCH_EFORMAT,
-            "wire: HELLO: field 1 (swarm) is a bin of 31 bytes, not 32");
-  hello(&b, 2, "", 0);
-  dec_fails(&b, WIRE_HELLO, STITCH_EFORMAT, "field 2 (node) is not a bin");
-  hello(&b, 3, "", 0);
-  dec_fails(&b, WIRE_HELLO, STITCH_EFORMAT, "field 3 (nonce) is a bin of 17");
-  hello(&b, 5, "", 0);
-  dec_fails(&b, WIRE_HELLO, STITCH_EFORMAT, "field 5 (region) is not a str");
-  hello(&b, H_OK, s, 128);
-  dec_fails(&b, WIRE_HELLO, STITCH_EFORMAT,
+  ASSERT_UEQ(m->data_len, 0);
+  auth(&b, H_OK, s, 127);
+  dec_ok(&b, WIRE_AUTH, m);
+  auth(&b, 0, "", 0);
+  dec_fails(&b, WIRE_AUTH, STITCH_EFORMAT,
+            "wire: AUTH: field 0 (swarm) is a bin of 31 bytes, not 32");
+  auth(&b, 1, "", 0);
+  dec_fails(&b, WIRE_AUTH, STITCH_EFORMAT, "field 1 (node) is not a bin");
+  auth(&b, 2, "", 0);
+  dec_fails(&b, WIRE_AUTH, STITCH_EFORMAT, "field 2 (sig) is a bin of 63");
+  auth(&b, 3, "", 0);
+  dec_fails(&b, WIRE_AUTH, STITCH_EFORMAT,
+            "field 3 (ticket) is a bin of 32 bytes, not 0 or 160");
+  auth(&b, 5, "", 0);
+  dec_fails(&b, WIRE_AUTH, STITCH_EFORMAT, "field 5 (region) is not a str");
+  auth(&b, H_OK, s, 128);
+  dec_fails(&b, WIRE_AUTH, STITCH_EFORMAT,
             "field 4 (listen) is a str of 128 bytes, not 0..127");
-  hello(&b, H_OK, "h\0:1", 4);
-  dec_fails(&b, WIRE_HELLO, STITCH_EFORMAT, "field 4 (listen) holds a NUL");
-  hello(&b, H_OK, "", 0);
+  auth(&b, H_OK, "h\0:1", 4);
+  dec_fails(&b, WIRE_AUTH, STITCH_EFORMAT, "field 4 (listen) holds a NUL");
+  auth(&b, H_OK, "", 0);
   msgpack_pack_nil(&b.pk); /* after the array */
-  dec_fails(&b, WIRE_HELLO, STITCH_EFORMAT, "1 bytes after");
-  static const uint8_t proto2[] = {0x96, 2, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0};
-  raw_fails(WIRE_HELLO, proto2, sizeof(proto2), STITCH_EVERSION,
-            "protocol 2; this build speaks 1");
+  dec_fails(&b, WIRE_AUTH, STITCH_EFORMAT, "1 bytes after");
+
+  /* HELLO */
+  pk = start(&b);
+  msgpack_pack_array(pk, 2);
+  msgpack_pack_uint8(pk, WIRE_PROTO);
+  msgpack_pack_bin_with_body(pk, key, 31);
+  dec_fails(&b, WIRE_HELLO, STITCH_EFORMAT, "field 1 (kx) is a bin of 31");
+  static const uint8_t proto1[] = {0x92, 1, 0xc0};
+  raw_fails(WIRE_HELLO, proto1, sizeof(proto1), STITCH_EVERSION,
+            "protocol 1; this build speaks 2");
   /* A later protocol may have more fields: still "upgrade". */
   static const uint8_t proto_big[] = {
       0x97, 0xcf, 0, 0, 1, 0, 0, 0, 0, 0, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0};
@@ -747,28 +778,22 @@ static void test_decode_refusals(void) {
   static const uint8_t proto_str[] = {0x91, 0xa1, '1'};
   raw_fails(WIRE_HELLO, proto_str, sizeof(proto_str), STITCH_EFORMAT,
             "field 0 (proto) is not an unsigned integer");
-  static const uint8_t five[] = {0x95, 1, 0xc0, 0xc0, 0xc0, 0xc0};
-  raw_fails(WIRE_HELLO, five, sizeof(five), STITCH_EFORMAT,
-            "an array of 5 fields, expected 6");
+  static const uint8_t hello3[] = {0x93, WIRE_PROTO, 0xc0, 0xc0};
+  raw_fails(WIRE_HELLO, hello3, sizeof(hello3), STITCH_EFORMAT,
+            "an array of 3 fields, expected 2");
 
-  /* Every prefix of a HELLO body is refused (truncated), never read past. */
-  hello(&b, H_OK, "host.example:7070", 17);
+  /* Every prefix of an AUTH body is refused (truncated), never read past. */
+  auth(&b, H_OK, "host.example:7070", 17);
   for (size_t n = 0; n < b.sb.size; n++) {
     uint8_t *cut = malloc(n ? n : 1); /* exact size: ASan sees overreads */
     ASSERT(cut != NULL);
     memcpy(cut, b.sb.data, n);
     stitch_diag d = {{0}};
-    int rc = wire_decode(WIRE_HELLO, cut, n, m, &d);
+    int rc = wire_decode(WIRE_AUTH, cut, n, m, &d);
     ASSERT(rc < 0 && d.msg[0] != 0);
     free(cut);
   }
   msgpack_sbuffer_destroy(&b.sb);
-
-  /* AUTH */
-  pk = start(&b);
-  msgpack_pack_array(pk, 1);
-  msgpack_pack_bin_with_body(pk, key, 63);
-  dec_fails(&b, WIRE_AUTH, STITCH_EFORMAT, "field 0 (sig) is a bin of 63");
 
   /* REQUEST and friends */
   static const uint8_t str_chunk[] = {0x93, 1, 0, 0xa1, '7'};
@@ -936,13 +961,13 @@ static void test_decode_refusals(void) {
   ASSERT_ERR(wire_decode(0, huge, sizeof(huge), m, &d), STITCH_EFORMAT, d,
              "unknown message type 0");
   ASSERT_ERR(wire_decode(WIRE_TYPE_COUNT_, huge, sizeof(huge), m, &d),
-             STITCH_EFORMAT, d, "unknown message type 15");
+             STITCH_EFORMAT, d, "unknown message type 16");
   ASSERT_ERR(wire_decode(WIRE_PING, NULL, 0, m, &d), STITCH_ETRUNCATED, d,
              "PING");
   ASSERT_ERR(wire_decode(WIRE_PING, huge, WIRE_SMALL_MAX, m, &d), STITCH_ELIMIT,
              d, "wire: PING: body of 65536 bytes, at most 65535");
   static const uint8_t c1[2] = {0x91, 0xc1};
-  ASSERT_ERR(wire_decode(WIRE_AUTH, c1, 2, m, &d), STITCH_EFORMAT, d,
+  ASSERT_ERR(wire_decode(WIRE_HELLO, c1, 2, m, &d), STITCH_EFORMAT, d,
              "reserved byte 0xc1");
   free(m);
 }
@@ -1019,15 +1044,21 @@ static void test_vectors(void) {
 }
 
 static void test_auth_input(void) {
-  uint8_t nonce[WIRE_NONCE_BYTES], out[64];
-  stitch_pubkey k;
-  fill(nonce, sizeof(nonce));
-  fill(k.b, sizeof(k.b));
-  wire_auth_input(nonce, &k, out);
-  ASSERT_MEM_EQ(out, "stitch-hello-v1", 15);
-  ASSERT_EQ(out[15], 0);
-  ASSERT_MEM_EQ(out + 16, nonce, 16);
-  ASSERT_MEM_EQ(out + 32, k.b, 32);
+  uint8_t dk[WIRE_KX_BYTES], ak[WIRE_KX_BYTES], both[64], h[32];
+  uint8_t out[WIRE_AUTH_INPUT], other[WIRE_AUTH_INPUT];
+  fill(dk, sizeof(dk));
+  fill(ak, sizeof(ak));
+  wire_auth_input(0, dk, ak, out);
+  ASSERT_MEM_EQ(out, "stitch-auth-v2\0\0", 16);
+  ASSERT_EQ(out[16], 0);
+  memcpy(both, dk, 32);
+  memcpy(both + 32, ak, 32);
+  crypto_generichash(h, 32, both, 64, NULL, 0);
+  ASSERT_MEM_EQ(out + 17, h, 32);
+  /* The acceptor's input differs in its side byte alone. */
+  wire_auth_input(1, dk, ak, other);
+  ASSERT_EQ(other[16], 1);
+  ASSERT_MEM_EQ(other + 17, h, 32);
 }
 
 int main(void) {

@@ -23,13 +23,15 @@ static const opt opt_spec[O_COUNT] = {
     {"max-peers", N | S, NULL}, {"threads", N, NULL},
     {"config", N | S, NULL},    {"http", N, NULL},
     {"engine", N, NULL},        {"engine-reload", N, NULL},
-    {"apply", N, NULL}};
+    {"apply", N, NULL},         {"ticket", N, NULL},
+    {"open", S, NULL}};
 #undef N
 #undef S
 
 const char opt_usage[] =
     "usage: " PROG " node --swarm PREFIX.pub --listen ADDR --weights FILE\n"
-    "                    --data DIR [--peers ADDR,...] [--region R]\n"
+    "                    --data DIR [--ticket FILE] [--peers ADDR,...]\n"
+    "                    [--region R]\n"
     "                    [--status FILE] [--max-peers N] [--threads N]\n"
     "                    [--advertise ADDR] [--config FILE]\n"
     "                    [--http ADDR [--engine http://HOST:PORT]\n"
@@ -37,6 +39,9 @@ const char opt_usage[] =
     "       " PROG " seed --key PREFIX.key --listen ADDR --store DIR\n"
     "                    [--peers ADDR,...] [--region R] [--status FILE]\n"
     "                    [--max-peers N] [--advertise ADDR] [--config FILE]\n"
+    "                    [--open]\n"
+    "A node shows the ticket `stitch admit` made for its key (DIR/node.pub);\n"
+    "a seed started with --open admits nodes without one (docs/security.md).\n"
     "ADDR is host:port (port 0 picks one); a peer may carry its region as\n"
     "host:port@region. A config file holds one 'key value' per line, the\n"
     "keys being the flags' names. See docs/stitchd.md.\n";
@@ -133,7 +138,11 @@ int opt_parse(int argc, char **argv, unsigned role, opt *o) {
       return fail("unknown option '%.40s'", a);
     memcpy(name, a + 2, nl);
     name[nl] = 0;
-    const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+    /* --open alone is a switch; --open=no turns it off. */
+    int sw = strcmp(name, "open") == 0 && eq == NULL;
+    const char *val = sw   ? "yes"
+                      : eq ? eq + 1
+                           : (i + 1 < argc ? argv[++i] : NULL);
     if (val == NULL || *val == 0)
       return fail("--%s needs a value", name);
     if (set_opt(o, role, name, val, 0, "") != 0)

@@ -73,6 +73,9 @@ int sidecar_metrics_text(const sidecar_snapshot *r, sbuf *out) {
   ONE("stitch_chunks_twice_total", "counter",
       "Chunks that came again once held (downlink lost)", s->chunks_twice);
   ONE("stitch_bans_total", "counter", "Peers banned", s->bans);
+  ONE("stitch_handshakes_refused_total", "counter",
+      "Peers refused at the handshake (no ticket, a bad one, revoked)",
+      s->refused);
   ONE("stitch_engine_applies_total", "counter",
       "Versions the engine switched to", r->applies);
   ONE("stitch_apply_pause_seconds", "gauge",

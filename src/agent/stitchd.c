@@ -81,6 +81,7 @@ typedef struct agent {
   applied_rec *applied;
   size_t n_applied;
   uint64_t announced; /* seed: newest version given to the core */
+  struct timespec policy_mtime; /* seed: of the store's policy, last read */
   uint64_t clock_offset; /* the driver's clock less uv_now: it outlives the
                             driver, for an apply that ends after a stop */
   sidecar *sidecar; /* --http: the engine's side (sidecar.h) */
@@ -162,6 +163,24 @@ static int io_manifest_write(void *user, const uint8_t *buf, size_t len) {
 
 static void io_log(void *user, const char *line) {
   log_line(user, "%s", line);
+}
+
+static uint64_t io_unix_time(void *user) {
+  (void)user;
+  return unix_ms() / 1000;
+}
+
+/* A newer policy from a peer: kept beside the store for the next start
+ * (the seed's store too: the trainer signed it, wherever it came from). */
+static int io_policy_write(void *user, const uint8_t *buf, size_t len) {
+  agent *a = user;
+  stitch_diag d = {{0}};
+  int rc = stitch_policy_save(a->dir, &a->swarm_pk, buf, len, &d);
+  if (rc == STITCH_EROLLBACK)
+    return 0; /* the file holds this one already, or newer */
+  if (rc != 0)
+    log_line(a, "policy: %s", d.msg);
+  return rc;
 }
 
 static void net_log(void *user, const char *line) {
@@ -391,13 +410,14 @@ static void write_status(agent *a) {
           ", \"bytes_to_same_region\": %" PRIu64
           ", \"bytes_to_other_region\": %" PRIu64
           ", \"verify_failures\": %" PRIu64 ", \"chunks_twice\": %" PRIu64
-          ", \"bans\": %" PRIu64
+          ", \"bans\": %" PRIu64 ", \"refused\": %" PRIu64
+          ", \"policy_serial\": %" PRIu64
           ", \"manifests_forwarded\": %" PRIu64 ", \"applied\": [",
           s.held_version, s.latest_version, s.fetching_version, s.fetch_done,
           s.fetch_total, s.peers, s.bytes_up, s.bytes_down, s.bytes_from_seed,
           s.bytes_same_region, s.bytes_other_region, s.bytes_to_same_region,
           s.bytes_to_other_region, s.verify_failures, s.chunks_twice, s.bans,
-          s.manifests_forwarded);
+          s.refused, s.policy_serial, s.manifests_forwarded);
   for (size_t i = 0; i < a->n_applied; i++)
     fprintf(f, "%s{\"version\": %" PRIu64 ", \"unix_ms\": %" PRIu64 "}",
             i ? ", " : "", a->applied[i].version, a->applied[i].unix_ms);
@@ -482,7 +502,35 @@ static void scan_store(agent *a) {
   stitch_net_kick(a->net);
 }
 
-static void on_scan_timer(uv_timer_t *t) { scan_store(t->data); }
+/* Gives the core the store's policy when the file changed since the last
+ * look (`stitch revoke` signs a new one; the core ignores what it holds
+ * already). */
+static void scan_policy(agent *a) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/policy", a->dir);
+  struct stat st;
+  if (stat(path, &st) != 0 ||
+      (st.st_mtim.tv_sec == a->policy_mtime.tv_sec &&
+       st.st_mtim.tv_nsec == a->policy_mtime.tv_nsec))
+    return;
+  a->policy_mtime = st.st_mtim;
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  stitch_diag d = {{0}};
+  int rc = stitch_policy_load(a->dir, &buf, &len, &d);
+  if (rc == 0)
+    rc = stitch_swarm_set_policy(a->swarm, buf, len, agent_now(a), &d);
+  free(buf);
+  if (rc != 0)
+    log_line(a, "policy: %s", d.msg);
+  else if (a->net != NULL)
+    stitch_net_kick(a->net);
+}
+
+static void on_scan_timer(uv_timer_t *t) {
+  scan_store(t->data);
+  scan_policy(t->data);
+}
 
 /* ---- Start-up --------------------------------------------------------------- */
 
@@ -499,6 +547,50 @@ static int node_identity(agent *a, stitch_swarm_config *cfg) {
       rc = stitch_key_write(prefix, &cfg->node_pk, &cfg->node_sk, &d);
   }
   return rc != 0 ? fail_diag(rc, &d) : 0;
+}
+
+/* --ticket FILE: read and checked now, so that a ticket for another swarm
+ * or key, or one expired, is a clear error at start, not a refusal by
+ * every peer. */
+static int node_ticket(agent *a, const char *path, stitch_swarm_config *cfg) {
+  if (path == NULL) {
+    log_line(a, "no --ticket: only an open swarm admits this node "
+                "(stitch admit --node %s/node.pub)", a->dir);
+    return 0;
+  }
+  stitch_diag d = {{0}};
+  stitch_ticket t;
+  int rc = stitch_ticket_read(path, cfg->ticket, &d);
+  if (rc == 0)
+    rc = stitch_ticket_open(cfg->ticket, STITCH_TICKET_BYTES, &a->swarm_pk,
+                            &t, &d);
+  if (rc == 0)
+    rc = stitch_ticket_valid(&t, &cfg->node_pk, io_unix_time(a), &d);
+  if (rc != 0)
+    return fail("--ticket %s: %s", path, d.msg + (strncmp(d.msg, "ticket: ", 8)
+                                                       ? 0 : 8));
+  cfg->ticket_len = STITCH_TICKET_BYTES;
+  return 0;
+}
+
+/* The seed: the store's policy, opened or closed as --open says (closed
+ * by default), signed anew when that changes. */
+static int seed_policy(agent *a, const char *open, const stitch_seckey *sk) {
+  int want = 0;
+  if (open != NULL) {
+    if (!strcmp(open, "yes") || !strcmp(open, "true") || !strcmp(open, "1"))
+      want = 1;
+    else if (strcmp(open, "no") && strcmp(open, "false") && strcmp(open, "0"))
+      return fail("--open: '%s' is not yes or no", open);
+  }
+  stitch_diag d = {{0}};
+  int changed = 0;
+  int rc = stitch_policy_update(a->dir, sk, NULL, want, &changed, &d);
+  if (rc != 0)
+    return fail_diag(rc, &d);
+  if (changed)
+    log_line(a, "policy: the swarm is now %s", want ? "open" : "closed");
+  return 0;
 }
 
 /* What the weights file holds: nothing (it does not exist yet), or the
@@ -678,6 +770,8 @@ static int run(agent *a, opt *o) {
     /* The seed speaks as the trainer: its node key is the swarm key. */
     a->swarm_pk = cfg.node_pk;
     cfg.seed = 1;
+    if (seed_policy(a, o[O_OPEN].value, &cfg.node_sk) != 0)
+      return 1;
   } else {
     rc = stitch_pubkey_read(o[O_SWARM].value, &a->swarm_pk, &d);
     if (rc != 0)
@@ -687,7 +781,8 @@ static int run(agent *a, opt *o) {
   rc = stitch_store_open(a->dir, &a->swarm_pk, 1, &a->store, &d);
   if (rc != 0)
     return fail_diag(rc, &d);
-  if (!a->seed && (node_identity(a, &cfg) || weights_state(a, &cfg)))
+  if (!a->seed && (node_identity(a, &cfg) || weights_state(a, &cfg) ||
+                   node_ticket(a, o[O_TICKET].value, &cfg)))
     return 1;
   uv_loop_init(&a->loop);
   stitch_net_callbacks cb = {a, on_apply, net_log};
@@ -700,9 +795,16 @@ static int run(agent *a, opt *o) {
   a->clock_offset = stitch_net_now(a->net) - uv_now(&a->loop);
   advertised(o[O_LISTEN].value, o[O_ADVERTISE].value,
              stitch_net_port(a->net), a->bound, cfg.listen);
-  stitch_swarm_io io = {a,           io_random,        io_chunk_has,
-                        io_chunk_read, io_chunk_release, io_chunk_write,
-                        io_manifest_write, io_log};
+  stitch_swarm_io io = {a,
+                        io_random,
+                        io_chunk_has,
+                        io_chunk_read,
+                        io_chunk_release,
+                        io_chunk_write,
+                        io_manifest_write,
+                        io_log,
+                        io_unix_time,
+                        io_policy_write};
   rc = stitch_swarm_new(&cfg, &io, &a->swarm, &d);
   memset(&cfg.node_sk, 0, sizeof(cfg.node_sk));
   if (rc != 0) {
@@ -733,6 +835,7 @@ static int run(agent *a, opt *o) {
   uv_signal_start(&a->sigterm, on_signal, SIGTERM);
   uv_signal_start(&a->sigint, on_signal, SIGINT);
   stitch_net_start(a->net, a->swarm);
+  scan_policy(a); /* the policy held before a restart, or the store's */
   if (a->seed) {
     scan_store(a);
     uv_timer_start(&a->scan_timer, on_scan_timer, SCAN_EVERY_MS,

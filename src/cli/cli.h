@@ -16,6 +16,8 @@ int cmd_pull(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_log(int argc, char **argv);
 int cmd_recover(int argc, char **argv);
+int cmd_admit(int argc, char **argv);
+int cmd_revoke(int argc, char **argv);
 
 /* Splits argv into up to max positionals and the flags in spec. Returns the
  * number of positionals, or -1 after printing a usage error. */

@@ -21,6 +21,10 @@ static const struct {
     {"inspect", cmd_inspect, "inspect FILE [--json]"},
     {"digest", cmd_digest, "digest FILE [--tensors]"},
     {"keygen", cmd_keygen, "keygen --out PREFIX"},
+    {"admit", cmd_admit,
+     "admit --key PREFIX.key --node NODE.pub --out TICKET [--expires 30d] "
+     "[--role node|seed]"},
+    {"revoke", cmd_revoke, "revoke --key PREFIX.key --store DIR --node NODE.pub"},
     {"publish", cmd_publish,
      "publish --key PREFIX.key --store DIR CHECKPOINT [--json] [options]"},
     {"pull", cmd_pull, "pull --store DIR --pub PREFIX.pub --weights FILE"},

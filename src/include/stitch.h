@@ -9,6 +9,7 @@
 #include "stitch/delta.h"
 #include "stitch/version.h"
 #include "stitch/store.h"
+#include "stitch/admit.h"
 #include "stitch/swarm.h"
 
 #endif

@@ -148,7 +148,7 @@ static size_t count_full(const stitch_swarm *s) {
   return n;
 }
 
-static int banned_key(const stitch_swarm *s, const stitch_pubkey *k) {
+int core_banned_key(const stitch_swarm *s, const stitch_pubkey *k) {
   for (size_t i = 0; i < s->n_bans; i++)
     if (memcmp(s->bans[i].b, k->b, 32) == 0)
       return 1;
@@ -170,8 +170,11 @@ int stitch_swarm_new(const stitch_swarm_config *cfg,
   *out = NULL;
   RETURN_IF(io->random == NULL || io->chunk_has == NULL ||
                 io->chunk_read == NULL || io->chunk_write == NULL ||
-                io->manifest_write == NULL,
+                io->manifest_write == NULL || io->unix_time == NULL,
             d, STITCH_EINVAL, "swarm: an io callback is missing");
+  RETURN_IF(cfg->ticket_len != 0 && cfg->ticket_len != STITCH_TICKET_BYTES,
+            d, STITCH_EINVAL, "swarm: a ticket is %d bytes",
+            STITCH_TICKET_BYTES);
   RETURN_IF(memchr(cfg->listen, 0, sizeof(cfg->listen)) == NULL ||
                 memchr(cfg->region, 0, sizeof(cfg->region)) == NULL,
             d, STITCH_EINVAL, "swarm: listen or region is not terminated");
@@ -206,6 +209,9 @@ static void pay_release(stitch_swarm *s, peer *p) {
 static void peer_reset(stitch_swarm *s, peer *p) {
   pay_release(s, p);
   wire_reader_free(&p->rd);
+  s->unasked -= p->frame_claim;
+  chan_free(&p->ch);
+  dbuf_free(&p->ct);
   dbuf_free(&p->out);
   free_list(&p->have, &p->n_have);
   free_list(&p->offered, &p->n_offered);
@@ -255,6 +261,8 @@ void stitch_swarm_free(stitch_swarm *s) {
   free(s->v);
   free(s->refs);
   free(s->addrs);
+  stitch_policy_free(s->policy);
+  free(s->policy_raw);
   free(s);
 }
 
@@ -305,15 +313,20 @@ void core_drop(stitch_swarm *s, peer *p, int ban, const char *why) {
     return;
   core_log(s, "peer %u (%s): dropped: %s%s", p->id,
            p->listen[0] ? p->listen : p->addr, why, ban ? "; banned" : "");
+  /* Only what is known to be the peer's: its key once its AUTH verified,
+   * and the address we dialed. Not the listen address it claims, which
+   * may be another node's (the seed's), nor anything before its AUTH: a
+   * stranger claiming the seed's key must not get the seed banned. */
+  if (ban && p->state != PEER_READY && p->state != PEER_FULL)
+    ban = 0;
   if (ban) {
     s->st.bans++;
-    if (p->state != PEER_HELLO && s->n_bans < CORE_MAX_BANS &&
-        !banned_key(s, &p->node))
+    if (s->n_bans < CORE_MAX_BANS && !core_banned_key(s, &p->node))
       s->bans[s->n_bans++] = p->node;
-    const char *a = p->listen[0] ? p->listen : p->addr;
-    if (a[0] && s->n_ban_addrs < CORE_MAX_BANS && !banned_addr(s, a))
+    if (p->outbound && p->addr[0] && s->n_ban_addrs < CORE_MAX_BANS &&
+        !banned_addr(s, p->addr))
       snprintf(s->ban_addrs[s->n_ban_addrs++], STITCH_SWARM_ADDR_MAX, "%s",
-               a);
+               p->addr);
   }
   fetch_peer_gone(s, p);
   p->state = PEER_CLOSING;
@@ -509,10 +522,6 @@ int stitch_swarm_peer_open(stitch_swarm *s, uint64_t now_ms, int outbound,
                                               (size_t)2;
   p->opened_ms = p->last_recv_ms = p->tokens_ms = now_ms;
   p->tokens = CORE_RATE_BURST;
-  for (int i = 0; i < WIRE_NONCE_BYTES; i += 8) {
-    uint64_t r = core_random(s);
-    memcpy(p->nonce + i, &r, 8);
-  }
   *id = p->id;
   if (outbound) {
     addr_entry *e = find_addr(s, p->addr);
@@ -522,16 +531,7 @@ int stitch_swarm_peer_open(stitch_swarm *s, uint64_t now_ms, int outbound,
   int too_many = !outbound && count_peers(s, 0) >
                                   s->cfg.max_peers + CORE_INBOUND_SLACK +
                                       (s->cfg.seed ? s->cfg.max_peers : 0);
-  wire_msg m;
-  memset(&m, 0, sizeof(m));
-  m.type = WIRE_HELLO;
-  m.proto = WIRE_PROTO;
-  m.swarm = s->cfg.swarm;
-  m.node = s->cfg.node_pk;
-  memcpy(m.nonce, p->nonce, sizeof(m.nonce));
-  snprintf(m.listen, sizeof(m.listen), "%s", s->cfg.listen);
-  snprintf(m.region, sizeof(m.region), "%s", s->cfg.region);
-  core_send(s, p, &m);
+  hs_open(s, p);
   if (too_many && count_full(s) >= CORE_FULL_MAX) {
     /* Already pointing enough dialers elsewhere: when every node dials
      * the seed at once (10,000 at a simulation's start), handshakes with
@@ -548,19 +548,17 @@ int stitch_swarm_peer_open(stitch_swarm *s, uint64_t now_ms, int outbound,
   return 0;
 }
 
-void stitch_swarm_peer_pending(stitch_swarm *s, uint32_t id,
-                               const uint8_t **buf, size_t *len) {
-  *buf = NULL;
-  *len = 0;
-  peer *p = core_peer(s, id);
-  if (p == NULL)
-    return;
+/* The plaintext's next bytes: out up to the payload, the payload, then
+ * what was queued after it. With REFILL, a link that has taken all of it
+ * gets its next chunk chosen now (the driver asked: it wants more). */
+static void plain_pending(stitch_swarm *s, peer *p, int refill,
+                          const uint8_t **buf, size_t *len) {
   if (p->pay != NULL && p->out_off == p->pay_at) { /* the payload's turn */
     *buf = p->pay + p->pay_off;
     *len = p->pay_len - p->pay_off;
     return;
   }
-  if (p->out_off == p->out.len && p->pay == NULL &&
+  if (refill && p->out_off == p->out.len && p->pay == NULL &&
       p->state == PEER_READY) {
     p->out.len = p->out_off = 0;
     p->sending = 0; /* the link wants more: the driver took it all */
@@ -571,14 +569,8 @@ void stitch_swarm_peer_pending(stitch_swarm *s, uint32_t id,
   *len = end - p->out_off;
 }
 
-size_t stitch_swarm_lowat(size_t len) {
-  return len / 8 > STITCH_SWARM_LOWAT_MIN ? len / 8 : STITCH_SWARM_LOWAT_MIN;
-}
-
-void stitch_swarm_peer_sent(stitch_swarm *s, uint32_t id, size_t n) {
-  peer *p = core_peer(s, id);
-  if (p == NULL)
-    return;
+/* N bytes of the plaintext are on their way (sent, or sealed). */
+static void plain_sent(stitch_swarm *s, peer *p, size_t n) {
   if (p->pay != NULL && p->out_off == p->pay_at) {
     p->pay_off += n <= p->pay_len - p->pay_off ? n : p->pay_len - p->pay_off;
     if (p->pay_off == p->pay_len)
@@ -589,11 +581,70 @@ void stitch_swarm_peer_sent(stitch_swarm *s, uint32_t id, size_t n) {
     size_t end = p->pay != NULL ? p->pay_at : p->out.len;
     p->out_off += n <= end - p->out_off ? n : end - p->out_off;
   }
-  if (p->pay == NULL && p->out_off == p->out.len) {
+  if (p->pay == NULL && p->out_off == p->out.len)
     p->out.len = p->out_off = 0;
-    if (p->state == PEER_FULL) /* our PEERS is out */
-      core_drop(s, p, 0, "full");
+}
+
+static int drained(const peer *p) {
+  return p->ct_off == p->ct.len && p->pay == NULL && p->out_off == p->out.len;
+}
+
+void stitch_swarm_peer_pending(stitch_swarm *s, uint32_t id,
+                               const uint8_t **buf, size_t *len) {
+  *buf = NULL;
+  *len = 0;
+  peer *p = core_peer(s, id);
+  if (p == NULL)
+    return;
+  if (p->ct_off < p->ct.len) { /* sealed, or the HELLO */
+    *buf = p->ct.p + p->ct_off;
+    *len = p->ct.len - p->ct_off;
+    return;
   }
+  p->ct.len = p->ct_off = 0;
+  if (!p->ch.on) { /* before the keys, or a simulator's link */
+    plain_pending(s, p, 1, buf, len);
+    return;
+  }
+  /* Seal up to a batch; the next chunk is chosen only when the link has
+   * taken everything (the first pass), as without records. */
+  for (int first = 1; p->ct.len < CORE_SEAL_BATCH; first = 0) {
+    const uint8_t *pb;
+    size_t pl;
+    plain_pending(s, p, first, &pb, &pl);
+    if (pl == 0)
+      break;
+    size_t take = pl < CHAN_REC_MAX ? pl : CHAN_REC_MAX;
+    if (chan_seal(&p->ch, pb, take, &p->ct) != 0) {
+      core_drop(s, p, 0, "out of memory");
+      return;
+    }
+    plain_sent(s, p, take);
+  }
+  *buf = p->ct.p;
+  *len = p->ct.len;
+}
+
+size_t stitch_swarm_lowat(size_t len) {
+  return len / 8 > STITCH_SWARM_LOWAT_MIN ? len / 8 : STITCH_SWARM_LOWAT_MIN;
+}
+
+void stitch_swarm_peer_sent(stitch_swarm *s, uint32_t id, size_t n) {
+  peer *p = core_peer(s, id);
+  if (p == NULL)
+    return;
+  if (p->ct_off < p->ct.len) {
+    p->ct_off += n <= p->ct.len - p->ct_off ? n : p->ct.len - p->ct_off;
+    if (p->ct_off == p->ct.len) {
+      p->ct.len = p->ct_off = 0;
+      if (p->ct.cap > CHAN_REC_MAX + CHAN_OVERHEAD) /* idle links keep little */
+        dbuf_free(&p->ct);
+    }
+  } else {
+    plain_sent(s, p, n);
+  }
+  if (p->state == PEER_FULL && drained(p)) /* our PEERS is out */
+    core_drop(s, p, 0, "full");
 }
 
 void stitch_swarm_peer_close(stitch_swarm *s, uint32_t id, uint64_t now_ms) {
@@ -751,6 +802,13 @@ int stitch_swarm_add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
   return 0;
 }
 
+int stitch_swarm_set_policy(stitch_swarm *s, const uint8_t *buf, size_t len,
+                            uint64_t now_ms, stitch_diag *d) {
+  s->now_ms = now_ms;
+  int rc = hs_policy(s, buf, len, NULL, d);
+  return rc < 0 ? rc : 0;
+}
+
 size_t stitch_swarm_versions(const stitch_swarm *s, const stitch_vref **v) {
   *v = s->refs;
   return s->n_v;
@@ -791,45 +849,9 @@ int stitch_swarm_apply_failed(stitch_swarm *s, uint64_t version,
 
 /* ---- Receiving -------------------------------------------------------- */
 
-static void on_hello(stitch_swarm *s, peer *p, const wire_msg *m) {
-  if (m->proto != WIRE_PROTO) {
-    core_drop(s, p, 0, "another protocol version");
-    return;
-  }
-  if (memcmp(m->swarm.b, s->cfg.swarm.b, 32) != 0) {
-    core_drop(s, p, 0, "another swarm");
-    return;
-  }
-  if (memcmp(m->node.b, s->cfg.node_pk.b, 32) == 0) {
-    core_drop(s, p, 0, "that is us");
-    return;
-  }
-  if (banned_key(s, &m->node)) {
-    core_drop(s, p, 0, "banned");
-    return;
-  }
-  p->node = m->node;
-  p->is_seed = memcmp(m->node.b, s->cfg.swarm.b, 32) == 0;
-  snprintf(p->listen, sizeof(p->listen), "%s", m->listen);
-  snprintf(p->region, sizeof(p->region), "%s", m->region);
-  p->same_region = strcmp(p->region, s->cfg.region) == 0;
-  uint8_t in[64];
-  wire_auth_input(m->nonce, &s->cfg.node_pk, in);
-  wire_msg a;
-  memset(&a, 0, sizeof(a));
-  a.type = WIRE_AUTH;
-  crypto_sign_detached(a.sig, NULL, in, sizeof(in), s->cfg.node_sk.b);
-  p->state = PEER_AUTH;
-  core_send(s, p, &a);
-}
-
-static void on_auth(stitch_swarm *s, peer *p, const wire_msg *m) {
-  uint8_t in[64];
-  wire_auth_input(p->nonce, &p->node, in);
-  if (crypto_sign_verify_detached(m->sig, in, sizeof(in), p->node.b) != 0) {
-    core_drop(s, p, 1, "its AUTH does not verify");
-    return;
-  }
+/* P's AUTH verified and the swarm admits it (handshake.c): the link is
+ * up, unless it is a second one to the same node or we are full. */
+void core_ready(stitch_swarm *s, peer *p) {
   /* One link per node: keep the older one. */
   for (size_t i = 0; i < s->n_peers; i++) {
     peer *q = &s->peers[i];
@@ -859,7 +881,7 @@ static void on_auth(stitch_swarm *s, peer *p, const wire_msg *m) {
   if (p->full) {
     p->state = PEER_FULL;
     send_peers(s, p);
-    if (p->out_off == p->out.len)
+    if (drained(p))
       core_drop(s, p, 0, "full");
     return;
   }
@@ -867,8 +889,10 @@ static void on_auth(stitch_swarm *s, peer *p, const wire_msg *m) {
   p->progress_ms = s->now_ms;
   core_log(s, "peer %u (%s, %s%s): ready", p->id, p->listen,
            p->region[0] ? p->region : "no region", p->is_seed ? ", seed" : "");
-  /* Everything it should know: the manifests from the newest anchor on
-   * (enough to plan from anything), what we hold, whom we know. */
+  /* Everything it should know: the policy, the manifests from the newest
+   * anchor on (enough to plan from anything), what we hold, whom we
+   * know. */
+  hs_send_policy(s, p);
   size_t from = 0;
   for (size_t i = 0; i < s->n_v; i++)
     for (uint64_t o = 0; o < s->v[i].ref.m->n_objects; o++)
@@ -975,7 +999,8 @@ static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
     free(m);
     return;
   }
-  /* HELLO, then AUTH, then anything else. */
+  /* HELLO, then AUTH, then anything else (feed_frames refused any other
+   * header in the handshake; this is for HELLO or AUTH later on). */
   if ((p->state == PEER_HELLO) != (type == WIRE_HELLO) ||
       (p->state == PEER_AUTH) != (type == WIRE_AUTH)) {
     core_drop(s, p, 1, "message out of order in the handshake");
@@ -988,10 +1013,14 @@ static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
   }
   switch (type) {
   case WIRE_HELLO:
-    on_hello(s, p, m);
+    hs_on_hello(s, p, m);
     break;
   case WIRE_AUTH:
-    on_auth(s, p, m);
+    hs_on_auth(s, p, m);
+    break;
+  case WIRE_POLICY:
+    if (hs_policy(s, m->data, m->data_len, p, &d) < 0)
+      core_drop(s, p, 1, d.msg);
     break;
   case WIRE_MANIFEST: {
     int rc = add_manifest(s, m->data, m->data_len, p, &d);
@@ -1044,6 +1073,91 @@ static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
   free(m);
 }
 
+/* A frame's header is in and its body is to come: the limits that depend
+ * on the link's state and on what was asked of the peer, before a byte of
+ * the body is buffered. 0, or the peer was dropped. */
+static int frame_begins(stitch_swarm *s, peer *p) {
+  uint64_t n = (uint64_t)p->rd.need + p->rd.buf.len;
+  int type = p->rd.type;
+  if (p->state == PEER_HELLO || p->state == PEER_AUTH) {
+    int want = p->state == PEER_HELLO ? WIRE_HELLO : WIRE_AUTH;
+    if (type != want || n > CORE_HANDSHAKE_FRAME_MAX) {
+      core_drop(s, p, 0, "a frame that is not its handshake's");
+      return -1;
+    }
+  } else if (p->state == PEER_FULL && n > WIRE_SMALL_MAX) {
+    core_drop(s, p, 0, "full");
+    return -1;
+  }
+  if (type == WIRE_CHUNK && n > fetch_chunk_allow(s, p)) {
+    core_drop(s, p, 1, "a CHUNK frame larger than any chunk asked of it");
+    return -1;
+  }
+  if (type != WIRE_CHUNK && n > WIRE_SMALL_MAX) {
+    if (s->unasked + n > CORE_UNASKED_MAX) {
+      core_drop(s, p, 0, "large frames from every peer fill the budget");
+      return -1;
+    }
+    p->frame_claim = (size_t)n;
+    s->unasked += p->frame_claim;
+  }
+  p->frame_on = 1;
+  p->frame_ms = s->now_ms;
+  return 0;
+}
+
+/* Frames from BUF (plaintext). Returns the bytes used: all of them, but
+ * when the peer is dropped or its HELLO turned the link to records (the
+ * rest is sealed). */
+static size_t feed_frames(stitch_swarm *s, peer *p, const uint8_t *buf,
+                          size_t len) {
+  size_t total = 0;
+  int sealed = p->ch.on;
+  while (len > 0 && p->state != PEER_CLOSING && p->ch.on == sealed) {
+    size_t used = 0, take = len;
+    int type = 0;
+    const uint8_t *body;
+    size_t blen;
+    stitch_diag d = {{0}};
+    /* Feed a header on its own, so that frame_begins judges a frame
+     * before any of its body is buffered. */
+    size_t head = p->rd.ready ? 0 : p->rd.head_len;
+    if ((p->rd.ready || p->rd.type == 0) && take > 5 - head)
+      take = 5 - head;
+    if (wire_reader_feed(&p->rd, buf, take, &used, &type, &body, &blen, &d)) {
+      core_drop(s, p, p->state == PEER_READY, d.msg);
+      break;
+    }
+    buf += used;
+    len -= used;
+    total += used;
+    if (p->rd.type != 0 && !p->rd.ready && !p->frame_on &&
+        frame_begins(s, p) != 0)
+      break;
+    if (type <= 0) {
+      if (used == 0)
+        break;
+      continue;
+    }
+    p->frame_on = 0;
+    s->unasked -= p->frame_claim;
+    p->frame_claim = 0;
+    /* A token bucket on messages keeps a flood from costing us more than
+     * a peer is worth. */
+    p->tokens +=
+        (double)(s->now_ms - p->tokens_ms) * CORE_RATE_PER_S / 1000.0;
+    p->tokens_ms = s->now_ms;
+    if (p->tokens > CORE_RATE_BURST)
+      p->tokens = CORE_RATE_BURST;
+    if ((p->tokens -= 1) < 0) {
+      core_drop(s, p, 1, "too many messages");
+      break;
+    }
+    on_frame(s, p, type, body, blen);
+  }
+  return total;
+}
+
 int stitch_swarm_peer_recv(stitch_swarm *s, uint32_t id, const uint8_t *buf,
                            size_t len, uint64_t now_ms) {
   s->now_ms = now_ms;
@@ -1052,42 +1166,26 @@ int stitch_swarm_peer_recv(stitch_swarm *s, uint32_t id, const uint8_t *buf,
     return STITCH_EINVAL;
   p->last_recv_ms = now_ms;
   while (len > 0 && p->state != PEER_CLOSING) {
-    size_t used = 0, take = len;
-    int type = 0;
-    const uint8_t *body;
-    size_t blen;
+    if (!p->ch.on) {
+      size_t used = feed_frames(s, p, buf, len);
+      buf += used;
+      len -= used;
+      continue;
+    }
+    size_t used;
+    const uint8_t *plain;
+    size_t plen;
     stitch_diag d = {{0}};
-    /* Feed a header on its own, so a CHUNK frame larger than anything we
-     * asked this peer for, or than any chunk a far peer may pass us
-     * unasked (fetch.c push_across), is refused before its body is
-     * buffered. */
-    size_t head = p->rd.ready ? 0 : p->rd.head_len;
-    if ((p->rd.ready || p->rd.type == 0) && take > 5 - head)
-      take = 5 - head;
-    if (wire_reader_feed(&p->rd, buf, take, &used, &type, &body, &blen, &d)) {
-      core_drop(s, p, 1, d.msg);
+    /* Not banned: a record that does not open may be an attacker's on
+     * the path, not the peer's. */
+    if (chan_open(&p->ch, buf, len, &used, &plain, &plen, &d) != 0) {
+      core_drop(s, p, 0, d.msg);
       break;
     }
     buf += used;
     len -= used;
-    if (p->rd.type == WIRE_CHUNK &&
-        (uint64_t)p->rd.need + p->rd.buf.len > fetch_chunk_allow(s, p)) {
-      core_drop(s, p, 1, "a CHUNK frame larger than any chunk asked of it");
-      break;
-    }
-    if (type <= 0)
-      continue;
-    /* A token bucket on messages keeps a flood from costing us more than
-     * a peer is worth. */
-    p->tokens += (double)(now_ms - p->tokens_ms) * CORE_RATE_PER_S / 1000.0;
-    p->tokens_ms = now_ms;
-    if (p->tokens > CORE_RATE_BURST)
-      p->tokens = CORE_RATE_BURST;
-    if ((p->tokens -= 1) < 0) {
-      core_drop(s, p, 1, "too many messages");
-      break;
-    }
-    on_frame(s, p, type, body, blen);
+    if (plen > 0)
+      feed_frames(s, p, plain, plen);
   }
   if (p->state == PEER_CLOSING)
     return STITCH_ELIMIT;
@@ -1112,6 +1210,15 @@ int stitch_swarm_tick(stitch_swarm *s, uint64_t now_ms) {
       core_drop(s, p, 0, "silent");
       continue;
     }
+    /* A frame that crawls pins its buffer: it must come at
+     * CORE_FRAME_MIN_RATE once CORE_FRAME_GRACE_MS have passed. */
+    if (p->frame_on && now_ms - p->frame_ms > CORE_FRAME_GRACE_MS &&
+        (double)p->rd.buf.len <
+            (double)(now_ms - p->frame_ms - CORE_FRAME_GRACE_MS) *
+                CORE_FRAME_MIN_RATE / 1000.0) {
+      core_drop(s, p, p->state == PEER_READY, "a frame that comes too slowly");
+      continue;
+    }
     if (p->state == PEER_READY && now_ms - p->last_send_ms > CORE_PING_MS) {
       wire_msg m;
       memset(&m, 0, sizeof(m));
@@ -1122,6 +1229,7 @@ int stitch_swarm_tick(stitch_swarm *s, uint64_t now_ms) {
       send_peers(s, p);
   }
   if (now_ms >= s->next_maintain_ms) {
+    hs_check_links(s);
     maintain(s);
     s->next_maintain_ms = now_ms + CORE_MAINTAIN_MS;
   }

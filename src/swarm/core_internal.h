@@ -7,6 +7,7 @@
 #include "stitch/swarm.h"
 
 #include "common/bytes.h"
+#include "swarm/channel.h"
 #include "swarm/wire.h"
 
 #define CORE_MAX_VERSIONS 64    /* newest kept; older ones are forgotten */
@@ -29,6 +30,25 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
 #define CORE_PING_MS 10000      /* send a PING after this much silence */
 #define CORE_DEAD_MS 30000      /* drop a peer silent this long */
 #define CORE_HANDSHAKE_MS 10000
+/* Before its AUTH is verified a peer may send its HELLO and its AUTH and
+ * nothing else, none larger than this: the longest valid AUTH is under
+ * 500 bytes (proto/wire.md). */
+#define CORE_HANDSHAKE_FRAME_MAX 1024
+/* A frame being read must have come at CORE_FRAME_MIN_RATE bytes per
+ * second since CORE_FRAME_GRACE_MS after its header: a peer dribbling
+ * into a large frame pins its buffer, and is dropped instead. An honest
+ * link of 1 Mbit/s sends four times that. */
+#define CORE_FRAME_GRACE_MS 5000
+#define CORE_FRAME_MIN_RATE (32u << 10)
+/* Large frames nobody asked for (MANIFEST, BITFIELD, POLICY over
+ * WIRE_SMALL_MAX) may claim this much buffer across all peers at once;
+ * a header that would pass it drops its peer. CHUNK frames are bounded
+ * by what we asked (fetch_chunk_allow). */
+#define CORE_UNASKED_MAX (192u << 20)
+/* Sealed records handed to the driver at once (channel.h): a chunk goes
+ * out in a few writes of this, not one copy of all of it. */
+#define CORE_SEAL_BATCH (256u << 10)
+#define CORE_REFUSED_LOG 64 /* addresses whose refusal was logged lately */
 #define CORE_CONNECT_MS 5000    /* a CONNECT not answered by peer_open */
 #define CORE_SHORT_LINK_MS 2000 /* a link closed sooner counts as a failure */
 #define CORE_REQUEST_MS 15000   /* a request not answered */
@@ -126,9 +146,22 @@ typedef struct peer {
   char region[STITCH_SWARM_REGION_MAX];
   int same_region; /* its region (from HELLO) is ours */
   stitch_pubkey node;
-  int is_seed; /* its node key is the swarm key */
-  uint8_t nonce[WIRE_NONCE_BYTES]; /* ours, for its AUTH */
+  int is_seed; /* its node key is the swarm key, or its ticket's role is
+                  seed */
+  /* The handshake (handshake.c): the link's keys, its HELLO key, and
+   * when its ticket expires (0: never, or no ticket). */
+  chan ch;
+  uint8_t peer_kx[WIRE_KX_BYTES];
+  uint64_t expires_s;
   wire_reader rd;
+  int frame_on;        /* a frame's header is in, its body coming */
+  uint64_t frame_ms;   /* since when */
+  size_t frame_claim;  /* its claim on s->unasked */
+  /* Sealed records (or, before the keys, the clear HELLO) waiting for the
+   * driver; the plaintext below is sealed into it as the link wants
+   * more. */
+  dbuf ct;
+  size_t ct_off;
   dbuf out;
   size_t out_off; /* bytes of out the driver has sent */
   /* A CHUNK's payload goes out straight from chunk_read's buffer, not
@@ -259,6 +292,14 @@ struct stitch_swarm {
   unsigned n_regions;
   uint32_t reach_told, regions_all;
   stitch_swarm_stats st;
+  /* The newest signed policy (stitch/admit.h) and its bytes, to pass on. */
+  stitch_policy *policy;
+  uint8_t *policy_raw;
+  size_t policy_len;
+  size_t unasked; /* bytes claimed by large unasked frames being read */
+  /* Peer addresses (host part) whose refusal was logged, a ring. */
+  char refused_log[CORE_REFUSED_LOG][STITCH_SWARM_ADDR_MAX];
+  size_t refused_next;
 };
 
 /* core.c */
@@ -272,6 +313,7 @@ int core_send(stitch_swarm *s, peer *p, const wire_msg *m);
  * gone. One at a time per peer. */
 int core_send_chunk(stitch_swarm *s, peer *p, const wire_msg *m);
 void core_drop(stitch_swarm *s, peer *p, int ban, const char *why);
+int core_banned_key(const stitch_swarm *s, const stitch_pubkey *k);
 vstate *core_find_version(stitch_swarm *s, uint64_t v);
 uint64_t core_random(stitch_swarm *s);
 
@@ -300,6 +342,24 @@ static inline bits *peer_bits(peer *p, uint64_t version, uint32_t object,
 }
 bits *peer_offered(peer *p, uint64_t version, uint32_t object, uint64_t n);
 bits *peer_told(peer *p, uint64_t version, uint32_t object);
+
+void core_ready(stitch_swarm *s, peer *p);
+void core_send_manifests(stitch_swarm *s, peer *p);
+
+/* handshake.c */
+/* Draws P's ephemeral key and queues its HELLO, in clear. */
+void hs_open(stitch_swarm *s, peer *p);
+void hs_on_hello(stitch_swarm *s, peer *p, const wire_msg *m);
+/* Verifies P's AUTH and admits it (core_ready), or refuses it. */
+void hs_on_auth(stitch_swarm *s, peer *p, const wire_msg *m);
+/* Takes a signed policy from the agent (FROM NULL) or a peer: 1 when
+ * newer and now held, 0 when not newer, negative when it does not
+ * verify. */
+int hs_policy(stitch_swarm *s, const uint8_t *buf, size_t len, peer *from,
+              stitch_diag *d);
+void hs_send_policy(stitch_swarm *s, peer *p);
+/* Drops links whose ticket expired or whose key is revoked (tick). */
+void hs_check_links(stitch_swarm *s);
 
 /* fetch.c */
 void fetch_replan(stitch_swarm *s);

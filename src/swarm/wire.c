@@ -21,6 +21,7 @@
 #include "common/diag.h"
 #include "common/msgpack_check.h"
 
+#include <sodium.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -37,11 +38,11 @@
 static const char *const type_names[WIRE_TYPE_COUNT_] = {
     "type 0",  "HELLO",  "AUTH",  "MANIFEST", "BITFIELD", "HAVE",
     "REQUEST", "CANCEL", "CHUNK", "REJECT",   "PEERS",    "PING",
-    "CROSSING", "REACH", "BID"};
+    "CROSSING", "REACH", "BID", "POLICY"};
 
 /* Fields of each message's array. */
-static const unsigned n_fields[WIRE_TYPE_COUNT_] = {0, 6, 1, 1, 4, 3,
-                                                    3, 3, 4, 3, 1, 0, 4, 1, 4};
+static const unsigned n_fields[WIRE_TYPE_COUNT_] = {
+    0, 2, 6, 1, 4, 3, 3, 3, 4, 3, 1, 0, 4, 1, 4, 1};
 
 static int known(int type) { return type > 0 && type < WIRE_TYPE_COUNT_; }
 
@@ -53,6 +54,8 @@ size_t wire_type_limit(int type) {
     return (size_t)STITCH_CHUNK_MAX + 64;
   case WIRE_BITFIELD:
     return STITCH_MAX_CHUNKS / 8 + 64;
+  case WIRE_POLICY:
+    return (size_t)STITCH_POLICY_MAX + 64;
   case WIRE_PEERS:
     return WIRE_MAX_PEERS_MSG *
                (STITCH_SWARM_ADDR_MAX + STITCH_SWARM_REGION_MAX + 8) +
@@ -62,13 +65,17 @@ size_t wire_type_limit(int type) {
   }
 }
 
-void wire_auth_input(const uint8_t nonce[WIRE_NONCE_BYTES],
-                     const stitch_pubkey *signer, uint8_t out[64]) {
-  /* 15 characters and the terminating NUL: the domain is 16 bytes. */
-  static const char domain[16] = "stitch-hello-v1";
+void wire_auth_input(int acceptor, const uint8_t dialer_kx[WIRE_KX_BYTES],
+                     const uint8_t acceptor_kx[WIRE_KX_BYTES],
+                     uint8_t out[WIRE_AUTH_INPUT]) {
+  /* 14 characters and two zero bytes: the domain is 16 bytes. */
+  static const char domain[16] = "stitch-auth-v2";
+  uint8_t both[2 * WIRE_KX_BYTES];
   memcpy(out, domain, 16);
-  memcpy(out + 16, nonce, WIRE_NONCE_BYTES);
-  memcpy(out + 16 + WIRE_NONCE_BYTES, signer->b, STITCH_PUBKEY_BYTES);
+  out[16] = acceptor ? 1 : 0;
+  memcpy(both, dialer_kx, WIRE_KX_BYTES);
+  memcpy(both + WIRE_KX_BYTES, acceptor_kx, WIRE_KX_BYTES);
+  crypto_generichash(out + 17, 32, both, sizeof(both), NULL, 0);
 }
 
 /* ---- decoding ----------------------------------------------------------- */
@@ -242,15 +249,25 @@ static int get_reach(cur *c, wire_msg *m) {
 static int get_fields(cur *c, wire_msg *m) {
   switch (m->type) {
   case WIRE_HELLO: /* field 0, proto, was read by the caller */
-    CHECK_RC(get_fixed(c, "field 1 (swarm)", STITCH_PUBKEY_BYTES, m->swarm.b));
-    CHECK_RC(get_fixed(c, "field 2 (node)", STITCH_PUBKEY_BYTES, m->node.b));
-    CHECK_RC(get_fixed(c, "field 3 (nonce)", WIRE_NONCE_BYTES, m->nonce));
+    return get_fixed(c, "field 1 (kx)", WIRE_KX_BYTES, m->kx);
+  case WIRE_AUTH:
+    CHECK_RC(get_fixed(c, "field 0 (swarm)", STITCH_PUBKEY_BYTES, m->swarm.b));
+    CHECK_RC(get_fixed(c, "field 1 (node)", STITCH_PUBKEY_BYTES, m->node.b));
+    CHECK_RC(get_fixed(c, "field 2 (sig)", STITCH_SIG_BYTES, m->sig));
+    CHECK_RC(get_bin(c, "field 3 (ticket)", 0, STITCH_TICKET_BYTES, &m->data,
+                     &m->data_len));
+    RETURN_IF(m->data_len != 0 && m->data_len != STITCH_TICKET_BYTES, c->d,
+              STITCH_EFORMAT,
+              "wire: AUTH: field 3 (ticket) is a bin of %zu bytes, not 0 or "
+              "%d",
+              m->data_len, STITCH_TICKET_BYTES);
     CHECK_RC(
         get_str(c, "field 4 (listen)", 0, STITCH_SWARM_ADDR_MAX, m->listen));
     return get_str(c, "field 5 (region)", 0, STITCH_SWARM_REGION_MAX,
                    m->region);
-  case WIRE_AUTH:
-    return get_fixed(c, "field 0 (sig)", STITCH_SIG_BYTES, m->sig);
+  case WIRE_POLICY:
+    return get_bin(c, "field 0 (policy)", 1, STITCH_POLICY_MAX, &m->data,
+                   &m->data_len);
   case WIRE_MANIFEST:
     return get_bin(c, "field 0 (manifest)", 1, STITCH_MANIFEST_MAX, &m->data,
                    &m->data_len);
@@ -394,16 +411,18 @@ static void emit(wr *w, const wire_msg *m) {
   switch (m->type) {
   case WIRE_HELLO:
     w_uint(w, m->proto);
+    w_bin(w, m->kx, WIRE_KX_BYTES);
+    break;
+  case WIRE_AUTH:
     w_bin(w, m->swarm.b, STITCH_PUBKEY_BYTES);
     w_bin(w, m->node.b, STITCH_PUBKEY_BYTES);
-    w_bin(w, m->nonce, WIRE_NONCE_BYTES);
+    w_bin(w, m->sig, STITCH_SIG_BYTES);
+    w_bin(w, m->data, m->data_len);
     w_str(w, m->listen);
     w_str(w, m->region);
     break;
-  case WIRE_AUTH:
-    w_bin(w, m->sig, STITCH_SIG_BYTES);
-    break;
   case WIRE_MANIFEST:
+  case WIRE_POLICY:
     w_bin(w, m->data, m->data_len);
     break;
   case WIRE_BITFIELD:
@@ -460,12 +479,16 @@ static int msg_ok(const wire_msg *m) {
   int ref = m->object < STITCH_MAX_OBJECTS && m->chunk < STITCH_MAX_CHUNKS;
   switch (m->type) {
   case WIRE_HELLO:
-    return m->proto == WIRE_PROTO &&
+    return m->proto == WIRE_PROTO;
+  case WIRE_AUTH:
+    return (m->data_len == 0 ||
+            (m->data_len == STITCH_TICKET_BYTES && m->data != NULL)) &&
            cstr_ok(m->listen, 0, STITCH_SWARM_ADDR_MAX) &&
            cstr_ok(m->region, 0, STITCH_SWARM_REGION_MAX);
-  case WIRE_AUTH:
   case WIRE_PING:
     return 1;
+  case WIRE_POLICY:
+    return data_ok(m, 1, STITCH_POLICY_MAX);
   case WIRE_MANIFEST:
     return data_ok(m, 1, STITCH_MANIFEST_MAX);
   case WIRE_BITFIELD: {

@@ -14,15 +14,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WIRE_PROTO 1
-#define WIRE_NONCE_BYTES 16
+#define WIRE_PROTO 2
+#define WIRE_KX_BYTES 32       /* an ephemeral X25519 public key */
+#define WIRE_AUTH_INPUT 49     /* the bytes AUTH's signature covers */
 #define WIRE_MAX_PEERS_MSG 64 /* addresses in one PEERS message */
 #define WIRE_MAX_REACH 16     /* regions in one REACH message */
 #define WIRE_SMALL_MAX (64u << 10) /* every message without a payload */
 
 typedef enum wire_type {
-  WIRE_HELLO = 1,    /* proto, swarm key, node key, nonce, listen, region */
-  WIRE_AUTH = 2,     /* signature of the peer's nonce: proves the node key */
+  WIRE_HELLO = 1,    /* proto, ephemeral key: the only frame in clear */
+  WIRE_AUTH = 2,     /* swarm, node key, signature of the handshake,
+                        ticket, listen, region */
   WIRE_MANIFEST = 3, /* a signed manifest */
   WIRE_BITFIELD = 4, /* chunks held of (version, object), one bit each */
   WIRE_HAVE = 5,     /* one more chunk held */
@@ -37,6 +39,7 @@ typedef enum wire_type {
   WIRE_REACH = 13,   /* the other regions the sender's links reach */
   WIRE_BID = 14,     /* node key would fetch (version, object, chunk) from
                         another region by its turn */
+  WIRE_POLICY = 15,  /* the swarm's signed policy (stitch/admit.h) */
   WIRE_TYPE_COUNT_
 } wire_type;
 
@@ -49,20 +52,21 @@ typedef struct wire_addr {
  * frame it was decoded from, or into the caller's memory when encoding. */
 typedef struct wire_msg {
   wire_type type;
-  /* HELLO; node is also CROSSING's and BID's */
+  /* HELLO */
   uint32_t proto;
+  uint8_t kx[WIRE_KX_BYTES];
+  /* AUTH; node is also CROSSING's and BID's. AUTH's ticket is data
+   * (0 or STITCH_TICKET_BYTES bytes). */
   stitch_pubkey swarm, node;
-  uint8_t nonce[WIRE_NONCE_BYTES];
+  uint8_t sig[STITCH_SIG_BYTES];
   char listen[STITCH_SWARM_ADDR_MAX];
   char region[STITCH_SWARM_REGION_MAX];
-  /* AUTH */
-  uint8_t sig[STITCH_SIG_BYTES];
   /* BITFIELD, HAVE, REQUEST, CANCEL, CHUNK, REJECT */
   uint64_t version;
   uint32_t object;
   uint64_t chunk;   /* HAVE, REQUEST, CANCEL, CHUNK, REJECT */
   uint64_t nbits;   /* BITFIELD: bits that follow (the object's chunks) */
-  /* MANIFEST: the signed bytes; BITFIELD: ceil(nbits / 8) bytes, bit i of
+  /* MANIFEST, POLICY: the signed bytes; BITFIELD: ceil(nbits / 8) bytes, bit i of
    * the field is bit (i % 8) of byte i / 8; CHUNK: the chunk's bytes. */
   const uint8_t *data;
   size_t data_len;
@@ -120,9 +124,11 @@ int wire_reader_feed(wire_reader *r, const uint8_t *buf, size_t len,
  * idle peer costs little memory. */
 void wire_reader_trim(wire_reader *r);
 
-/* The bytes HELLO's AUTH signs: "stitch-hello-v1", 0, the nonce the peer
- * sent, then the signer's node key. */
-void wire_auth_input(const uint8_t nonce[WIRE_NONCE_BYTES],
-                     const stitch_pubkey *signer, uint8_t out[64]);
+/* The bytes an AUTH signs (proto/wire.md "AUTH"): "stitch-auth-v2" and
+ * two zero bytes, the signer's side (0: it dialed, 1: it accepted), then
+ * the BLAKE2b-256 hash of the dialer's and the acceptor's HELLO keys. */
+void wire_auth_input(int acceptor, const uint8_t dialer_kx[WIRE_KX_BYTES],
+                     const uint8_t acceptor_kx[WIRE_KX_BYTES],
+                     uint8_t out[WIRE_AUTH_INPUT]);
 
 #endif

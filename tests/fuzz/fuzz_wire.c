@@ -45,7 +45,8 @@ static void check_err(int rc, const stitch_diag *d) {
 }
 
 static int has_data(wire_type t) {
-  return t == WIRE_MANIFEST || t == WIRE_BITFIELD || t == WIRE_CHUNK;
+  return t == WIRE_MANIFEST || t == WIRE_BITFIELD || t == WIRE_CHUNK ||
+         t == WIRE_POLICY || t == WIRE_AUTH;
 }
 
 /* Field for field, as wire.h lays out each type. */
@@ -54,14 +55,14 @@ static int msg_eq(const wire_msg *a, const wire_msg *b) {
     return 0;
   switch (a->type) {
   case WIRE_HELLO:
-    return a->proto == b->proto &&
-           memcmp(a->swarm.b, b->swarm.b, sizeof(a->swarm.b)) == 0 &&
-           memcmp(a->node.b, b->node.b, sizeof(a->node.b)) == 0 &&
-           memcmp(a->nonce, b->nonce, sizeof(a->nonce)) == 0 &&
-           strcmp(a->listen, b->listen) == 0 &&
-           strcmp(a->region, b->region) == 0;
+    return a->proto == b->proto && memcmp(a->kx, b->kx, sizeof(a->kx)) == 0;
   case WIRE_AUTH:
-    return memcmp(a->sig, b->sig, sizeof(a->sig)) == 0;
+    if (memcmp(a->swarm.b, b->swarm.b, sizeof(a->swarm.b)) != 0 ||
+        memcmp(a->node.b, b->node.b, sizeof(a->node.b)) != 0 ||
+        memcmp(a->sig, b->sig, sizeof(a->sig)) != 0 ||
+        strcmp(a->listen, b->listen) != 0 || strcmp(a->region, b->region) != 0)
+      return 0;
+    break;
   case WIRE_PEERS:
     if (a->n_peers != b->n_peers)
       return 0;
@@ -80,6 +81,7 @@ static int msg_eq(const wire_msg *a, const wire_msg *b) {
   case WIRE_PING:
     return 1;
   case WIRE_MANIFEST:
+  case WIRE_POLICY:
     break;
   default:
     if (a->version != b->version || a->object != b->object ||
@@ -89,8 +91,9 @@ static int msg_eq(const wire_msg *a, const wire_msg *b) {
         memcmp(a->node.b, b->node.b, sizeof(a->node.b)) != 0)
       return 0;
   }
-  return !has_data(a->type) || (a->data_len == b->data_len &&
-                                memcmp(a->data, b->data, a->data_len) == 0);
+  return !has_data(a->type) ||
+         (a->data_len == b->data_len &&
+          (a->data_len == 0 || memcmp(a->data, b->data, a->data_len) == 0));
 }
 
 static void one_frame(int type, const uint8_t *body, size_t len, wire_msg *m,

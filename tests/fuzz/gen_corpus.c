@@ -805,7 +805,7 @@ static void gen_wire(void) {
   m->proto = WIRE_PROTO;
   fz_fill(&r, m->swarm.b, 32);
   fz_fill(&r, m->node.b, 32);
-  fz_fill(&r, m->nonce, 16);
+  fz_fill(&r, m->kx, 32);
   fz_fill(&r, m->sig, 64);
   strcpy(m->listen, "10.1.2.3:7070");
   strcpy(m->region, "eu-west");
@@ -820,11 +820,14 @@ static void gen_wire(void) {
   static const char *const names[WIRE_TYPE_COUNT_] = {
       NULL,      "hello",  "auth",  "manifest", "bitfield", "have",
       "request", "cancel", "chunk", "reject",   "peers",    "ping",
-      "crossing", "reach", "bid"};
+      "crossing", "reach", "bid", "policy"};
   for (int t = 1; t < WIRE_TYPE_COUNT_; t++) {
     m->type = (wire_type)t;
     m->data = t == WIRE_BITFIELD ? bits : blob;
-    m->data_len = t == WIRE_BITFIELD ? 3 : t == WIRE_CHUNK ? 600 : 90;
+    m->data_len = t == WIRE_BITFIELD ? 3
+                  : t == WIRE_CHUNK  ? 600
+                  : t == WIRE_AUTH   ? STITCH_TICKET_BYTES
+                                     : 90;
     m->nbits = 18;
     s.len = 0;
     wire_or_die(&s, m);
@@ -837,7 +840,9 @@ static void gen_wire(void) {
   for (int i = 0; i < 5; i++) {
     m->type = conv[i];
     m->data = conv[i] == WIRE_BITFIELD ? bits : blob;
-    m->data_len = conv[i] == WIRE_BITFIELD ? 3 : 200;
+    m->data_len = conv[i] == WIRE_BITFIELD ? 3
+                  : conv[i] == WIRE_AUTH   ? STITCH_TICKET_BYTES
+                                           : 200;
     wire_or_die(&s, m);
   }
   static const uint8_t split[3] = {0, 6, 200};
@@ -861,9 +866,9 @@ static void gen_wire(void) {
     const char *name;
     int type;
   } bad[] = {
-      {"bad-swarm-bin31", WIRE_HELLO}, {"bad-bitfield-spare", WIRE_BITFIELD},
-      {"bad-peers-65", WIRE_PEERS},    {"bad-trailing", WIRE_REQUEST},
-      {"bad-huge-array", WIRE_PEERS},  {"bad-nul-listen", WIRE_HELLO}};
+      {"bad-swarm-bin31", WIRE_AUTH}, {"bad-bitfield-spare", WIRE_BITFIELD},
+      {"bad-peers-65", WIRE_PEERS},   {"bad-trailing", WIRE_REQUEST},
+      {"bad-huge-array", WIRE_PEERS}, {"bad-nul-listen", WIRE_AUTH}};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
@@ -871,10 +876,10 @@ static void gen_wire(void) {
     case 0:
     case 5:
       msgpack_pack_array(&pk, 6);
-      msgpack_pack_uint8(&pk, 1);
       msgpack_pack_bin_with_body(&pk, blob, i == 0 ? 31 : 32);
       msgpack_pack_bin_with_body(&pk, blob, 32);
-      msgpack_pack_bin_with_body(&pk, blob, 16);
+      msgpack_pack_bin_with_body(&pk, blob, 64);
+      msgpack_pack_bin_with_body(&pk, blob, 0);
       msgpack_pack_str_with_body(&pk, i == 5 ? "a\0:1" : "a:1", 4);
       msgpack_pack_str_with_body(&pk, "", 0);
       break;

@@ -31,7 +31,8 @@ extern "C" {
   X(SWARM, "manifest belongs to another swarm")                               \
   X(SIGNATURE, "signature does not verify")                                   \
   X(ROLLBACK, "version rollback or fork")                                     \
-  X(GAP, "version chain has a gap")
+  X(GAP, "version chain has a gap")                                          \
+  X(ADMIT, "not admitted to the swarm")
 
 typedef enum stitch_errno {
   STITCH_OK = 0,

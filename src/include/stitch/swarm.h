@@ -16,6 +16,7 @@
 #ifndef STITCH_SWARM_H
 #define STITCH_SWARM_H
 
+#include "stitch/admit.h"
 #include "stitch/store.h"
 #include "stitch/version.h"
 
@@ -45,6 +46,13 @@ typedef struct stitch_swarm_io {
   int (*manifest_write)(void *user, const uint8_t *buf, size_t len);
   /* One line per event that matters; may be NULL. */
   void (*log)(void *user, const char *line);
+  /* The time of day, Unix seconds, for tickets' expiry: the one clock the
+   * core reads through its host (the simulator and tests give virtual
+   * time). */
+  uint64_t (*unix_time)(void *user);
+  /* A newer signed policy (stitch/admit.h) the core verified and acts on:
+   * the host keeps it for its next start. May be NULL. */
+  int (*policy_write)(void *user, const uint8_t *buf, size_t len);
 } stitch_swarm_io;
 
 typedef struct stitch_swarm_config {
@@ -70,6 +78,16 @@ typedef struct stitch_swarm_config {
    * is the same check at a fraction of BLAKE2b's cost, which would
    * otherwise be most of a 10,000-node simulation's time. */
   int write_verifies;
+  /* This node's ticket (stitch/admit.h), shown in every handshake. None
+   * (ticket_len 0) for the seed, whose node key is the swarm key, or in an
+   * open swarm. */
+  uint8_t ticket[STITCH_TICKET_BYTES];
+  size_t ticket_len;
+  /* 1: after the handshake, frames cross the link unsealed. For the
+   * simulator alone, which models links, not the CPU that encryption
+   * costs; a peer expecting records drops such a link at its first byte.
+   * stitchd never sets it. */
+  int cipher_none;
 } stitch_swarm_config;
 
 typedef struct stitch_swarm stitch_swarm;
@@ -150,6 +168,12 @@ int stitch_swarm_add_peer_addr(stitch_swarm *s, const char *addr,
  * gossiped to every neighbour when new. */
 int stitch_swarm_add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
                               uint64_t now_ms, stitch_diag *d);
+/* A signed policy (stitch/admit.h): the store's at start, or a newer one
+ * the trainer signed (`stitch revoke`). Verified here; kept, acted on
+ * (links to revoked nodes dropped) and gossiped when its serial is above
+ * the one held; an older or equal one is ignored (0). */
+int stitch_swarm_set_policy(stitch_swarm *s, const uint8_t *buf, size_t len,
+                            uint64_t now_ms, stitch_diag *d);
 /* The agent applied (version, id): the weights hold it now. */
 int stitch_swarm_applied(stitch_swarm *s, uint64_t version,
                          const stitch_digest *id, uint64_t now_ms);
@@ -175,6 +199,9 @@ typedef struct stitch_swarm_stats {
   uint64_t chunks_twice;     /* chunks that came again once held: waste */
   uint64_t bans;
   uint64_t manifests_forwarded;
+  uint64_t refused;       /* handshakes refused: no ticket, a bad one,
+                             revoked, another swarm */
+  uint64_t policy_serial; /* of the policy held (0: none) */
 } stitch_swarm_stats;
 
 void stitch_swarm_get_stats(const stitch_swarm *s, stitch_swarm_stats *st);

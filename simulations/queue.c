@@ -216,6 +216,13 @@ void queue_ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c) {
   if (kind == MSG_CLOSE) { /* after the data already on its way, as a FIN */
     const conn *cn = s->conn[c];
     t = fmax(t, cn->d[side_of(cn, from)].last_arrival);
+  } else if (kind == MSG_ACCEPT) {
+    /* Before the data the acceptor sends next, as TCP's SYN-ACK: a HELLO
+     * smaller than CTL_BYTES would otherwise reach a dialer that has not
+     * opened the link, and be lost. */
+    conn *cn = s->conn[c];
+    pipe_ *p = &cn->d[side_of(cn, from)];
+    p->last_arrival = fmax(p->last_arrival, t);
   }
   ev_push(s->q, t, to, EV_CTL, msg_new(s, kind, c, NULL, 0));
 }

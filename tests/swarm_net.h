@@ -123,11 +123,16 @@ typedef enum sn_evil {
   SN_EVIL_PASS_LIE, /* to a peer of another region, each HAVE (of chunk
                        c) is a CROSSING naming that peer, a pass that never
                        comes, and the lie is told again of chunk c / 2 */
-  SN_EVIL_LIE_LATE  /* as PASS_LIE, but each lie is told again, word for
+  SN_EVIL_LIE_LATE, /* as PASS_LIE, but each lie is told again, word for
                        word, SN_LATE_MS after the first lie to that peer,
                        and no PEERS or BITFIELD frame goes to another
                        region (it tells what it holds by lies only), and
                        a REJECT goes there in place of each CHUNK */
+  SN_EVIL_INTRUDER, /* an unmodified core whose credentials are its own
+                       making (no ticket, a forged one, another's key):
+                       the test sets them */
+  SN_EVIL_EARLY     /* right after its HELLO, before its AUTH: a MANIFEST
+                       header of 64 MiB, then dribbles */
 } sn_evil;
 
 /* Past CORE_CROSS_TRUST_MS (3 s), when a region no longer holds a chunk
@@ -844,6 +849,16 @@ static void sn_rewrite(sn_node *n, sn_pipe *p, int type, const uint8_t *body,
     return;
   }
   sn_frame(&p->out, type, body, len);
+  if (n->evil == SN_EVIL_EARLY && type == WIRE_HELLO && !p->injected) {
+    uint8_t h[5];
+    uint32_t l = STITCH_MANIFEST_MAX;
+    for (int i = 0; i < 4; i++)
+      h[i] = (uint8_t)(l >> (8 * i));
+    h[4] = WIRE_MANIFEST;
+    ASSERT_EQ(dbuf_put(&p->out, h, 5), 0);
+    p->injected = p->dribbling = p->mon_dead = 1;
+    return;
+  }
   if (type == WIRE_AUTH && !p->injected) {
     p->injected = 1;
     sn_inject(n, p);

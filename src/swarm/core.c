@@ -851,12 +851,24 @@ int stitch_swarm_apply_failed(stitch_swarm *s, uint64_t version,
 
 /* P's AUTH verified and the swarm admits it (handshake.c): the link is
  * up, unless it is a second one to the same node or we are full. */
+/* Of two links between the same two nodes, both keep the one the node
+ * with the lower key dialed: when each dials the other at once, keeping
+ * "the older" at each end dropped both, since the acceptor of each link
+ * is ready half a round trip before its dialer. */
+static int kept_link(const stitch_swarm *s, const peer *p) {
+  return p->outbound == (memcmp(s->cfg.node_pk.b, p->node.b, 32) < 0);
+}
+
 void core_ready(stitch_swarm *s, peer *p) {
-  /* One link per node: keep the older one. */
+  /* One link per node: the one kept_link says, else the older. */
   for (size_t i = 0; i < s->n_peers; i++) {
     peer *q = &s->peers[i];
     if (q != p && q->state == PEER_READY &&
         memcmp(q->node.b, p->node.b, 32) == 0) {
+      if (kept_link(s, p) && !kept_link(s, q)) {
+        core_drop(s, q, 0, "linked twice: keeping the other link");
+        break;
+      }
       core_drop(s, p, 0, "already linked");
       return;
     }

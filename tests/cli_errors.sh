@@ -265,6 +265,8 @@ cp "$c" chunk-before
 expect 1 - pull --store store-bad --pub key.pub --weights wbad.st
 cmp -s "$c" chunk-before || fail "pull changed or removed the bad chunk $c"
 expect 1 - verify --store store-bad --pub key.pub
+# Nothing to recover is not an error.
+expect_ok recover --weights base.st
 expect_ok recover --weights out/none.st
 expect 2 - recover
 expect 2 - recover --weights

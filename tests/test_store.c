@@ -2,7 +2,7 @@
  * C API: bit-exact catch-up, every crash point of an in-place apply
  * recovered to exactly one version, replayed and wrong-base applies
  * refused, retention; `latest` moved back, chains with a wrong base, bad
- * chunks a pull must leave alone. */
+ * chunks a pull must leave alone, stale temporaries. */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include "ckpt_util.h"
 #include "stitch/store.h"
@@ -10,6 +10,8 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define STEPS 7
 #define N_W (96 * 1024) /* BF16 weights */
@@ -542,6 +544,48 @@ static void test_bad_chunk(void) {
   free(good);
 }
 
+/* Temporaries of the weights whose writer is gone are removed by the next
+ * pull or recover; a live writer's stay. */
+static void test_sweep(void) {
+  const char *w = at("t.st");
+  char p[256];
+  ckpt_path(0, p);
+  copy_file(p, w);
+  pid_t dead = fork();
+  ASSERT(dead >= 0);
+  if (dead == 0)
+    _exit(0);
+  ASSERT_EQ(waitpid(dead, NULL, 0), dead);
+  const char *suffix[3] = {"", ".stitch-state", ".stitch-journal"};
+  char stale[3][300], live[300], other[300];
+  for (int i = 0; i < 3; i++) {
+    snprintf(stale[i], sizeof(stale[i]), "%s%s.tmp.%ld.a1B2c3", w, suffix[i],
+             (long)dead);
+    write_text(stale[i], "partial");
+  }
+  snprintf(live, sizeof(live), "%s.tmp.%ld.zzzzzz", w, (long)getppid());
+  write_text(live, "being written");
+  snprintf(other, sizeof(other), "%s/other.st.tmp.%ld.a1B2c3", root,
+           (long)dead); /* another file's: not ours to touch */
+  write_text(other, "partial");
+  stitch_diag d = {{0}};
+  unsigned removed = 0;
+  ASSERT_OK(stitch_weights_sweep(w, &removed, &d), d);
+  ASSERT_EQ(removed, 3);
+  for (int i = 0; i < 3; i++)
+    ASSERT_EQ(access(stale[i], F_OK), -1);
+  ASSERT_EQ(access(live, F_OK), 0);
+  ASSERT_EQ(access(other, F_OK), 0);
+  /* And through recover, which pull and apply run first. */
+  write_text(stale[0], "partial");
+  int recovered = 1;
+  ASSERT_OK(stitch_weights_recover(w, &recovered, &d), d);
+  ASSERT_EQ(recovered, 0);
+  ASSERT_EQ(access(stale[0], F_OK), -1);
+  remove(live);
+  remove(other);
+}
+
 int main(void) {
   snprintf(root, sizeof(root), "/tmp/stitch-store-XXXXXX");
   ASSERT(mkdtemp(root) != NULL);
@@ -575,6 +619,7 @@ int main(void) {
   test_latest();
   test_chain();
   test_bad_chunk();
+  test_sweep();
   printf("test_store: ok\n");
   return 0;
 }

@@ -177,6 +177,13 @@ check_at "$work/w2.st" 10
 # checks the chain, not only the signatures (built through the C API in
 # tests/test_store.c, test_chain).
 
+# recover on weights no pull has touched: nothing to do is not an error.
+cp "$(step 0)" "$work/plain.st"
+out="$("$st" recover --weights "$work/plain.st")" || fail "recover on a plain file: exit $?"
+grep -q "nothing to recover" <<<"$out" || fail "recover on a plain file said: $out"
+[ "$(printf '%s\n' "$out" | wc -l)" = 1 ] || fail "recover on a plain file: not one line"
+
 echo "ok: wrong key, forged signature, hash mismatch, truncated and missing" \
   "chunks (store left alone), another swarm, gap, rollback, fork: refused," \
-  "weights unchanged; latest moved back: verify fails, pull takes the newest"
+  "weights unchanged; latest moved back: verify fails, pull takes the newest;" \
+  "recover on a plain file: nothing to recover"

@@ -168,9 +168,16 @@ typedef struct stitch_wstate {
 /* Reads the state (STITCH_ENOTFOUND when there is none). */
 int stitch_weights_state(const char *path, stitch_wstate *st, stitch_diag *d);
 /* Finishes or undoes an apply that a crash interrupted (PATH.stitch-journal),
- * leaving the file at exactly one version. *recovered (may be NULL) is set
- * when there was something to do. */
+ * leaving the file at exactly one version, after stitch_weights_sweep.
+ * *recovered (may be NULL) is set when there was a journal to settle. A
+ * file with no journal (and no state) is nothing to recover: 0. */
 int stitch_weights_recover(const char *path, int *recovered, stitch_diag *d);
+/* Removes the temporaries of PATH, PATH.stitch-state and
+ * PATH.stitch-journal (PATH.tmp.<pid>.XXXXXX and so on) whose writing
+ * process is gone, as a kill -9 during an apply leaves them; those of a
+ * live process stay. *removed (may be NULL) counts the files removed.
+ * Every pull, apply and recover does this first. */
+int stitch_weights_sweep(const char *path, unsigned *removed, stitch_diag *d);
 
 typedef struct stitch_apply_opts {
   unsigned threads;
@@ -210,8 +217,8 @@ typedef struct stitch_pull_result {
 
 /* Brings the weights file at PATH from its version to the store's latest
  * (stitch_store_latest: the newest signed version), along the cheapest
- * plan, verifying every signature, chunk and digest. Recovers PATH first
- * (stitch_weights_recover). Reads the store, never writes it. */
+ * plan, verifying every signature, chunk and digest. Recovers and sweeps
+ * PATH first (stitch_weights_recover). Reads the store, never writes it. */
 int stitch_pull(const char *dir, const stitch_pubkey *swarm, const char *path,
                 const stitch_apply_opts *o, stitch_pull_result *res,
                 stitch_diag *d);

@@ -237,6 +237,42 @@ fi
 expect 1 - digest /dev/null
 expect 1 $O apply base.st /dev/null -o $O
 
+# ---- store commands: verify, pull, recover --------------------------------
+expect_ok keygen --out key
+expect_ok publish --key key.key --store store base.st
+expect_ok publish --key key.key --store store new.st
+expect 1 - verify --store nostore --pub key.pub
+expect 1 - verify --store store --pub missing.pub
+expect 1 - verify --store store --pub base.st
+expect 1 - verify --store base.st --pub key.pub
+expect 1 out/w.st pull --store nostore --pub key.pub --weights out/w.st
+expect 1 - pull --store store --pub key.pub --weights adir
+expect 1 - pull --store store --pub key.pub --weights magic.bin
+expect 1 - recover --weights adir
+# `latest` moved back by hand (to version 1, under its id) or garbled.
+cp -r store store-back
+id1=$(ls store/manifests | sed -n 's/^0*1-//p')
+printf '1 %s\n' "$id1" >store-back/latest
+expect 1 - verify --store store-back --pub key.pub
+printf 'garbage\n' >store-back/latest
+expect 1 - verify --store store-back --pub key.pub
+expect 1 out/w.st pull --store store-back --pub key.pub --weights out/w.st
+# A chunk with other bytes: pull fails and leaves it; verify names it.
+cp -r store store-bad
+c=$(find store-bad/chunks -type f | sort | head -n 1)
+printf 'x' | dd of="$c" bs=1 seek=3 conv=notrunc 2>/dev/null
+cp "$c" chunk-before
+expect 1 - pull --store store-bad --pub key.pub --weights wbad.st
+cmp -s "$c" chunk-before || fail "pull changed or removed the bad chunk $c"
+expect 1 - verify --store store-bad --pub key.pub
+# Nothing to recover is not an error.
+expect_ok recover --weights base.st
+expect_ok recover --weights out/none.st
+expect 2 - recover
+expect 2 - recover --weights
+expect 2 - verify --store store
+expect 2 - pull --store store --pub key.pub
+
 # ---- usage -------------------------------------------------------------------
 expect 2 - apply
 expect 2 - apply base.st good.delta

@@ -85,3 +85,41 @@ done
 echo "ok: $trials kills over ${span_us} us pulls; $journals left a journal," \
   "$recovered recovered; versions after the kill:$(echo "$versions" |
   tr ' ' '\n' | grep . | sort -n | uniq -c | awk '{printf " v%s x%s", $2, $1}')"
+
+# Temporaries: a pull killed while it writes the new file (an anchor onto
+# nothing is a rewrite: t.st.tmp.<pid>.XXXXXX) leaves it behind; the next
+# recover or pull removes it, as the writer is gone. Each cycle waits until
+# the temporary exists, then kills.
+tmps() { compgen -G "$work/t.st*.tmp.*" || true; }
+kill_mid_write() { # 0 when a pull was killed with its temporary on disk
+  rm -f "$work"/t.st*
+  "$st" pull --store "$work/store" --pub "$work/k.pub" --weights "$work/t.st" \
+    >/dev/null 2>&1 &
+  local pid=$! n=0
+  while [ -z "$(tmps)" ] && kill -0 "$pid" 2>/dev/null && [ $n -lt 20000 ]; do
+    n=$((n + 1))
+  done
+  kill -9 "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  [ -n "$(tmps)" ]
+}
+killed=0
+for i in $(seq 1 20); do
+  kill_mid_write || continue
+  killed=$((killed + 1))
+  left="$(tmps)"
+  if [ $((killed % 2)) = 1 ]; then
+    out="$("$st" recover --weights "$work/t.st")" ||
+      fail "recover after a kill mid-write failed: $out"
+    case "$out" in *"removed "*" stale temporar"*) ;;
+      *) fail "recover did not say it removed the temporaries: $out" ;; esac
+  else
+    "$st" pull --store "$work/store" --pub "$work/k.pub" \
+      --weights "$work/t.st" >/dev/null || fail "pull after a kill mid-write failed"
+  fi
+  [ -z "$(tmps)" ] || fail "temporaries left after a kill and a recover or pull:" \
+    "$(tmps | tr '\n' ' ') (before: $(echo "$left" | tr '\n' ' '))"
+  [ $killed -ge 4 ] && break
+done
+[ $killed -ge 2 ] || fail "no pull could be killed while writing (killed $killed)"
+echo "ok: $killed pulls killed mid-write; the next recover or pull left no temporaries"

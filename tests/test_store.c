@@ -1,7 +1,8 @@
 /* test_store.c: publish, store, pull and the apply transaction through the
  * C API: bit-exact catch-up, every crash point of an in-place apply
  * recovered to exactly one version, replayed and wrong-base applies
- * refused, retention. */
+ * refused, retention; `latest` moved back, chains with a wrong base, bad
+ * chunks a pull must leave alone, stale temporaries. */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include "ckpt_util.h"
 #include "stitch/store.h"
@@ -9,6 +10,8 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define STEPS 7
 #define N_W (96 * 1024) /* BF16 weights */
@@ -321,6 +324,268 @@ static void test_retention(void) {
   ASSERT_UEQ(check_one_version(w), STEPS);
 }
 
+
+/* ---- The store as its readers see it ---------------------------------- */
+
+static void copy_store(const char *from, const char *to) {
+  char cmd[600];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -r '%s' '%s'", to, from, to);
+  ASSERT_EQ(system(cmd), 0);
+}
+
+static void write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  ASSERT(f != NULL);
+  ASSERT_EQ(fputs(text, f) >= 0, 1);
+  ASSERT_EQ(fclose(f), 0);
+}
+
+static void manifest_file(const char *dir, const stitch_vref *r, char *out) {
+  char hex[65];
+  stitch_digest_hex(&r->id, hex);
+  snprintf(out, 256, "%s/manifests/%020" PRIu64 "-%s", dir, r->m->version,
+           hex);
+}
+
+/* `latest` never moves back through the API, and a `latest` moved back by
+ * hand holds no reader back: they take the newest signed version, and
+ * verify reports the pointer. */
+static void test_latest(void) {
+  const char *dir = at("s-latest"), *w = at("l.st");
+  copy_store(at("store"), dir);
+  stitch_diag d = {{0}};
+  stitch_store *s;
+  ASSERT_OK(stitch_store_open(dir, &pk, 0, &s, &d), d);
+  ASSERT_UEQ(stitch_store_latest_named(s), STEPS);
+  ASSERT_ERR(stitch_store_set_latest(s, 1, &d), STITCH_EROLLBACK, d,
+             "never moves back");
+  ASSERT_ERR(stitch_store_set_latest(s, STEPS - 1, &d), STITCH_EROLLBACK, d,
+             "never moves back");
+  ASSERT_OK(stitch_store_set_latest(s, STEPS, &d), d); /* the same: fine */
+  char hex[65], line[128];
+  stitch_digest_hex(&stitch_store_find(s, 1)->id, hex);
+  stitch_store_close(s);
+  ASSERT_OK(stitch_store_open(dir, &pk, 0, &s, &d), d);
+  ASSERT_UEQ(stitch_store_latest_named(s), STEPS); /* the file too */
+  stitch_store_close(s);
+
+  /* By hand: `latest` names version 1 (a valid version, under its id). */
+  snprintf(line, sizeof(line), "1 %s\n", hex);
+  char lp[256];
+  snprintf(lp, sizeof(lp), "%s/latest", dir);
+  write_text(lp, line);
+  ASSERT_OK(stitch_store_open(dir, &pk, 0, &s, &d), d);
+  ASSERT_UEQ(stitch_store_latest_named(s), 1);
+  ASSERT_UEQ(stitch_store_latest(s), STEPS);
+  uint64_t chunks = 0;
+  ASSERT_ERR(stitch_store_verify(s, &chunks, &d), STITCH_EROLLBACK, d,
+             "latest names version 1, but the store holds signed versions "
+             "up to 7");
+  stitch_store_close(s);
+  remove(w);
+  stitch_pull_result r;
+  ASSERT_OK(stitch_pull(dir, &pk, w, NULL, &r, &d), d);
+  ASSERT_UEQ(r.to, STEPS);
+  ASSERT_UEQ(check_one_version(w), STEPS);
+  /* With no `latest` at all (a node's store), verify passes. */
+  ASSERT_EQ(remove(lp), 0);
+  ASSERT_OK(stitch_store_open(dir, &pk, 0, &s, &d), d);
+  ASSERT_UEQ(stitch_store_latest(s), STEPS);
+  ASSERT_OK(stitch_store_verify(s, &chunks, &d), d);
+  stitch_store_close(s);
+}
+
+static void flip_base_view(stitch_manifest *m, int kind) {
+  for (uint64_t o = 0; o < m->n_objects; o++)
+    if ((int)m->objects[o].kind == kind) {
+      m->objects[o].base_view.b[0] ^= 1;
+      return;
+    }
+  FAIL_("version %" PRIu64 " has no object of kind %d", m->version, kind);
+}
+
+static void flip_base_id(stitch_manifest *m, int kind) {
+  for (uint64_t o = 0; o < m->n_objects; o++)
+    if ((int)m->objects[o].kind == kind) {
+      m->objects[o].base_id.b[0] ^= 1;
+      return;
+    }
+  FAIL_("version %" PRIu64 " has no object of kind %d", m->version, kind);
+}
+
+/* A copy of the store whose newest version is the highest that has an
+ * object of KIND, changed by MUT and signed again with the trainer's key:
+ * every signature verifies, only the chain is wrong. */
+static const char *resigned(const char *name, int kind,
+                            void (*mut)(stitch_manifest *, int)) {
+  const char *dir = at(name);
+  copy_store(at("store"), dir);
+  stitch_diag d = {{0}};
+  stitch_store *s;
+  ASSERT_OK(stitch_store_open(dir, &pk, 0, &s, &d), d);
+  size_t top = stitch_store_count(s);
+  for (int found = 0; !found;) {
+    ASSERT(top > 0);
+    const stitch_manifest *m = stitch_store_at(s, --top)->m;
+    for (uint64_t o = 0; o < m->n_objects; o++)
+      found |= (int)m->objects[o].kind == kind;
+  }
+  char p[256];
+  for (size_t i = top + 1; i < stitch_store_count(s); i++) {
+    manifest_file(dir, stitch_store_at(s, i), p);
+    ASSERT_EQ(remove(p), 0);
+  }
+  manifest_file(dir, stitch_store_at(s, top), p);
+  stitch_store_close(s);
+  FILE *f = fopen(p, "rb");
+  ASSERT(f != NULL);
+  static uint8_t buf[1 << 20];
+  size_t len = fread(buf, 1, sizeof(buf), f);
+  fclose(f);
+  stitch_manifest *m;
+  ASSERT_OK(stitch_manifest_open(buf, len, &pk, &m, NULL, &d), d);
+  mut(m, kind);
+  uint8_t *signed_buf;
+  size_t signed_len;
+  ASSERT_OK(stitch_manifest_sign(m, &sk, &signed_buf, &signed_len, NULL, &d),
+            d);
+  uint64_t v = m->version;
+  stitch_manifest_free(m);
+  ASSERT_EQ(remove(p), 0);
+  char lp[256];
+  snprintf(lp, sizeof(lp), "%s/latest", dir);
+  ASSERT_EQ(remove(lp), 0);
+  ASSERT_OK(stitch_store_open(dir, &pk, 0, &s, &d), d);
+  ASSERT_OK(stitch_store_put_manifest(s, signed_buf, signed_len, &d), d);
+  ASSERT_OK(stitch_store_set_latest(s, v, &d), d);
+  stitch_store_close(s);
+  free(signed_buf);
+  return dir;
+}
+
+static void expect_chain_refused(const char *dir, const char *why) {
+  stitch_diag d = {{0}};
+  stitch_store *s;
+  ASSERT_OK(stitch_store_open(dir, &pk, 0, &s, &d), d);
+  uint64_t chunks = 0;
+  ASSERT_ERR(stitch_store_verify(s, &chunks, &d), STITCH_EBASE, d, why);
+  printf("  %s\n", d.msg);
+  stitch_store_close(s);
+}
+
+/* Versions signed by the trainer's key whose objects name the wrong base:
+ * verify checks the chain, not only the signatures. */
+static void test_chain(void) {
+  expect_chain_refused(
+      resigned("s-view", STITCH_OBJ_DELTA, flip_base_view),
+      "base view digest is not version");
+  expect_chain_refused(
+      resigned("s-cumid", STITCH_OBJ_CUMULATIVE, flip_base_id),
+      "under another id than the store's version");
+  expect_chain_refused(
+      resigned("s-cumview", STITCH_OBJ_CUMULATIVE, flip_base_view),
+      "base view digest is not version");
+}
+
+/* A pull that meets a bad chunk fails naming it and leaves the store as it
+ * is; only the store's owner replaces it (put_chunk of the good bytes). */
+static void test_bad_chunk(void) {
+  const char *dir = at("s-bad"), *w = at("b.st");
+  copy_store(at("store"), dir);
+  stitch_diag d = {{0}};
+  stitch_store *s;
+  ASSERT_OK(stitch_store_open(dir, &pk, 0, &s, &d), d);
+  /* The first chunk of the newest version's delta: the only way from the
+   * version before. */
+  const stitch_manifest *m = stitch_store_find(s, STEPS)->m;
+  size_t obj = 0;
+  while (m->objects[obj].kind != STITCH_OBJ_DELTA)
+    obj++;
+  stitch_digest h = m->objects[obj].chunks[0].hash;
+  const uint8_t *good_map;
+  size_t len;
+  ASSERT_OK(stitch_store_get_chunk(s, &h, &good_map, &len, &d), d);
+  uint8_t *good = malloc(len);
+  ASSERT(good != NULL);
+  memcpy(good, good_map, len);
+  stitch_store_release(good_map, len);
+  char hex[65], p[256];
+  stitch_digest_hex(&h, hex);
+  snprintf(p, sizeof(p), "%s/chunks/%.2s/%s", dir, hex, hex);
+  FILE *f = fopen(p, "r+b");
+  ASSERT(f != NULL);
+  fseek(f, (long)len / 2, SEEK_SET);
+  int c = fgetc(f);
+  fseek(f, (long)len / 2, SEEK_SET);
+  fputc(c ^ 0x10, f);
+  fclose(f);
+  stitch_store_close(s);
+
+  char from[256];
+  ckpt_path(STEPS - 2, from); /* version STEPS - 1 */
+  for (int k = 0; k < 2; k++) { /* twice: the second meets the same chunk */
+    copy_file(from, w);
+    ASSERT_ERR(stitch_pull(dir, &pk, w, NULL, NULL, &d), STITCH_ECHECKSUM, d,
+               "(the store is left as it is)");
+    ASSERT(strstr(d.msg, "hash mismatch") != NULL);
+    struct stat sb;
+    ASSERT_EQ(stat(p, &sb), 0);
+    ASSERT_UEQ((uint64_t)sb.st_size, len);
+  }
+  /* Its owner puts the good bytes: the bad copy is replaced. */
+  ASSERT_OK(stitch_store_open(dir, &pk, 0, &s, &d), d);
+  ASSERT_OK(stitch_store_put_chunk(s, &h, good, len, &d), d);
+  uint64_t chunks = 0;
+  ASSERT_OK(stitch_store_verify(s, &chunks, &d), d);
+  stitch_store_close(s);
+  copy_file(from, w);
+  ASSERT_OK(stitch_pull(dir, &pk, w, NULL, NULL, &d), d);
+  ASSERT_UEQ(check_one_version(w), STEPS);
+  free(good);
+}
+
+/* Temporaries of the weights whose writer is gone are removed by the next
+ * pull or recover; a live writer's stay. */
+static void test_sweep(void) {
+  const char *w = at("t.st");
+  char p[256];
+  ckpt_path(0, p);
+  copy_file(p, w);
+  pid_t dead = fork();
+  ASSERT(dead >= 0);
+  if (dead == 0)
+    _exit(0);
+  ASSERT_EQ(waitpid(dead, NULL, 0), dead);
+  const char *suffix[3] = {"", ".stitch-state", ".stitch-journal"};
+  char stale[3][300], live[300], other[300];
+  for (int i = 0; i < 3; i++) {
+    snprintf(stale[i], sizeof(stale[i]), "%s%s.tmp.%ld.a1B2c3", w, suffix[i],
+             (long)dead);
+    write_text(stale[i], "partial");
+  }
+  snprintf(live, sizeof(live), "%s.tmp.%ld.zzzzzz", w, (long)getppid());
+  write_text(live, "being written");
+  snprintf(other, sizeof(other), "%s/other.st.tmp.%ld.a1B2c3", root,
+           (long)dead); /* another file's: not ours to touch */
+  write_text(other, "partial");
+  stitch_diag d = {{0}};
+  unsigned removed = 0;
+  ASSERT_OK(stitch_weights_sweep(w, &removed, &d), d);
+  ASSERT_EQ(removed, 3);
+  for (int i = 0; i < 3; i++)
+    ASSERT_EQ(access(stale[i], F_OK), -1);
+  ASSERT_EQ(access(live, F_OK), 0);
+  ASSERT_EQ(access(other, F_OK), 0);
+  /* And through recover, which pull and apply run first. */
+  write_text(stale[0], "partial");
+  int recovered = 1;
+  ASSERT_OK(stitch_weights_recover(w, &recovered, &d), d);
+  ASSERT_EQ(recovered, 0);
+  ASSERT_EQ(access(stale[0], F_OK), -1);
+  remove(live);
+  remove(other);
+}
+
 int main(void) {
   snprintf(root, sizeof(root), "/tmp/stitch-store-XXXXXX");
   ASSERT(mkdtemp(root) != NULL);
@@ -351,6 +616,10 @@ int main(void) {
   test_crash_points();
   test_refusals();
   test_retention();
+  test_latest();
+  test_chain();
+  test_bad_chunk();
+  test_sweep();
   printf("test_store: ok\n");
   return 0;
 }

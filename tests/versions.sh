@@ -105,8 +105,12 @@ expect_fail "hash mismatch" "hash\|checksum" "$st" verify --store "$work/s2" --p
 
 fresh # truncated chunks: whichever path the plan takes, it meets one
 find "$work/s2/chunks" -type f -exec truncate -s 10 {} +
-expect_fail "truncated chunk" "hash\|size\|checksum" pull2 "$work/k.pub"
+chunks_before="$(cd "$work/s2" && find chunks -type f | sort | xargs md5sum)"
+expect_fail "truncated chunk" "size.*the store is left as it is" pull2 "$work/k.pub"
 unchanged "truncated chunk"
+# The store a pull reads is not the pull's: the bad chunks are all there.
+[ "$(cd "$work/s2" && find chunks -type f | sort | xargs md5sum)" = "$chunks_before" ] ||
+  fail "truncated chunk: the pull changed the store it read"
 find "$work/s2/chunks" -type f -delete
 expect_fail "missing chunk" "missing" pull2 "$work/k.pub"
 unchanged "missing chunk"
@@ -157,5 +161,29 @@ expect_fail "fork" "fork" "$st" pull --store "$work/s5" \
   --pub "$work/k.pub" --weights "$work/w5.st"
 [ "$("$st" digest "$work/w5.st")" = "$b5" ] || fail "fork: weights changed"
 
+# `latest` moved back by hand to version 1: verify says so; a pull still
+# takes the newest signed version.
+fresh
+printf '1 %s\n' "$(python3 -c 'import json,sys
+print([v["id"] for v in json.load(open(sys.argv[1]))["versions"] if v["version"] == 1][0])' \
+  "$work/log.json")" >"$work/s2/latest"
+expect_fail "latest moved back" "latest names version 1, but the store holds signed versions up to 10" \
+  "$st" verify --store "$work/s2" --pub "$work/k.pub"
+rm -f "$work/w2.st"*
+"$st" pull --store "$work/s2" --pub "$work/k.pub" --weights "$work/w2.st" >/dev/null
+check_at "$work/w2.st" 10
+
+# A version the trainer signed whose delta names another base view: verify
+# checks the chain, not only the signatures (built through the C API in
+# tests/test_store.c, test_chain).
+
+# recover on weights no pull has touched: nothing to do is not an error.
+cp "$(step 0)" "$work/plain.st"
+out="$("$st" recover --weights "$work/plain.st")" || fail "recover on a plain file: exit $?"
+grep -q "nothing to recover" <<<"$out" || fail "recover on a plain file said: $out"
+[ "$(printf '%s\n' "$out" | wc -l)" = 1 ] || fail "recover on a plain file: not one line"
+
 echo "ok: wrong key, forged signature, hash mismatch, truncated and missing" \
-  "chunks, another swarm, gap, rollback, fork: refused, weights unchanged"
+  "chunks (store left alone), another swarm, gap, rollback, fork: refused," \
+  "weights unchanged; latest moved back: verify fails, pull takes the newest;" \
+  "recover on a plain file: nothing to recover"

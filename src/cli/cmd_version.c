@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int cmd_keygen(int argc, char **argv) {
@@ -270,23 +271,45 @@ int cmd_recover(int argc, char **argv) {
   int n = cli_parse_args(argc, argv, pos, 0, fl, 1);
   if (n != 0 || !fl[0].value)
     return n < 0 ? 2 : cli_usage_error("stitch recover --weights FILE");
+  const char *w = fl[0].value;
   stitch_diag d = {{0}};
   int recovered = 0;
+  unsigned swept = 0;
   stitch_wstate st;
-  int rc = stitch_weights_recover(fl[0].value, &recovered, &d);
+  /* Swept first (recover sweeps too, then finds none) to count them. */
+  int rc = stitch_weights_sweep(w, &swept, &d);
   if (rc == 0)
-    rc = stitch_weights_state(fl[0].value, &st, &d);
-  if (rc == STITCH_ENOTFOUND && access(fl[0].value, F_OK) != 0) {
+    rc = stitch_weights_recover(w, &recovered, &d);
+  if (rc == 0)
+    rc = stitch_weights_state(w, &st, &d);
+  char also[96] = "";
+  int k = recovered ? snprintf(also, sizeof(also),
+                               " (recovered an interrupted apply)")
+                    : 0;
+  if (swept > 0)
+    snprintf(also + k, sizeof(also) - (size_t)k,
+             " (removed %u stale temporar%s)", swept, swept == 1 ? "y" : "ies");
+  struct stat sb;
+  int exists = stat(w, &sb) == 0;
+  if (rc == STITCH_ENOTFOUND && exists && !S_ISREG(sb.st_mode)) {
+    rc = STITCH_EINVAL;
+    snprintf(d.msg, sizeof(d.msg), "%.200s: not a weights file", w);
+  }
+  if (rc == STITCH_ENOTFOUND && !exists) {
     /* An anchor that never landed: nothing there, as before. */
-    printf("%s: no weights yet%s\n", fl[0].value,
-           recovered ? " (recovered an interrupted apply)" : "");
+    printf("%s: no weights yet%s\n", w, also);
+    return 0;
+  }
+  if (rc == STITCH_ENOTFOUND) {
+    /* A file no pull has touched: no journal and no state is not an
+     * error, there is just nothing to settle. */
+    printf("%s: nothing to recover (no stitch state)%s\n", w, also);
     return 0;
   }
   if (rc != 0)
     return cli_fail(rc, &d);
   char view[65];
   stitch_digest_hex(&st.view, view);
-  printf("%s: version %" PRIu64 " view %s%s\n", fl[0].value, st.version, view,
-         recovered ? " (recovered an interrupted apply)" : "");
+  printf("%s: version %" PRIu64 " view %s%s\n", w, st.version, view, also);
   return 0;
 }

@@ -4,8 +4,10 @@
 
 #include "common/diag.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,14 +60,16 @@ int stitch_tmpfile_open(stitch_tmpfile *t, const char *path, stitch_diag *d) {
   t->tmp_path = NULL;
   if (t->path == NULL)
     return stitch_diag_set(d, STITCH_ENOMEM, "out of memory");
-  size_t n = strlen(path) + 32;
+  size_t n = strlen(path) + 48;
   t->tmp_path = malloc(n);
   if (t->tmp_path == NULL) {
     stitch_tmpfile_abort(t);
     return stitch_diag_set(d, STITCH_ENOMEM, "out of memory");
   }
-  /* Same directory as the target, so rename() is atomic. */
-  snprintf(t->tmp_path, n, "%s.tmp.XXXXXX", path);
+  /* Same directory as the target, so rename() is atomic. The pid in the
+   * name lets stitch_tmp_sweep tell a temporary whose writer was killed
+   * from one still being written. */
+  snprintf(t->tmp_path, n, "%s.tmp.%ld.XXXXXX", path, (long)getpid());
   t->fd = mkostemp(t->tmp_path, O_CLOEXEC);
   if (t->fd < 0) {
     int e = errno;
@@ -168,4 +172,62 @@ int stitch_unlink_durable(const char *path, stitch_diag *d) {
   RETURN_IF(stitch_fsync_dir_of(path) != 0, d, STITCH_EIO,
             "fsync of the directory of %s: %s", path, strerror(errno));
   return 0;
+}
+
+/* NAME is BASE".tmp.<pid>.XXXXXX"; *pid gets the pid. */
+static int tmp_name_pid(const char *name, const char *base, size_t blen,
+                        long *pid) {
+  if (strncmp(name, base, blen) != 0 || strncmp(name + blen, ".tmp.", 5) != 0)
+    return 0;
+  const char *p = name + blen + 5;
+  char *end;
+  errno = 0;
+  long v = strtol(p, &end, 10);
+  if (end == p || *p == '-' || *p == '+' || errno != 0 || v <= 0 ||
+      *end != '.' || strlen(end + 1) != 6)
+    return 0;
+  for (const char *c = end + 1; *c; c++)
+    if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'z') ||
+          (*c >= 'A' && *c <= 'Z')))
+      return 0;
+  *pid = v;
+  return 1;
+}
+
+int stitch_tmp_sweep(const char *path, unsigned *removed, stitch_diag *d) {
+  char *dcopy = strdup(path), *bcopy = strdup(path);
+  int rc = dcopy && bcopy ? 0 : stitch_diag_set(d, STITCH_ENOMEM,
+                                                "out of memory");
+  const char *dir = rc == 0 ? dirname(dcopy) : NULL;
+  const char *base = rc == 0 ? basename(bcopy) : NULL;
+  size_t blen = base ? strlen(base) : 0;
+  DIR *dh = rc == 0 ? opendir(dir) : NULL;
+  /* No directory: no temporaries either (the caller reports the path). */
+  unsigned n = 0;
+  for (struct dirent *e; dh != NULL && rc == 0 && (e = readdir(dh)) != NULL;) {
+    long pid;
+    if (!tmp_name_pid(e->d_name, base, blen, &pid))
+      continue;
+    /* Only a writer that is gone: kill(pid, 0) fails with ESRCH. EPERM is
+     * a live process of another user; our own pid may be writing it now.
+     * A reused pid keeps a stale file until that process ends too. */
+    if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+      continue;
+    char full[4096];
+    if (snprintf(full, sizeof(full), "%s/%s", dir, e->d_name) >=
+        (int)sizeof(full))
+      continue;
+    if (unlink(full) == 0)
+      n++;
+    else if (errno != ENOENT) /* another sweeper took it first: fine */
+      rc = stitch_diag_set(d, STITCH_EIO, "unlink %s: %s", full,
+                           strerror(errno));
+  }
+  if (dh != NULL)
+    closedir(dh);
+  free(dcopy);
+  free(bcopy);
+  if (removed != NULL)
+    *removed = n;
+  return rc;
 }

@@ -43,4 +43,11 @@ int stitch_mkdir(const char *path, stitch_diag *d);
 int stitch_unlink_durable(const char *path, stitch_diag *d);
 int stitch_fsync_dir_of(const char *path);
 
+/* Temporaries are named PATH.tmp.<pid>.XXXXXX (stitch_tmpfile_open). This
+ * removes the ones of PATH whose writing process is gone: what a kill -9
+ * left. A temporary of a live process (this one included) stays; so does
+ * one without a pid in its name (older releases), which cannot be told
+ * apart from a live one. *removed (may be NULL) counts the files removed. */
+int stitch_tmp_sweep(const char *path, unsigned *removed, stitch_diag *d);
+
 #endif

@@ -518,10 +518,31 @@ static int recover_rewrite(const char *path, const journal *j,
   return 0;
 }
 
+int stitch_weights_sweep(const char *path, unsigned *removed,
+                         stitch_diag *d) {
+  /* The weights' own temporaries (a rewrite's new file) and those of its
+   * state and journal. */
+  static const char *const side[] = {"", ".stitch-state", ".stitch-journal"};
+  unsigned total = 0;
+  int rc = 0;
+  for (size_t i = 0; rc == 0 && i < sizeof(side) / sizeof(side[0]); i++) {
+    char *p = weights_side_path(path, side[i]);
+    unsigned n = 0;
+    rc = p != NULL ? stitch_tmp_sweep(p, &n, d)
+                   : stitch_diag_set(d, STITCH_ENOMEM, "out of memory");
+    free(p);
+    total += n;
+  }
+  if (removed != NULL)
+    *removed = total;
+  return rc;
+}
+
 int stitch_weights_recover(const char *path, int *recovered,
                            stitch_diag *d) {
   if (recovered != NULL)
     *recovered = 0;
+  CHECK_RC(stitch_weights_sweep(path, NULL, d));
   char *jpath = weights_side_path(path, ".stitch-journal");
   RETURN_IF(jpath == NULL, d, STITCH_ENOMEM, "out of memory");
   if (access(jpath, F_OK) != 0) {

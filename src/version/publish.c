@@ -135,7 +135,7 @@ static void drop(pub *p, size_t i) {
 static int settle(pub *p, stitch_diag *d) {
   for (size_t i = stitch_store_count(p->s); i-- > 0;) {
     const stitch_vref *r = stitch_store_at(p->s, i);
-    if (r->m->version <= stitch_store_latest(p->s))
+    if (r->m->version <= stitch_store_latest_named(p->s))
       break;
     char view[4096];
     side(view, sizeof(view), p->dir, "view", r->m->version);

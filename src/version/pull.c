@@ -49,10 +49,20 @@ int stitch_store_apply(const stitch_store *s, const char *path,
     rc = stitch_store_get_chunk(s, &ob->chunks[c].hash, &bufs[c], &lens[c], d);
     if (rc == 0)
       rc = stitch_patch_add(p, c, bufs[c], lens[c], d);
-    /* A chunk that does not verify goes, so a good copy can take its
-     * place (the store leaves a chunk it already has alone). */
-    if (rc == STITCH_ECHECKSUM || rc == STITCH_EFORMAT)
-      stitch_store_drop_chunk(s, &ob->chunks[c].hash);
+    /* A chunk that does not verify stays where it is: the store is its
+     * owner's (a publisher's, or stitchd's, whose next put of the chunk
+     * replaces it), and a reader that deleted it would turn one bad file
+     * into a missing one for every other reader. */
+    if (rc == STITCH_ECHECKSUM || rc == STITCH_EFORMAT ||
+        rc == STITCH_ETRUNCATED) {
+      stitch_diag why = d ? *d : (stitch_diag){{0}};
+      char hex[65];
+      stitch_digest_hex(&ob->chunks[c].hash, hex);
+      rc = stitch_diag_set(d, rc,
+                           "object %u, chunk %.16s...: %s (the store is "
+                           "left as it is)",
+                           obj, hex, why.msg);
+    }
     if (rc == 0 && o != NULL && o->progress != NULL)
       o->progress(o->progress_arg, "verify chunks", c + 1, n);
   }

@@ -33,7 +33,7 @@ struct stitch_store {
   stitch_pubkey swarm;
   stitch_vref *v; /* ascending by version; owns each m */
   size_t n, cap;
-  uint64_t latest;
+  uint64_t latest; /* what DIR/latest names (0: no such file) */
 };
 
 static char *path_join(const char *a, const char *b) {
@@ -235,7 +235,15 @@ void stitch_store_close(stitch_store *s) {
   free(s);
 }
 
-uint64_t stitch_store_latest(const stitch_store *s) { return s->latest; }
+/* A reader's target is the newest version whose signed manifest it
+ * verified, not what `latest` names: `latest` is an unsigned file, and
+ * moving it back by hand must not hold readers at an old version. Every
+ * manifest is verified on open, and `latest` must name one of them, so
+ * this is never below the pointer. */
+uint64_t stitch_store_latest(const stitch_store *s) {
+  return s->n > 0 ? s->v[s->n - 1].m->version : 0;
+}
+uint64_t stitch_store_latest_named(const stitch_store *s) { return s->latest; }
 size_t stitch_store_count(const stitch_store *s) { return s->n; }
 const stitch_vref *stitch_store_at(const stitch_store *s, size_t i) {
   return i < s->n ? &s->v[i] : NULL;
@@ -266,9 +274,23 @@ int stitch_store_put_chunk(stitch_store *s, const stitch_digest *hash,
   stitch_hash(buf, len, &h);
   RETURN_IF(memcmp(h.b, hash->b, 32) != 0, d, STITCH_ECHECKSUM,
             "chunk does not hash to its name");
-  if (stitch_store_has_chunk(s, hash))
-    return 0;
   char path[4096];
+  if (stitch_store_has_chunk(s, hash)) {
+    /* Keep a good copy; replace one whose bytes went bad on disk. A
+     * reader never removes a chunk (pull.c), so this put is how the
+     * store's owner repairs it. Hashing here costs only on a repeated
+     * put, which is rare. */
+    const uint8_t *old;
+    size_t old_len;
+    int good = 0;
+    if (stitch_store_get_chunk(s, hash, &old, &old_len, NULL) == 0) {
+      stitch_hash(old, old_len, &h);
+      good = memcmp(h.b, hash->b, 32) == 0;
+      stitch_store_release(old, old_len);
+    }
+    if (good)
+      return 0;
+  }
   RETURN_IF(chunk_path(s, hash, path, sizeof(path), 1) != 0, d, STITCH_ELIMIT,
             "store path too long");
   CHECK_RC(stitch_mkdir(path, d));

@@ -28,8 +28,14 @@ int stitch_store_open(const char *dir, const stitch_pubkey *swarm, int create,
                       stitch_store **out, stitch_diag *d);
 void stitch_store_close(stitch_store *s);
 
-/* The version the `latest` pointer names (0: none yet). */
+/* The newest version the store holds, every manifest verified (0: none):
+ * what a reader pulls to. It does not trust the `latest` file, which is
+ * not signed: a `latest` moved back by hand holds no reader back. */
 uint64_t stitch_store_latest(const stitch_store *s);
+/* The version the `latest` file names (0: there is none). The publisher's
+ * record of the last version it finished; stitch_store_verify reports one
+ * below stitch_store_latest. */
+uint64_t stitch_store_latest_named(const stitch_store *s);
 /* Versions held, ascending; the store owns them. The refs are one array:
  * stitch_store_at(s, 0) is its start (for stitch_plan_path). */
 size_t stitch_store_count(const stitch_store *s);
@@ -37,8 +43,9 @@ const stitch_vref *stitch_store_at(const stitch_store *s, size_t i);
 /* NULL when the store does not hold that version. */
 const stitch_vref *stitch_store_find(const stitch_store *s, uint64_t version);
 
-/* Writes a chunk (after checking BUF hashes to HASH) durably; a chunk
- * already present is left alone. */
+/* Writes a chunk (after checking BUF hashes to HASH) durably. A chunk
+ * already present is left alone if its bytes still hash to HASH, and
+ * replaced if not: how the store's owner repairs a chunk that went bad. */
 int stitch_store_put_chunk(stitch_store *s, const stitch_digest *hash,
                            const uint8_t *buf, size_t len, stitch_diag *d);
 /* Maps a chunk read-only into *buf / *len; release with
@@ -46,8 +53,8 @@ int stitch_store_put_chunk(stitch_store *s, const stitch_digest *hash,
 int stitch_store_get_chunk(const stitch_store *s, const stitch_digest *hash,
                            const uint8_t **buf, size_t *len, stitch_diag *d);
 void stitch_store_release(const uint8_t *buf, size_t len);
-/* Removes a chunk (one that failed verification), so a good copy can be
- * stored in its place. */
+/* Removes a chunk. For the store's owner only: readers (stitch_pull,
+ * stitch_store_apply, stitch_store_verify) never change the store. */
 void stitch_store_drop_chunk(const stitch_store *s, const stitch_digest *hash);
 int stitch_store_has_chunk(const stitch_store *s, const stitch_digest *hash);
 /* Verifies a signed manifest and adds it. Refuses a version at or below one
@@ -55,7 +62,9 @@ int stitch_store_has_chunk(const stitch_store *s, const stitch_digest *hash);
  * a no-op. */
 int stitch_store_put_manifest(stitch_store *s, const uint8_t *buf, size_t len,
                               stitch_diag *d);
-/* Advances `latest` (never backwards) once every chunk of VERSION is held. */
+/* Advances `latest` once every chunk of VERSION is held. Never backwards:
+ * VERSION below what `latest` names is refused (STITCH_EROLLBACK) and the
+ * file is left as it is. */
 int stitch_store_set_latest(stitch_store *s, uint64_t version, stitch_diag *d);
 /* Drops versions older than the retention window: KEEP versions back from
  * latest, extended back to the newest anchor at or before the window's
@@ -68,10 +77,13 @@ int stitch_store_gc(stitch_store *s, unsigned keep, stitch_diag *d);
 int stitch_store_retain(stitch_store *s, uint64_t newest, unsigned keep,
                         stitch_diag *d);
 
-/* Checks the whole store: every chunk of every object is present, hashes
- * to its name and parses; every version's parent is held under the id it
- * names (or is older than everything held); every version is reachable
- * from nothing. *chunks counts the chunks checked. */
+/* Checks the whole store: `latest` (when the file exists) names the newest
+ * version held (STITCH_EROLLBACK if it is behind); every chunk of every
+ * object is present, hashes to its name and parses; every version's parent
+ * is held under the id it names (or is older than everything held); every
+ * delta or cumulative object's base is held under the id and view digest
+ * it names (or is older than everything held); every version is reachable
+ * from nothing. *chunks counts the chunks checked. Reads only. */
 int stitch_store_verify(const stitch_store *s, uint64_t *chunks,
                         stitch_diag *d);
 
@@ -156,9 +168,16 @@ typedef struct stitch_wstate {
 /* Reads the state (STITCH_ENOTFOUND when there is none). */
 int stitch_weights_state(const char *path, stitch_wstate *st, stitch_diag *d);
 /* Finishes or undoes an apply that a crash interrupted (PATH.stitch-journal),
- * leaving the file at exactly one version. *recovered (may be NULL) is set
- * when there was something to do. */
+ * leaving the file at exactly one version, after stitch_weights_sweep.
+ * *recovered (may be NULL) is set when there was a journal to settle. A
+ * file with no journal (and no state) is nothing to recover: 0. */
 int stitch_weights_recover(const char *path, int *recovered, stitch_diag *d);
+/* Removes the temporaries of PATH, PATH.stitch-state and
+ * PATH.stitch-journal (PATH.tmp.<pid>.XXXXXX and so on) whose writing
+ * process is gone, as a kill -9 during an apply leaves them; those of a
+ * live process stay. *removed (may be NULL) counts the files removed.
+ * Every pull, apply and recover does this first. */
+int stitch_weights_sweep(const char *path, unsigned *removed, stitch_diag *d);
 
 typedef struct stitch_apply_opts {
   unsigned threads;
@@ -182,8 +201,10 @@ int stitch_weights_apply(const char *path, const stitch_vref *vr, size_t obj,
 
 /* Applies object OBJ of version VR to the weights at PATH with the chunks
  * store S holds: each is checked against the manifest, and one that fails
- * is dropped from S (STITCH_ECHECKSUM or STITCH_EFORMAT), so it is fetched
- * again; then stitch_weights_apply. */
+ * fails the apply (STITCH_ECHECKSUM, STITCH_EFORMAT or STITCH_ETRUNCATED,
+ * naming the chunk) with S left as it is; then stitch_weights_apply. S is
+ * only read: its owner repairs a bad chunk by putting a good copy
+ * (stitch_store_put_chunk replaces one that does not hash to its name). */
 int stitch_store_apply(const stitch_store *s, const char *path,
                        const stitch_vref *vr, uint32_t obj,
                        const stitch_apply_opts *o, stitch_diag *d);
@@ -194,8 +215,10 @@ typedef struct stitch_pull_result {
   int recovered;
 } stitch_pull_result;
 
-/* Brings the weights file at PATH from its version to the store's latest,
- * along the cheapest plan, verifying every signature, chunk and digest. */
+/* Brings the weights file at PATH from its version to the store's latest
+ * (stitch_store_latest: the newest signed version), along the cheapest
+ * plan, verifying every signature, chunk and digest. Recovers and sweeps
+ * PATH first (stitch_weights_recover). Reads the store, never writes it. */
 int stitch_pull(const char *dir, const stitch_pubkey *swarm, const char *path,
                 const stitch_apply_opts *o, stitch_pull_result *res,
                 stitch_diag *d);

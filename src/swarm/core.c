@@ -330,35 +330,37 @@ static addr_entry *find_addr(stitch_swarm *s, const char *a) {
   return NULL;
 }
 
-static void learn_addr(stitch_swarm *s, const char *a, const char *region) {
+/* STITCH_ENOMEM when the address could not be kept (peer exchange will
+ * tell it again; the agent's own addresses must not vanish unreported). */
+static int learn_addr(stitch_swarm *s, const char *a, const char *region) {
   if (a[0] == 0 || strcmp(a, s->cfg.listen) == 0 || banned_addr(s, a))
-    return;
+    return 0;
   addr_entry *e = find_addr(s, a);
   if (e != NULL) {
     if (region[0])
       snprintf(e->region, sizeof(e->region), "%s", region);
-    return;
+    return 0;
   }
   if (s->n_addrs == CORE_MAX_ADDRS)
-    return;
+    return 0;
   if (s->n_addrs % 64 == 0) {
     addr_entry *na = realloc(s->addrs, (s->n_addrs + 64) * sizeof(*na));
     if (na == NULL)
-      return;
+      return STITCH_ENOMEM;
     s->addrs = na;
   }
   e = &s->addrs[s->n_addrs++];
   memset(e, 0, sizeof(*e));
   snprintf(e->addr, sizeof(e->addr), "%s", a);
   snprintf(e->region, sizeof(e->region), "%s", region);
+  return 0;
 }
 
 int stitch_swarm_add_peer_addr(stitch_swarm *s, const char *addr,
                                const char *region) {
   if (addr == NULL || strlen(addr) >= STITCH_SWARM_ADDR_MAX || !addr[0])
     return STITCH_EINVAL;
-  learn_addr(s, addr, region ? region : "");
-  return 0;
+  return learn_addr(s, addr, region ? region : "");
 }
 
 /* Is some peer (any state) already linked to ADDR? */

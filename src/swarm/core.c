@@ -716,8 +716,16 @@ static int add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
         s->chunk_max = m->objects[o].chunks[c].size;
     }
   }
-  if (bad)
+  if (bad) {
+    /* Take the half-built version out again, so that the next copy of
+     * this manifest is added whole rather than found "held". */
+    version_free(v);
+    memmove(v, v + 1, (s->n_v - i - 1) * sizeof(*s->v));
+    s->n_v--;
+    for (size_t k = 0; s->refs != NULL && k < s->n_v; k++)
+      s->refs[k] = s->v[k].ref; /* it holds at least n_v */
     return stitch_diag_set(d, STITCH_ENOMEM, "out of memory");
+  }
   if (m->version > s->st.latest_version)
     s->st.latest_version = m->version;
   core_log(s, "version %" PRIu64 ": manifest verified (%s%s)", m->version,

@@ -634,7 +634,7 @@ static int add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
   stitch_digest id;
   int rc = stitch_manifest_open(buf, len, &s->cfg.swarm, &m, &id, d);
   if (rc != 0) {
-    s->st.verify_failures++;
+    s->st.verify_failures += rc != STITCH_ENOMEM;
     return rc;
   }
   vstate *have = core_find_version(s, m->version);
@@ -1005,8 +1005,8 @@ static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
     break;
   case WIRE_MANIFEST: {
     int rc = add_manifest(s, m->data, m->data_len, p, &d);
-    if (rc < 0) {
-      core_drop(s, p, 1, d.msg);
+    if (rc < 0) { /* banned, unless we ran out of memory: it sends again */
+      core_drop(s, p, rc != STITCH_ENOMEM, d.msg);
     } else if (rc == 1) {
       fetch_replan(s);
       for (size_t k = 0; k < s->n_peers; k++)
@@ -1074,8 +1074,10 @@ int stitch_swarm_peer_recv(stitch_swarm *s, uint32_t id, const uint8_t *buf,
     size_t head = p->rd.ready ? 0 : p->rd.head_len;
     if ((p->rd.ready || p->rd.type == 0) && take > 5 - head)
       take = 5 - head;
-    if (wire_reader_feed(&p->rd, buf, take, &used, &type, &body, &blen, &d)) {
-      core_drop(s, p, 1, d.msg);
+    int frc = wire_reader_feed(&p->rd, buf, take, &used, &type, &body,
+                               &blen, &d);
+    if (frc != 0) { /* our want of memory is no fault of the peer's */
+      core_drop(s, p, frc != STITCH_ENOMEM, d.msg);
       break;
     }
     buf += used;

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,11 +100,16 @@ int stitch_tmpfile_write(stitch_tmpfile *t, const void *buf, size_t len,
 }
 
 int stitch_fsync_dir_of(const char *path) {
-  char *copy = strdup(path);
-  if (copy == NULL)
+  /* On the stack: a commit calls this after its rename, where running out
+   * of memory would report a failure for a file already in place. */
+  char copy[PATH_MAX];
+  size_t n = strlen(path);
+  if (n >= sizeof(copy)) {
+    errno = ENAMETOOLONG;
     return -1;
+  }
+  memcpy(copy, path, n + 1);
   int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  free(copy);
   if (fd < 0)
     return -1;
   int rc = fsync(fd);

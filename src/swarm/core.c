@@ -343,35 +343,37 @@ static addr_entry *find_addr(stitch_swarm *s, const char *a) {
   return NULL;
 }
 
-static void learn_addr(stitch_swarm *s, const char *a, const char *region) {
+/* STITCH_ENOMEM when the address could not be kept (peer exchange will
+ * tell it again; the agent's own addresses must not vanish unreported). */
+static int learn_addr(stitch_swarm *s, const char *a, const char *region) {
   if (a[0] == 0 || strcmp(a, s->cfg.listen) == 0 || banned_addr(s, a))
-    return;
+    return 0;
   addr_entry *e = find_addr(s, a);
   if (e != NULL) {
     if (region[0])
       snprintf(e->region, sizeof(e->region), "%s", region);
-    return;
+    return 0;
   }
   if (s->n_addrs == CORE_MAX_ADDRS)
-    return;
+    return 0;
   if (s->n_addrs % 64 == 0) {
     addr_entry *na = realloc(s->addrs, (s->n_addrs + 64) * sizeof(*na));
     if (na == NULL)
-      return;
+      return STITCH_ENOMEM;
     s->addrs = na;
   }
   e = &s->addrs[s->n_addrs++];
   memset(e, 0, sizeof(*e));
   snprintf(e->addr, sizeof(e->addr), "%s", a);
   snprintf(e->region, sizeof(e->region), "%s", region);
+  return 0;
 }
 
 int stitch_swarm_add_peer_addr(stitch_swarm *s, const char *addr,
                                const char *region) {
   if (addr == NULL || strlen(addr) >= STITCH_SWARM_ADDR_MAX || !addr[0])
     return STITCH_EINVAL;
-  learn_addr(s, addr, region ? region : "");
-  return 0;
+  return learn_addr(s, addr, region ? region : "");
 }
 
 /* Is some peer (any state) already linked to ADDR? */
@@ -683,7 +685,7 @@ static int add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
   stitch_digest id;
   int rc = stitch_manifest_open(buf, len, &s->cfg.swarm, &m, &id, d);
   if (rc != 0) {
-    s->st.verify_failures++;
+    s->st.verify_failures += rc != STITCH_ENOMEM;
     return rc;
   }
   vstate *have = core_find_version(s, m->version);
@@ -765,8 +767,16 @@ static int add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
         s->chunk_max = m->objects[o].chunks[c].size;
     }
   }
-  if (bad)
+  if (bad) {
+    /* Take the half-built version out again, so that the next copy of
+     * this manifest is added whole rather than found "held". */
+    version_free(v);
+    memmove(v, v + 1, (s->n_v - i - 1) * sizeof(*s->v));
+    s->n_v--;
+    for (size_t k = 0; s->refs != NULL && k < s->n_v; k++)
+      s->refs[k] = s->v[k].ref; /* it holds at least n_v */
     return stitch_diag_set(d, STITCH_ENOMEM, "out of memory");
+  }
   if (m->version > s->st.latest_version)
     s->st.latest_version = m->version;
   core_log(s, "version %" PRIu64 ": manifest verified (%s%s)", m->version,
@@ -1036,8 +1046,8 @@ static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
     break;
   case WIRE_MANIFEST: {
     int rc = add_manifest(s, m->data, m->data_len, p, &d);
-    if (rc < 0) {
-      core_drop(s, p, 1, d.msg);
+    if (rc < 0) { /* banned, unless we ran out of memory: it sends again */
+      core_drop(s, p, rc != STITCH_ENOMEM, d.msg);
     } else if (rc == 1) {
       fetch_replan(s);
       for (size_t k = 0; k < s->n_peers; k++)
@@ -1136,8 +1146,10 @@ static size_t feed_frames(stitch_swarm *s, peer *p, const uint8_t *buf,
     size_t head = p->rd.ready ? 0 : p->rd.head_len;
     if ((p->rd.ready || p->rd.type == 0) && take > 5 - head)
       take = 5 - head;
-    if (wire_reader_feed(&p->rd, buf, take, &used, &type, &body, &blen, &d)) {
-      core_drop(s, p, p->state == PEER_READY, d.msg);
+    int frc =
+        wire_reader_feed(&p->rd, buf, take, &used, &type, &body, &blen, &d);
+    if (frc != 0) { /* our want of memory is no fault of the peer's */
+      core_drop(s, p, p->state == PEER_READY && frc != STITCH_ENOMEM, d.msg);
       break;
     }
     buf += used;

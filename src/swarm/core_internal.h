@@ -258,6 +258,7 @@ struct stitch_swarm {
   int applying; /* an APPLY is out */
   /* The plan from held_version to the newest version. */
   stitch_plan plan;
+  int replan; /* planning ran out of memory: try again at the next tick */
   uint64_t fetched; /* chunks received since start: random-first */
   peer *peers;
   size_t n_peers;

@@ -112,12 +112,15 @@ void fetch_replan(stitch_swarm *s) {
     return;
   uint64_t latest = s->v[s->n_v - 1].ref.m->version;
   stitch_diag d = {{0}};
+  s->replan = 0;
   if (latest <= s->held_version)
     return;
-  if (stitch_plan_path(s->refs, s->n_v, s->held_version, &s->held_id, latest,
-                       &s->plan, &d) != 0) {
+  int rc = stitch_plan_path(s->refs, s->n_v, s->held_version, &s->held_id,
+                            latest, &s->plan, &d);
+  if (rc != 0) {
     core_log(s, "no plan to version %" PRIu64 " yet: %s", latest, d.msg);
     memset(&s->plan, 0, sizeof(s->plan));
+    s->replan = rc == STITCH_ENOMEM; /* nothing else would ask again */
     return;
   }
   s->st.fetching_version = latest;
@@ -1170,6 +1173,8 @@ void fetch_serve_next(stitch_swarm *s, peer *p) {
 /* ---- Timers ----------------------------------------------------------- */
 
 void fetch_tick(stitch_swarm *s) {
+  if (s->replan)
+    fetch_replan(s);
   for (size_t i = 0; i < s->n_peers; i++) {
     peer *p = &s->peers[i];
     if (p->state != PEER_READY)

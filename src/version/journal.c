@@ -174,8 +174,10 @@ int journal_begin(journal_writer *w, const char *path, const journal_head *h,
   }
   uint8_t head[JOURNAL_HEADER_BYTES];
   put_head(head, h);
-  if ((rc = dbuf_put(&w->buf, head, sizeof(head))) != 0)
+  if ((rc = dbuf_put(&w->buf, head, sizeof(head))) != 0) {
+    journal_abort(w); /* callers abort only a journal that began */
     rc = stitch_diag_set(d, rc, "journal: out of memory");
+  }
   return rc;
 }
 

@@ -160,7 +160,8 @@ void stitch_swarm_next_action(stitch_swarm *s, stitch_swarm_action *a);
 
 /* ---- The agent's side ------------------------------------------------- */
 
-/* A peer address to try (from the command line or a config file). */
+/* A peer address to try (from the command line or a config file);
+ * STITCH_ENOMEM when it could not be kept. */
 int stitch_swarm_add_peer_addr(stitch_swarm *s, const char *addr,
                                const char *region);
 /* A signed manifest from outside the swarm: the seed's newly published

@@ -10,6 +10,7 @@
 
 #include "stitch.h"
 
+#include "swarm/channel.h"
 #include "swarm/wire.h"
 
 #include <msgpack.h>
@@ -1061,6 +1062,90 @@ static void test_auth_input(void) {
   ASSERT_MEM_EQ(other + 17, h, 32);
 }
 
+static void from_hex(const char *h, uint8_t *out, size_t n) {
+  size_t got = 0;
+  ASSERT_EQ(sodium_hex2bin(out, n, h, strlen(h), NULL, &got, NULL), 0);
+  ASSERT_UEQ(got, n);
+}
+
+/* The record layer's example of proto/wire.md ("Encrypted records"),
+ * byte for byte: ephemeral keys from seeds 00..1f and 80..9f, kx, two
+ * records of a PING frame from the dialer, each opened by the acceptor;
+ * the second fails under the first's number (a replay). */
+static void test_record_vector(void) {
+  chan a, b;
+  memset(&a, 0, sizeof(a));
+  memset(&b, 0, sizeof(b));
+  uint8_t sa[32], sb[32], want[48], k32[32];
+  for (int i = 0; i < 32; i++)
+    sa[i] = (uint8_t)i, sb[i] = (uint8_t)(0x80 + i);
+  chan_keypair(&a, sa);
+  chan_keypair(&b, sb);
+  from_hex("0e0216223f147143d32615a91189c288c1728cba3cc5f9f621b1026e03d83129",
+           k32, 32);
+  ASSERT_MEM_EQ(a.pk, k32, 32);
+  from_hex("7dde4ebc7e6bb3293a4643423b22ca4df3542b90c1779230bd777a9ee6d3d92f",
+           k32, 32);
+  ASSERT_MEM_EQ(b.pk, k32, 32);
+  uint8_t apk[32], bpk[32];
+  memcpy(apk, a.pk, 32);
+  memcpy(bpk, b.pk, 32);
+  stitch_diag d = {{0}};
+  ASSERT_OK(chan_start(&a, 1, bpk, &d), d);
+  ASSERT_OK(chan_start(&b, 0, apk, &d), d);
+  from_hex("f0fe8c592392aa7a68cadc6cdb14e5fe50a970fc2f564e23c3d023441c688768",
+           k32, 32);
+  ASSERT_MEM_EQ(a.tx, k32, 32);
+  ASSERT_MEM_EQ(b.rx, k32, 32);
+  uint8_t in[WIRE_AUTH_INPUT], want_in[WIRE_AUTH_INPUT];
+  wire_auth_input(0, apk, bpk, in);
+  from_hex("7374697463682d617574682d7632000000b31933d32c79e63a26fa0387e310c4"
+           "8ba4857fd460816a61e7e757e1c6b61832",
+           want_in, sizeof(want_in));
+  ASSERT_MEM_EQ(in, want_in, sizeof(in));
+  static const uint8_t ping[] = {2, 0, 0, 0, 11, 0x90};
+  dbuf out = {NULL, 0, 0, 4096};
+  ASSERT_EQ(chan_seal(&a, ping, sizeof(ping), &out), 0);
+  ASSERT_EQ(chan_seal(&a, ping, sizeof(ping), &out), 0);
+  from_hex("16004466688786fa751e60c8521026a042267ffb62de19ef1600633a5480c2ef"
+           "c862b8a09772c6e9475d67b578367af8",
+           want, sizeof(want));
+  ASSERT_UEQ(out.len, sizeof(want));
+  ASSERT_MEM_EQ(out.p, want, sizeof(want));
+  /* Opened in one piece and in single bytes. */
+  size_t used;
+  const uint8_t *pl;
+  size_t pn;
+  ASSERT_OK(chan_open(&b, out.p, 24, &used, &pl, &pn, &d), d);
+  ASSERT_UEQ(used, 24);
+  ASSERT_UEQ(pn, sizeof(ping));
+  ASSERT_MEM_EQ(pl, ping, sizeof(ping));
+  for (size_t i = 24; i < 48; i++) {
+    ASSERT_OK(chan_open(&b, out.p + i, 1, &used, &pl, &pn, &d), d);
+    ASSERT_UEQ(pn, i == 47 ? sizeof(ping) : 0);
+  }
+  /* The first record again (a replay), a flipped byte, a bad length. */
+  ASSERT_ERR(chan_open(&b, out.p, 24, &used, &pl, &pn, &d), STITCH_ECHECKSUM,
+             d, "does not open");
+  chan c = b;
+  c.rec = NULL; /* b's buffer stays b's */
+  c.rx_n = 2;
+  ASSERT_EQ(chan_seal(&a, ping, sizeof(ping), &out), 0);
+  out.p[48 + 5] ^= 1;
+  ASSERT_ERR(chan_open(&c, out.p + 48, 24, &used, &pl, &pn, &d),
+             STITCH_ECHECKSUM, d, "record 2 does not open");
+  chan_free(&c);
+  static const uint8_t tiny[2] = {16, 0}; /* a tag and no byte */
+  chan e = b;
+  e.rec = NULL;
+  ASSERT_ERR(chan_open(&e, tiny, 2, &used, &pl, &pn, &d), STITCH_EFORMAT, d,
+             "record of 16 bytes");
+  chan_free(&e);
+  chan_free(&a);
+  chan_free(&b);
+  dbuf_free(&out);
+}
+
 int main(void) {
   rng = test_rng_seeded("test_wire", 20260301);
   test_roundtrip_small();
@@ -1072,6 +1157,7 @@ int main(void) {
   test_damage();
   test_vectors();
   test_auth_input();
+  test_record_vector();
   puts("test_wire: ok");
   return 0;
 }

@@ -273,6 +273,26 @@ expect 2 - recover --weights
 expect 2 - verify --store store
 expect 2 - pull --store store --pub key.pub
 
+# ---- admission: admit, revoke ------------------------------------------------
+expect_ok keygen --out n1
+expect_ok admit --key key.key --node n1.pub --out t1 --expires 30d
+[ "$(cut -c1-14 t1)" = "stitch-ticket " ] || fail "t1 is not a ticket file"
+expect 1 - admit --key key.key --node n1.pub --out t1 # not overwritten
+expect 1 t2 admit --key key.pub --node n1.pub --out t2 # a public key
+expect 1 t2 admit --key key.key --node n1.key --out t2 # a secret key
+expect 1 t2 admit --key key.key --node missing.pub --out t2
+expect 1 nodir/t admit --key key.key --node n1.pub --out nodir/t
+expect 2 t2 admit --key key.key --node n1.pub --out t2 --expires soon
+expect 2 t2 admit --key key.key --node n1.pub --out t2 --expires 0x5d
+expect 2 t2 admit --key key.key --node n1.pub --out t2 --role king
+expect 2 - admit --key key.key --node n1.pub
+expect_ok revoke --key key.key --store store --node n1.pub
+[ -s store/policy ] || fail "revoke wrote no store/policy"
+expect_ok revoke --key key.key --store store --node n1.pub # said already
+expect 1 - revoke --key key.key --store store --node missing.pub
+expect 1 - revoke --key n1.key --store store --node n1.pub # another swarm
+expect 2 - revoke --key key.key --store store
+
 # ---- usage -------------------------------------------------------------------
 expect 2 - apply
 expect 2 - apply base.st good.delta

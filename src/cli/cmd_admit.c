@@ -32,9 +32,14 @@ static int parse_duration(const char *s, uint64_t *out) {
     n++; /* no suffix: seconds */
   }
   digits[n - 1] = 0;
-  uint64_t v;
-  if (digits[0] == 0 || cli_parse_u64(digits, "--expires", UINT32_MAX, &v))
+  uint64_t v = 0;
+  if (digits[0] == 0)
     return -1;
+  for (const char *p = digits; *p; p++) {
+    if (*p < '0' || *p > '9' || v > UINT32_MAX)
+      return -1; /* 136 years of seconds is plenty */
+    v = v * 10 + (uint64_t)(*p - '0');
+  }
   *out = v * unit;
   return 0;
 }

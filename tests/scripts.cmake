@@ -83,6 +83,10 @@ if(TARGET stitchd AND TARGET stitch-synth)
   add_test(NAME sidecar
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/sidecar.sh ${STITCH_BIN})
   set_tests_properties(sidecar PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+  # A closed swarm of real processes: tickets, refusals, revocation.
+  add_test(NAME admission
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/admission.sh ${STITCH_BIN})
+  set_tests_properties(admission PROPERTIES TIMEOUT 300)
 endif()
 # Issue 6 end to end: a training loop (PyTorch, Publisher.hook) publishes,
 # a seed and a node spread the versions, a stand-in engine patches its torch

@@ -98,6 +98,62 @@ grep -qi '^X-Stitch-Version: 0' "$work/h1" || fail "stamp: $(cat "$work/h1")"
 grep -qi '^X-Engine: stand-in' "$work/h1" || fail "engine headers lost"
 [ "$(json prompt <"$work/b1")" = hi ] || fail "body: $(cat "$work/b1")"
 
+# What the engine must never see: any X-Stitch-* header (any case), the
+# headers a Connection header names, and the standard hop-by-hop ones; and
+# what the client must never see of the engine's. GET and a POST body.
+python3 - "$port" <<'EOF' || fail "headers relayed that must not be"
+import json, socket, sys
+port = int(sys.argv[1])
+
+def exchange(req):
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(req)
+    out = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        out += b
+    s.close()
+    head, _, body = out.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    assert lines[0].startswith("HTTP/1.1 200 "), out[:300]
+    hdrs = [tuple(x.strip() for x in l.split(":", 1)) for l in lines[1:]]
+    return hdrs, json.loads(body)
+
+stitch = [("X-Stitch-Min-Version", "0"), ("x-stitch-wait-ms", "5"),
+          ("X-STITCH-TRACE", "abc"), ("X-Stitch-Version", "99"),
+          ("x-Stitch-", "empty suffix")]
+named = [("Connection", "close, X-Hop-A"), ("Connection", " x-hop-b ,,"),
+         ("X-Hop-A", "1"), ("X-HOP-B", "2")]
+standard = [("Keep-Alive", "timeout=5"), ("Proxy-Connection", "keep-alive"),
+            ("TE", "trailers"), ("Trailer", "X-T"), ("Upgrade", "h2c")]
+for method, body in (("GET", b""), ("POST", b'{"x": 1}')):
+    req = "%s /echo HTTP/1.1\r\nHost: h\r\nX-Keep: yes\r\n" % method
+    for k, v in stitch + named + standard:
+        req += "%s: %s\r\n" % (k, v)
+    if body:
+        req += "Content-Length: %d\r\n" % len(body)
+    hdrs, seen = exchange(req.encode() + b"\r\n" + body)
+    names = [k.lower() for k, _ in seen["headers"]]
+    assert "x-keep" in names and "host" in names, seen
+    assert not [n for n in names if n.startswith("x-stitch-")], \
+        "X-Stitch-* reached the engine: %s" % seen
+    assert "x-hop-a" not in names and "x-hop-b" not in names, \
+        "headers named in Connection reached the engine: %s" % seen
+    for k, _ in standard:
+        assert k.lower() not in names, "%s reached the engine: %s" % (k, seen)
+    assert names.count("connection") == 1, seen  # ours: close
+    names = [k.lower() for k, _ in hdrs]
+    assert "x-engine-keep" in names, hdrs
+    assert [v for k, v in hdrs if k.lower().startswith("x-stitch-")] == ["0"], \
+        "the engine's X-Stitch-* reached the client: %s" % hdrs
+    assert "x-engine-hop" not in names and "x-engine-hop2" not in names, \
+        "headers the engine named in Connection reached the client: %s" % hdrs
+    for k in ("keep-alive", "proxy-connection", "upgrade", "trailer"):
+        assert k not in names, "the engine's %s reached the client: %s" % (k, hdrs)
+EOF
+
 # Min-Version above applied: 409 after the wait, naming the applied version.
 code="$(curl -s -o "$work/b2" -w '%{http_code} %{time_total}' -X POST \
   "$url/v1/completions" -H 'X-Stitch-Min-Version: 1' \
@@ -257,6 +313,8 @@ check(b"POST /v1/completions HTTP/1.1\r\nContent-Length: 100000000\r\n\r\n", 413
 check(b"POST /v1/completions HTTP/1.1\r\nX-Stitch-Min-Version: x\r\n"
       b"Connection: close\r\n\r\n", 400)
 check(b"GET /v1/apply HTTP/1.1\r\nConnection: close\r\n\r\n", 405)
+check(b"GET /echo HTTP/1.1\r\nConnection: close, "
+      + b", ".join(b"x-%d" % i for i in range(40)) + b"\r\n\r\n", 400)
 # A client that leaves half-way through its headers.
 s = socket.create_connection(("127.0.0.1", port))
 s.sendall(b"GET /v1/status HTTP/1.1\r\nHost: x\r\nX-Half")

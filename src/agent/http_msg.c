@@ -3,6 +3,8 @@
 #define _GNU_SOURCE
 #include "http_msg.h"
 
+#include "stitch/error.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,13 +140,61 @@ int hdr_hop_by_hop(const char *k) {
                                       "trailer",
                                       "upgrade",
                                       "content-length",
-                                      "expect",
-                                      "x-stitch-version",
-                                      "x-stitch-min-version",
-                                      "x-stitch-wait-ms"};
+                                      "expect"};
+  if (strncasecmp(k, "x-stitch-", 9) == 0)
+    return 1;
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
     if (strcasecmp(k, names[i]) == 0)
       return 1;
+  return 0;
+}
+
+typedef struct conn_token {
+  const char *p;
+  size_t n;
+} conn_token;
+
+/* The names listed by every Connection header of H (comma-separated, with
+ * optional blanks; empty elements skipped). -1 past HDR_CONN_TOKENS_MAX. */
+static int conn_tokens(const hdrs *h, conn_token *t, size_t *nt) {
+  size_t pos = 0;
+  const char *k, *v;
+  *nt = 0;
+  while (hdr_next(h, &pos, &k, &v)) {
+    if (strcasecmp(k, "connection") != 0)
+      continue;
+    for (const char *s = v; *s;) {
+      s += strspn(s, " \t,");
+      size_t n = strcspn(s, " \t,");
+      if (n == 0)
+        continue; /* at the end */
+      if (*nt == HDR_CONN_TOKENS_MAX)
+        return -1;
+      t[(*nt)++] = (conn_token){s, n};
+      s += n;
+    }
+  }
+  return 0;
+}
+
+int hdr_relay(const hdrs *h, int keep_length, sbuf *out) {
+  conn_token t[HDR_CONN_TOKENS_MAX];
+  size_t nt;
+  if (conn_tokens(h, t, &nt) != 0)
+    return STITCH_ELIMIT;
+  size_t pos = 0;
+  const char *k, *v;
+  while (hdr_next(h, &pos, &k, &v)) {
+    if (hdr_hop_by_hop(k) && !(keep_length && !strcasecmp(k, "content-length")))
+      continue;
+    size_t kl = strlen(k), i = 0;
+    while (i < nt && !(t[i].n == kl && strncasecmp(t[i].p, k, kl) == 0))
+      i++;
+    if (i < nt)
+      continue;
+    if (sb_printf(out, "%s: %s\r\n", k, v) != 0)
+      return STITCH_ENOMEM;
+  }
   return 0;
 }
 

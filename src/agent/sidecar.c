@@ -683,12 +683,17 @@ static void proxy_head(upstream *u) {
   int rc = sb_printf(&h, "HTTP/1.1 %u %s\r\n", st,
                      u->reason.len ? u->reason.p
                                    : http_status_str((enum http_status)st));
-  size_t pos = 0;
-  const char *k, *v;
-  while (rc == 0 && hdr_next(&u->h, &pos, &k, &v))
-    if (!hdr_hop_by_hop(k) ||
-        (u->head_only && !strcasecmp(k, "content-length")))
-      rc = sb_printf(&h, "%s: %s\r\n", k, v);
+  if (rc == 0 && (rc = hdr_relay(&u->h, u->head_only, &h)) == STITCH_ELIMIT) {
+    /* Nothing is relayed yet: the client can still have a 502. */
+    sb_free(&h);
+    upstream_abort(c->up);
+    c->up = NULL;
+    c->sc->inflight--;
+    conn_fail(c, 502, 0, "engine: its Connection header names over %d headers",
+              HDR_CONN_TOKENS_MAX);
+    reload_maybe(c->sc);
+    return;
+  }
   if (rc == 0 && !bodyless && sized)
     rc = sb_printf(&h, "Content-Length: %" PRIu64 "\r\n", u->p.content_length);
   if (rc == 0 && c->chunked)
@@ -759,11 +764,12 @@ static void dispatch(conn *c) {
   int rc =
       sb_printf(&h, "%s %s HTTP/1.1\r\n", http_method_str((enum http_method)m),
                 c->url.p ? c->url.p : "/");
-  size_t pos = 0;
-  const char *k, *v;
-  while (rc == 0 && hdr_next(&c->h, &pos, &k, &v))
-    if (!hdr_hop_by_hop(k))
-      rc = sb_printf(&h, "%s: %s\r\n", k, v);
+  if (rc == 0 && (rc = hdr_relay(&c->h, 0, &h)) == STITCH_ELIMIT) {
+    sb_free(&h);
+    conn_fail(c, 400, 0, "Connection: names over %d headers",
+              HDR_CONN_TOKENS_MAX);
+    return;
+  }
   if (rc == 0 && hdr_get(&c->h, "host") == NULL)
     rc = sb_printf(&h, "Host: %s\r\n", sc->engine.host);
   if (rc == 0 &&

@@ -1,8 +1,9 @@
 /* sidecar.c: stitchd's HTTP sidecar (sidecar.h, docs/stitchd.md).
  *
  * One uv_tcp server on the agent's loop. Requests are parsed with
- * http-parser (libhttp-parser-dev), one at a time per connection: the
- * parser pauses at the end of a message, bytes that arrive meanwhile wait
+ * http-parser (libhttp-parser-dev, through http_request.c, which knows no
+ * sockets), one at a time per connection: the parser pauses at the end of
+ * a message, bytes that arrive meanwhile wait
  * in the connection's input buffer (at most SC_IN_MAX, then reading stops),
  * and parsing resumes once the response is written. So a client can
  * pipeline, but never make us hold more than one request's worth.
@@ -30,6 +31,7 @@
 #define _GNU_SOURCE
 #include "sidecar.h"
 
+#include "http_request.h"
 #include "http_upstream.h"
 #include "sidecar_report.h"
 #include "stitch/net.h"
@@ -79,13 +81,9 @@ typedef struct conn {
   struct conn *prev, *next;
   int handles; /* open: freed at 0 */
   cstate state;
-  http_parser p;
-  sbuf in; /* read, not parsed yet */
-  sbuf url, body;
-  hdrs h;
-  int complete, keep, eof, reading;
-  int err_status;
-  const char *err_msg;
+  hreq req; /* the request being read or served */
+  sbuf in;  /* read, not parsed yet */
+  int keep, eof, reading;
   uint64_t min_version, wait_ms, round;
   uint64_t stamp; /* the applied version when sent to the engine */
   upstream *up;
@@ -275,108 +273,46 @@ static void conn_fail(conn *c, int status, int close, const char *fmt, ...) {
 
 /* ---- Connections: reading ------------------------------------------------ */
 
-static int req_cap(conn *c, size_t n) {
-  if (c->url.len + c->h.all.len + n <= SC_HEADER_MAX)
-    return 0;
-  c->err_status = 431;
-  c->err_msg = "request line and headers over 64 KiB";
-  return -1;
-}
-
-static int on_req_url(http_parser *p, const char *at, size_t n) {
-  conn *c = p->data;
-  return req_cap(c, n) ? -1 : sb_add(&c->url, at, n);
-}
-
-static int on_req_field(http_parser *p, const char *at, size_t n) {
-  conn *c = p->data;
-  return req_cap(c, n + 1) ? -1 : hdr_field(&c->h, at, n);
-}
-
-static int on_req_value(http_parser *p, const char *at, size_t n) {
-  conn *c = p->data;
-  return req_cap(c, n + 1) ? -1 : hdr_value(&c->h, at, n);
-}
-
-static int on_req_headers(http_parser *p) {
-  conn *c = p->data;
-  if (req_cap(c, 1) || hdr_end(&c->h) != 0)
-    return -1;
-  int chunked = (p->flags & F_CHUNKED) != 0;
-  /* content_length is ULLONG_MAX when the request has no Content-Length. */
-  int sized = !chunked && p->content_length != ULLONG_MAX;
-  if (sized && p->content_length > SC_BODY_MAX) {
-    c->err_status = 413;
-    c->err_msg = "request body over 64 MiB";
-    return -1;
-  }
-  const char *expect = hdr_get(&c->h, "expect");
-  if (expect != NULL && strcasecmp(expect, "100-continue") != 0) {
-    c->err_status = 417;
-    c->err_msg = "only 'Expect: 100-continue' is understood";
-    return -1;
-  }
-  if (expect != NULL && (chunked || (sized && p->content_length > 0))) {
-    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-    sbuf h, none;
-    sb_init(&h, sizeof(cont));
-    sb_init(&none, 0);
-    if (sb_add(&h, cont, sizeof(cont) - 1) == 0)
-      conn_write(c, &h, &none, W_INTERIM);
-    else
-      sb_free(&h);
-  }
-  return 0;
-}
-
-static int on_req_body(http_parser *p, const char *at, size_t n) {
-  conn *c = p->data;
-  if (sb_add(&c->body, at, n) == 0)
-    return 0;
-  c->err_status = 413;
-  c->err_msg = "request body over 64 MiB";
-  return -1;
-}
-
-static int on_req_complete(http_parser *p) {
-  conn *c = p->data;
-  c->complete = 1;
-  c->keep = http_should_keep_alive(p) && !c->eof;
-  http_parser_pause(p, 1); /* one request at a time */
-  return 0;
-}
-
-static const http_parser_settings req_settings = {
-    .on_url = on_req_url,
-    .on_header_field = on_req_field,
-    .on_header_value = on_req_value,
-    .on_headers_complete = on_req_headers,
-    .on_body = on_req_body,
-    .on_message_complete = on_req_complete};
-
 static void handle(conn *c);
+
+/* A 100 Continue, for a client that waits for one before its body. */
+static void conn_continue(conn *c) {
+  static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+  sbuf h, none;
+  sb_init(&h, sizeof(cont));
+  sb_init(&none, 0);
+  if (sb_add(&h, cont, sizeof(cont) - 1) == 0)
+    conn_write(c, &h, &none, W_INTERIM);
+  else
+    sb_free(&h);
+}
 
 /* Parses what is buffered, up to one whole request. */
 static void conn_feed(conn *c) {
-  if (c->state != C_READ || c->in.len == 0)
+  hreq_event ev = HREQ_MORE;
+  size_t off = 0;
+  while (c->state == C_READ && off < c->in.len) {
+    size_t used;
+    ev = hreq_feed(&c->req, c->in.p + off, c->in.len - off, &used);
+    off += used;
+    if (ev != HREQ_HEAD)
+      break;
+    if (c->req.want_continue)
+      conn_continue(c);
+  }
+  if (off > 0) {
+    memmove(c->in.p, c->in.p + off, c->in.len - off);
+    c->in.len -= off;
+    c->in.p[c->in.len] = 0;
+  }
+  if (c->state != C_READ) /* a write failed in a callback */
     return;
-  size_t n = http_parser_execute(&c->p, &req_settings, c->in.p, c->in.len);
-  if (n > c->in.len)
-    n = c->in.len;
-  memmove(c->in.p, c->in.p + n, c->in.len - n);
-  c->in.len -= n;
-  c->in.p[c->in.len] = 0;
-  enum http_errno e = HTTP_PARSER_ERRNO(&c->p);
-  if (c->state == C_CLOSING) /* a write failed in a callback */
-    return;
-  if (c->err_status != 0)
-    conn_fail(c, c->err_status, 1, "%s", c->err_msg);
-  else if (c->complete)
+  if (ev == HREQ_ERROR)
+    conn_fail(c, c->req.err_status, 1, "%s", c->req.err_msg);
+  else if (ev == HREQ_DONE) {
+    c->keep = hreq_keep_alive(&c->req) && !c->eof;
     handle(c);
-  else if (e != HPE_OK)
-    conn_fail(c, 400, 1, "malformed request: %s", http_errno_description(e));
-  else if (c->p.upgrade)
-    conn_fail(c, 501, 1, "protocol upgrades are not supported");
+  }
 }
 
 static void on_conn_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
@@ -419,14 +355,9 @@ static void on_conn_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
 
 /* The response is out: the next request on a kept-alive connection. */
 static void conn_next(conn *c) {
-  sb_free(&c->url);
-  sb_free(&c->body);
-  sb_free(&c->h.all);
-  c->h.in_value = 0;
-  c->complete = 0;
+  hreq_next(&c->req);
   c->min_version = c->wait_ms = 0;
   c->state = C_READ;
-  http_parser_pause(&c->p, 0);
   uv_timer_start(&c->timer, on_conn_timer, SC_IDLE_MS, 0);
   if (!c->reading && !c->eof &&
       uv_read_start((uv_stream_t *)&c->tcp, on_conn_alloc, on_conn_read) == 0)
@@ -461,9 +392,7 @@ static void on_conn_closed(uv_handle_t *h) {
   if (c->next != NULL)
     c->next->prev = c->prev;
   sb_free(&c->in);
-  sb_free(&c->url);
-  sb_free(&c->body);
-  sb_free(&c->h.all);
+  hreq_free(&c->req);
   free(c);
   sc->n_conns--;
   sc_release(sc);
@@ -673,7 +602,7 @@ static void proxy_head(upstream *u) {
   unsigned st = u->p.status_code;
   int bodyless = u->head_only || st == 204 || st == 304;
   int sized = !(u->p.flags & F_CHUNKED) && u->p.content_length != ULLONG_MAX;
-  int http11 = c->p.http_major == 1 && c->p.http_minor >= 1;
+  int http11 = c->req.p.http_major == 1 && c->req.p.http_minor >= 1;
   c->chunked = !bodyless && !sized && http11;
   if (!bodyless && !sized && !http11)
     c->keep = 0; /* the body ends when the connection does */
@@ -760,33 +689,22 @@ static void dispatch(conn *c) {
   sidecar *sc = c->sc;
   sbuf h;
   sb_init(&h, SC_HEADER_MAX + 1024);
-  unsigned m = c->p.method;
-  int rc =
-      sb_printf(&h, "%s %s HTTP/1.1\r\n", http_method_str((enum http_method)m),
-                c->url.p ? c->url.p : "/");
-  if (rc == 0 && (rc = hdr_relay(&c->h, 0, &h)) == STITCH_ELIMIT) {
-    sb_free(&h);
-    conn_fail(c, 400, 0, "Connection: names over %d headers",
-              HDR_CONN_TOKENS_MAX);
-    return;
-  }
-  if (rc == 0 && hdr_get(&c->h, "host") == NULL)
-    rc = sb_printf(&h, "Host: %s\r\n", sc->engine.host);
-  if (rc == 0 &&
-      (c->body.len > 0 || m == HTTP_POST || m == HTTP_PUT || m == HTTP_PATCH))
-    rc = sb_printf(&h, "Content-Length: %zu\r\n", c->body.len);
-  if (rc == 0)
-    rc = sb_add(&h, "Connection: close\r\n\r\n", 21);
+  int rc = hreq_upstream_head(&c->req, sc->engine.host, &h);
   if (rc != 0) {
     sb_free(&h);
-    conn_fail(c, 500, 1, "out of memory");
+    if (rc == STITCH_ELIMIT)
+      conn_fail(c, 400, 0, "Connection: names over %d headers",
+                HDR_CONN_TOKENS_MAX);
+    else
+      conn_fail(c, 500, 1, "out of memory");
     return;
   }
   c->stamp = sc->applied;
   static const upstream_cbs cbs = {
       .done = proxy_done, .head = proxy_head, .data = proxy_data};
   c->streaming = c->chunked = 0;
-  c->up = sc_upstream(sc, &h, &c->body, m == HTTP_HEAD, &cbs, c);
+  c->up = sc_upstream(sc, &h, &c->req.body, c->req.p.method == HTTP_HEAD,
+                      &cbs, c);
   if (c->up == NULL) {
     conn_fail(c, 502, 0, "engine: cannot connect");
     return;
@@ -803,8 +721,8 @@ static void route_proxy(conn *c) {
     conn_fail(c, 404, 0, "no such endpoint (no --engine to proxy to)");
     return;
   }
-  const char *mv = hdr_get(&c->h, "x-stitch-min-version");
-  const char *wv = hdr_get(&c->h, "x-stitch-wait-ms");
+  const char *mv = hdr_get(&c->req.h, "x-stitch-min-version");
+  const char *wv = hdr_get(&c->req.h, "x-stitch-wait-ms");
   c->min_version = 0;
   c->wait_ms = SC_WAIT_MS;
   if (mv != NULL && hdr_u64(mv, &c->min_version) != 0) {
@@ -892,14 +810,9 @@ static void route_apply(conn *c) {
 }
 
 static void handle(conn *c) {
-  c->complete = 0;
-  if (c->p.upgrade) {
-    conn_fail(c, 501, 1, "protocol upgrades are not supported");
-    return;
-  }
-  const char *url = c->url.p ? c->url.p : "";
+  const char *url = c->req.url.p ? c->req.url.p : "";
   size_t pl = strcspn(url, "?#");
-  unsigned m = c->p.method;
+  unsigned m = c->req.p.method;
   static const struct {
     const char *path;
     unsigned method;
@@ -976,11 +889,7 @@ static void on_connection(uv_stream_t *server, int status) {
     sc->conns->prev = c;
   sc->conns = c;
   sb_init(&c->in, SC_IN_MAX);
-  sb_init(&c->url, SC_HEADER_MAX);
-  sb_init(&c->body, SC_BODY_MAX);
-  sb_init(&c->h.all, SC_HEADER_MAX);
-  http_parser_init(&c->p, HTTP_REQUEST);
-  c->p.data = c;
+  hreq_init(&c->req);
   if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 ||
       uv_read_start((uv_stream_t *)&c->tcp, on_conn_alloc, on_conn_read) != 0) {
     conn_close(c);

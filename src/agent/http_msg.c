@@ -88,12 +88,19 @@ int hdr_field(hdrs *h, const char *at, size_t n) {
 }
 
 int hdr_value(hdrs *h, const char *at, size_t n) {
+  /* http-parser checks every byte of a value but its first: a NUL there
+   * would split the pair and shift every name and value after it. */
+  for (size_t i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)at[i];
+    if ((ch < 0x20 && ch != '\t' && ch != '\r' && ch != '\n') || ch == 0x7f)
+      return STITCH_EFORMAT;
+  }
   if (!h->in_value && sb_add(&h->all, "", 1) != 0)
-    return -1;
+    return STITCH_ENOMEM;
   h->in_value = 1;
   size_t from = h->all.len;
   if (sb_add(&h->all, at, n) != 0)
-    return -1;
+    return STITCH_ENOMEM;
   /* A folded value (obs-fold) keeps its CR LF: made blanks here, so that a
    * relayed header stays one line. */
   for (char *p = h->all.p + from; p < h->all.p + h->all.len; p++)
@@ -174,6 +181,17 @@ static int conn_tokens(const hdrs *h, conn_token *t, size_t *nt) {
       s += n;
     }
   }
+  return 0;
+}
+
+int hdr_conn_named(const hdrs *h, const char *name) {
+  conn_token t[HDR_CONN_TOKENS_MAX];
+  size_t nt, nl = strlen(name);
+  if (conn_tokens(h, t, &nt) != 0)
+    return 0;
+  for (size_t i = 0; i < nt; i++)
+    if (t[i].n == nl && strncasecmp(t[i].p, name, nl) == 0)
+      return 1;
   return 0;
 }
 

@@ -37,7 +37,9 @@ typedef struct hdrs {
 } hdrs;
 
 int hdr_field(hdrs *h, const char *at, size_t n);
-/* CR and LF in a value (a folded line) become blanks. */
+/* CR and LF in a value (a folded line) become blanks. 0; STITCH_EFORMAT
+ * for any other control character (NUL among them: the list is
+ * NUL-separated); STITCH_ENOMEM past the cap or out of memory. */
 int hdr_value(hdrs *h, const char *at, size_t n);
 /* After the last header (on_headers_complete). */
 int hdr_end(hdrs *h);
@@ -59,6 +61,8 @@ int hdr_hop_by_hop(const char *name);
  * more than HDR_CONN_TOKENS_MAX names; STITCH_ENOMEM past OUT's cap or out
  * of memory. */
 int hdr_relay(const hdrs *h, int keep_length, sbuf *out);
+/* Whether H's Connection headers list NAME (any case); 0 past the cap. */
+int hdr_conn_named(const hdrs *h, const char *name);
 /* A decimal u64 with optional blanks around it; -1 if it is not one. */
 int hdr_u64(const char *s, uint64_t *out);
 

@@ -49,7 +49,10 @@ static int on_value(http_parser *p, const char *at, size_t n) {
   hreq *r = p->data;
   if (head_cap(r, n + 1) != 0)
     return -1;
-  return hdr_value(&r->h, at, n) ? fail(r, 500, "out of memory") : 0;
+  int rc = hdr_value(&r->h, at, n);
+  if (rc == STITCH_EFORMAT)
+    return fail(r, 400, "a header value holds a control character");
+  return rc ? fail(r, 500, "out of memory") : 0;
 }
 
 static int on_headers(http_parser *p) {
@@ -159,7 +162,9 @@ int hreq_upstream_head(const hreq *r, const char *host, sbuf *out) {
   int rc = hdr_relay(&r->h, 0, out);
   if (rc != 0)
     return rc;
-  if (hdr_get(&r->h, "host") == NULL &&
+  /* A request always has a Host: the client's, unless it sent none or
+   * named it in Connection (so it was not relayed). */
+  if ((hdr_get(&r->h, "host") == NULL || hdr_conn_named(&r->h, "host")) &&
       sb_printf(out, "Host: %s\r\n", host) != 0)
     return STITCH_ENOMEM;
   if ((r->body.len > 0 || m == HTTP_POST || m == HTTP_PUT ||

@@ -50,7 +50,7 @@ hreq_event hreq_feed(hreq *r, const char *at, size_t n, size_t *used);
 int hreq_keep_alive(const hreq *r);
 /* Appends the head the request goes to the engine with: its method and
  * target, its headers less those not relayed (hdr_relay), Host (HOST when
- * the client sent none), Content-Length (our framing: the body is sent
+ * the client sent none or named it in Connection), Content-Length (our framing: the body is sent
  * whole) and Connection: close. 0; STITCH_ELIMIT (Connection lists too
  * many names); STITCH_ENOMEM (past OUT's cap or out of memory). */
 int hreq_upstream_head(const hreq *r, const char *host, sbuf *out);

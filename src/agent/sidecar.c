@@ -47,6 +47,9 @@
 
 #define SC_HEADER_MAX HTTP_HEADER_MAX /* request line and headers: 64 KiB */
 #define SC_BODY_MAX HTTP_BODY_MAX     /* a body, either way: 64 MiB */
+/* A relayed head: each field "k\0v\0" as kept becomes "k: v\r\n", at most
+ * twice as long, plus the lines the sidecar adds. */
+#define SC_RELAY_HEAD_MAX (2 * SC_HEADER_MAX + 1024)
 #define SC_CONN_MAX 256
 #define SC_READ_BUF (64u << 10)
 #define SC_IN_MAX (2 * SC_READ_BUF) /* read ahead of the request served */
@@ -607,7 +610,7 @@ static void proxy_head(upstream *u) {
   if (!bodyless && !sized && !http11)
     c->keep = 0; /* the body ends when the connection does */
   sbuf h, none;
-  sb_init(&h, SC_HEADER_MAX + 1024);
+  sb_init(&h, SC_RELAY_HEAD_MAX);
   sb_init(&none, 0);
   int rc = sb_printf(&h, "HTTP/1.1 %u %s\r\n", st,
                      u->reason.len ? u->reason.p
@@ -688,7 +691,7 @@ static void proxy_done(upstream *u, const char *err) {
 static void dispatch(conn *c) {
   sidecar *sc = c->sc;
   sbuf h;
-  sb_init(&h, SC_HEADER_MAX + 1024);
+  sb_init(&h, SC_RELAY_HEAD_MAX);
   int rc = hreq_upstream_head(&c->req, sc->engine.host, &h);
   if (rc != 0) {
     sb_free(&h);

@@ -339,8 +339,114 @@ EOF
 kill -0 "$node" 2>/dev/null || fail "stitchd died"
 [ "$(status | json applied_version)" = 2 ] || fail "status after the abuse"
 
+# Slowloris: 256 connections (the cap) each dribbling a head must not lock
+# anyone out. A new client evicts the one waiting longest for its request
+# (the first, opened and seen by the sidecar before the others), and is
+# served. The head deadline here is the default 20 s, far from reached.
+python3 - "$port" "$url" <<'EOF' || fail "slowloris: the cap's connections lock clients out"
+import http.client, json, re, socket, subprocess, sys, time
+port, url = int(sys.argv[1]), sys.argv[2]
+
+def dribbler():
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"GET /v1/status HTTP/1.1\r\nX-Slow: ")
+    return s
+
+first = dribbler()
+for _ in range(100):  # the sidecar holds it (2: it and this request)
+    m = subprocess.check_output(["curl", "-sf", url + "/metrics"]).decode()
+    if re.search(r"^stitch_http_connections [2-9]", m, re.M):
+        break
+    time.sleep(0.1)
+rest = [dribbler() for _ in range(255)]
+for _ in range(3):  # a header byte from each, now and then
+    for s in [first] + rest:
+        s.sendall(b"a")
+    time.sleep(0.2)
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+c.request("GET", "/v1/status")
+r = c.getresponse()
+assert r.status == 200, "a client at the cap got %d" % r.status
+assert json.loads(r.read())["held_version"] == 2
+c.close()
+first.settimeout(20)
+out = b""
+while True:  # the evicted one: a 408, or at least its end
+    try:
+        b = first.recv(65536)
+    except ConnectionResetError:
+        break
+    if not b:
+        break
+    out += b
+assert out == b"" or out.startswith(b"HTTP/1.1 408 "), out[:200]
+rest[-1].setblocking(False)
+try:  # the newest is still held (no answer, no end)
+    assert rest[-1].recv(1) == b"x", "the newest dribbler was closed"
+except BlockingIOError:
+    pass
+for s in [first] + rest:
+    s.close()
+EOF
+curl -sf "$url/metrics" | grep -q '^stitch_http_evicted_total [1-9]' ||
+  fail "no eviction counted: $(curl -s "$url/metrics" | grep evicted)"
+
 kill -TERM "$node"
 rc=0
 wait "$node" || rc=$?
 [ "$rc" = 0 ] || fail "stitchd exited $rc on SIGTERM"
+
+# The head deadline, made short (--http-head-ms 1000) on the same node
+# restarted without an engine: a head or a body dribbled a byte at a time
+# gets a 408 and the connection's end; a request sent whole is served, and
+# a kept-alive connection idle past the deadline still is.
+"$bin/stitchd" node --swarm "$work/k.pub" --listen 127.0.0.1:0 \
+  --peers "$seed" --weights "$work/w.st" --data "$work/data" \
+  --http 127.0.0.1:0 --http-head-ms 1000 >"$work/node2.out" \
+  2>"$work/node.log" &
+node=$!
+pids+=($node)
+port="$(wait_line "$work/node2.out" '^stitchd: http on port ')"
+python3 - "$port" <<'EOF' || fail "head deadline"
+import http.client, socket, sys, time
+port = int(sys.argv[1])
+
+def dribble(start, byte):
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall(start)
+    s.settimeout(0.2)
+    out = b""
+    for _ in range(150):  # 30 s at most; the deadline is 1 s
+        try:
+            s.sendall(byte)
+        except (BrokenPipeError, ConnectionResetError):
+            break
+        try:
+            b = s.recv(65536)
+        except socket.timeout:
+            continue
+        except ConnectionResetError:
+            break
+        if not b:
+            break
+        out += b
+    s.close()
+    assert out.startswith(b"HTTP/1.1 408 "), (start, out[:200])
+    assert b"connection: close" in out.lower(), out[:300]
+
+dribble(b"GET /v1/status HTTP/1.1\r\n", b"X")
+dribble(b"POST /v1/apply HTTP/1.1\r\nContent-Length: 1000\r\n\r\n", b"x")
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+for _ in range(2):
+    c.request("GET", "/v1/status")
+    r = c.getresponse()
+    assert r.status == 200, r.status
+    r.read()
+    time.sleep(1.5)  # idle past the head deadline: only SC_IDLE_MS counts
+c.close()
+EOF
+kill -TERM "$node"
+rc=0
+wait "$node" || rc=$?
+[ "$rc" = 0 ] || fail "stitchd exited $rc on SIGTERM (restarted)"
 echo "sidecar: ok"

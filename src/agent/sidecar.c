@@ -54,6 +54,13 @@
 #define SC_READ_BUF (64u << 10)
 #define SC_IN_MAX (2 * SC_READ_BUF) /* read ahead of the request served */
 #define SC_IDLE_MS 60000      /* a connection that sends or reads nothing */
+/* A request's head must be whole within head_ms (SC_HEAD_MS unless
+ * configured) of its first byte, and its body within head_ms of the head
+ * plus 1 ms per SC_BODY_BYTES_PER_MS bytes received (64 MiB: 17 min more):
+ * a client that sends a byte now and then cannot hold a connection for
+ * ever. Idle time between requests is SC_IDLE_MS's alone. */
+#define SC_HEAD_MS 20000
+#define SC_BODY_BYTES_PER_MS 64
 #define SC_WAIT_MS 30000      /* X-Stitch-Wait-Ms: default ... */
 #define SC_WAIT_MAX_MS 600000 /* ... and cap */
 #define SC_ENGINE_MS 600000   /* a proxied request; a round, drain included */
@@ -87,6 +94,9 @@ typedef struct conn {
   hreq req; /* the request being read or served */
   sbuf in;  /* read, not parsed yet */
   int keep, eof, reading;
+  int started;      /* a byte of the request being read has arrived */
+  uint64_t read_t0; /* loop time it began waiting for this request */
+  uint64_t req_t0, body_t0; /* its first byte; the end of its head */
   uint64_t min_version, wait_ms, round;
   uint64_t stamp; /* the applied version when sent to the engine */
   upstream *up;
@@ -104,12 +114,14 @@ struct sidecar {
   upstream_env engine;
   conn *conns;
   unsigned n_conns, live; /* live: handles and objects not yet freed */
+  unsigned n_open;        /* connections not closing: the cap counts these */
+  uint64_t head_ms;
   uint64_t applied, target, round;
   int applying;      /* a round is running: the gate is closed */
   unsigned inflight; /* proxied requests at the engine */
   upstream *reload_up;
   uint64_t t0_ns, last_pause_ms, last_weights_ms;
-  uint64_t applies, proxied, conflicts, refused;
+  uint64_t applies, proxied, conflicts, refused, evicted;
   char rbuf[SC_READ_BUF]; /* every read lands here first */
 };
 
@@ -278,6 +290,20 @@ static void conn_fail(conn *c, int status, int close, const char *fmt, ...) {
 
 static void handle(conn *c);
 
+/* While reading a request: SC_IDLE_MS since the last byte, and once the
+ * request began, no later than its deadline (SC_HEAD_MS above). */
+static void conn_read_timer(conn *c) {
+  uint64_t now = uv_now(c->sc->loop), wait = SC_IDLE_MS;
+  if (c->started) {
+    uint64_t due = c->req.head ? c->body_t0 + c->sc->head_ms +
+                                     c->req.body.len / SC_BODY_BYTES_PER_MS
+                               : c->req_t0 + c->sc->head_ms;
+    uint64_t left = due > now ? due - now : 0;
+    wait = left < wait ? left : wait;
+  }
+  uv_timer_start(&c->timer, on_conn_timer, wait, 0);
+}
+
 /* A 100 Continue, for a client that waits for one before its body. */
 static void conn_continue(conn *c) {
   static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -300,6 +326,7 @@ static void conn_feed(conn *c) {
     off += used;
     if (ev != HREQ_HEAD)
       break;
+    c->body_t0 = uv_now(c->sc->loop);
     if (c->req.want_continue)
       conn_continue(c);
   }
@@ -347,8 +374,13 @@ static void on_conn_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
     return;
   }
   if (c->state == C_READ) {
-    uv_timer_start(&c->timer, on_conn_timer, SC_IDLE_MS, 0);
+    if (!c->started) {
+      c->started = 1;
+      c->req_t0 = uv_now(c->sc->loop);
+    }
     conn_feed(c);
+    if (c->state == C_READ)
+      conn_read_timer(c);
   }
   if (c->state != C_CLOSING && c->in.len >= SC_READ_BUF && c->reading) {
     uv_read_stop(st);
@@ -361,7 +393,9 @@ static void conn_next(conn *c) {
   hreq_next(&c->req);
   c->min_version = c->wait_ms = 0;
   c->state = C_READ;
-  uv_timer_start(&c->timer, on_conn_timer, SC_IDLE_MS, 0);
+  c->read_t0 = c->req_t0 = uv_now(c->sc->loop);
+  c->started = c->in.len > 0; /* pipelined */
+  conn_read_timer(c);
   if (!c->reading && !c->eof &&
       uv_read_start((uv_stream_t *)&c->tcp, on_conn_alloc, on_conn_read) == 0)
     c->reading = 1;
@@ -407,6 +441,7 @@ static void conn_close(conn *c) {
   if (c->state == C_CLOSING)
     return;
   c->state = C_CLOSING;
+  c->sc->n_open--;
   if (c->up != NULL) {
     upstream_abort(c->up);
     c->up = NULL;
@@ -590,6 +625,12 @@ static void on_conn_timer(uv_timer_t *t) {
     reload_maybe(c->sc);
     break;
   case C_READ:
+    if (c->started) { /* past its deadline (or idle half-way) */
+      conn_fail(c, 408, 1, "the request did not arrive in time");
+      break;
+    }
+    conn_close(c);
+    break;
   case C_WRITE:
   case C_LINGER:
     conn_close(c);
@@ -777,6 +818,7 @@ static void snapshot(sidecar *sc, sidecar_snapshot *r) {
   r->proxied = sc->proxied;
   r->conflicts = sc->conflicts;
   r->refused = sc->refused;
+  r->evicted = sc->evicted;
   r->waiting = count_state(sc, C_PARKED);
   r->conns = sc->n_conns;
   r->manual = sc->manual;
@@ -866,13 +908,47 @@ static void refuse(sidecar *sc) {
   uv_close((uv_handle_t *)t, on_refused_closed);
 }
 
+/* At the cap, the connection to close for a new one: one lingering after
+ * its answer, else the one waiting longest for (the rest of) a request,
+ * idle or dribbling its head or body; the oldest accepted on a tie. None
+ * when every connection has a request in hand. */
+static conn *evictable(sidecar *sc) {
+  conn *best = NULL;
+  for (conn *c = sc->conns; c != NULL; c = c->next) { /* newest first */
+    if (c->state == C_LINGER)
+      return c;
+    if (c->state == C_READ && (best == NULL || c->read_t0 <= best->read_t0))
+      best = c;
+  }
+  return best;
+}
+
+#define SC_EVICTED_BODY "{\"error\": \"closed for a new connection\"}\n"
+
+static void evict(sidecar *sc, conn *c) {
+  static const char resp[] =
+      "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
+      "Content-Length: 41\r\nConnection: close\r\n\r\n" SC_EVICTED_BODY;
+  _Static_assert(sizeof(SC_EVICTED_BODY) - 1 == 41, "Content-Length");
+  if (c->state == C_READ && c->started) { /* best effort: it is closed */
+    uv_buf_t b = uv_buf_init((char *)resp, sizeof(resp) - 1);
+    uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+  }
+  sc->evicted++;
+  conn_close(c);
+}
+
 static void on_connection(uv_stream_t *server, int status) {
   sidecar *sc = server->data;
   if (status < 0 || sc->closing)
     return;
-  if (sc->n_conns >= SC_CONN_MAX) {
-    refuse(sc);
-    return;
+  if (sc->n_open >= SC_CONN_MAX) {
+    conn *v = evictable(sc);
+    if (v == NULL) {
+      refuse(sc);
+      return;
+    }
+    evict(sc, v);
   }
   conn *c = calloc(1, sizeof(*c));
   if (c == NULL)
@@ -887,6 +963,8 @@ static void on_connection(uv_stream_t *server, int status) {
   c->handles = 2;
   sc->live++;
   sc->n_conns++;
+  sc->n_open++;
+  c->read_t0 = uv_now(sc->loop);
   c->next = sc->conns;
   if (sc->conns != NULL)
     sc->conns->prev = c;
@@ -899,7 +977,7 @@ static void on_connection(uv_stream_t *server, int status) {
     return;
   }
   c->reading = 1;
-  uv_timer_start(&c->timer, on_conn_timer, SC_IDLE_MS, 0);
+  conn_read_timer(c);
 }
 
 static int fail_d(stitch_diag *d, int err, const char *fmt, ...)
@@ -927,6 +1005,7 @@ int sidecar_new(uv_loop_t *loop, const sidecar_config *cfg,
   sc->loop = loop;
   sc->hooks = *hooks;
   sc->manual = cfg->manual;
+  sc->head_ms = cfg->head_ms ? cfg->head_ms : SC_HEAD_MS;
   sc->weights = strdup(cfg->weights ? cfg->weights : "");
   sc->reload = cfg->reload ? strdup(cfg->reload) : NULL;
   sc->engine_url = cfg->engine ? strdup(cfg->engine) : NULL;

@@ -313,6 +313,9 @@ check(b"POST /v1/completions HTTP/1.1\r\nContent-Length: 100000000\r\n\r\n", 413
 check(b"POST /v1/completions HTTP/1.1\r\nX-Stitch-Min-Version: x\r\n"
       b"Connection: close\r\n\r\n", 400)
 check(b"GET /v1/apply HTTP/1.1\r\nConnection: close\r\n\r\n", 405)
+check(b"POST /echo HTTP/1.1\r\nTransfer-Encoding : chunked\r\n\r\n"
+      b"3\r\nabc\r\n0\r\n\r\n", 400)
+check(b"GET /echo HTTP/1.1\r\nX-A: \x00Host\r\nevil: x\r\n\r\n", 400)
 check(b"GET /echo HTTP/1.1\r\nConnection: close, "
       + b", ".join(b"x-%d" % i for i in range(40)) + b"\r\n\r\n", 400)
 # A client that leaves half-way through its headers.

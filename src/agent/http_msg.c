@@ -81,10 +81,15 @@ int sb_json_str(sbuf *b, const char *s) {
 /* ---- Headers as http-parser gives them ----------------------------------- */
 
 int hdr_field(hdrs *h, const char *at, size_t n) {
+  /* http-parser (unless built strict) takes blanks in a name, and frames
+   * "Transfer-Encoding : chunked" by it: relayed as it came, the engine
+   * could frame the body otherwise (RFC 9112 5.1: a 400). */
+  if (memchr(at, ' ', n) != NULL || memchr(at, '\t', n) != NULL)
+    return STITCH_EFORMAT;
   if (h->in_value && sb_add(&h->all, "", 1) != 0)
-    return -1;
+    return STITCH_ENOMEM;
   h->in_value = 0;
-  return sb_add(&h->all, at, n);
+  return sb_add(&h->all, at, n) ? STITCH_ENOMEM : 0;
 }
 
 int hdr_value(hdrs *h, const char *at, size_t n) {

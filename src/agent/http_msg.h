@@ -36,6 +36,8 @@ typedef struct hdrs {
   int in_value;
 } hdrs;
 
+/* 0; STITCH_EFORMAT for a blank in the name; STITCH_ENOMEM past the cap
+ * or out of memory. */
 int hdr_field(hdrs *h, const char *at, size_t n);
 /* CR and LF in a value (a folded line) become blanks. 0; STITCH_EFORMAT
  * for any other control character (NUL among them: the list is

@@ -42,7 +42,10 @@ static int on_field(http_parser *p, const char *at, size_t n) {
   hreq *r = p->data;
   if (head_cap(r, n + 1) != 0)
     return -1;
-  return hdr_field(&r->h, at, n) ? fail(r, 500, "out of memory") : 0;
+  int rc = hdr_field(&r->h, at, n);
+  if (rc == STITCH_EFORMAT)
+    return fail(r, 400, "a header name holds a blank");
+  return rc ? fail(r, 500, "out of memory") : 0;
 }
 
 static int on_value(http_parser *p, const char *at, size_t n) {

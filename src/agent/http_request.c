@@ -38,8 +38,14 @@ static int on_url(http_parser *p, const char *at, size_t n) {
   return sb_add(&r->url, at, n) ? fail(r, 500, "out of memory") : 0;
 }
 
+/* Trailer fields (after a chunked body) come through the same callbacks:
+ * they are dropped, not merged into the head, where they could set what
+ * the head did not (an X-Stitch-Min-Version, a second Host). The body
+ * goes on with a Content-Length, so there is nowhere to relay them. */
 static int on_field(http_parser *p, const char *at, size_t n) {
   hreq *r = p->data;
+  if (r->head)
+    return 0;
   if (head_cap(r, n + 1) != 0)
     return -1;
   int rc = hdr_field(&r->h, at, n);
@@ -50,6 +56,8 @@ static int on_field(http_parser *p, const char *at, size_t n) {
 
 static int on_value(http_parser *p, const char *at, size_t n) {
   hreq *r = p->data;
+  if (r->head)
+    return 0;
   if (head_cap(r, n + 1) != 0)
     return -1;
   int rc = hdr_value(&r->h, at, n);

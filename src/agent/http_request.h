@@ -29,7 +29,8 @@ typedef struct hreq {
    * http-parser's (p.method, p.http_major, ...). */
   http_parser p;
   sbuf url, body; /* the body de-chunked */
-  hdrs h;         /* the fields */
+  hdrs h;         /* the head's fields (a chunked body's trailer fields
+                     are dropped) */
   int head, complete;
   int want_continue; /* the client waits for 100 Continue before its body */
   int err_status;    /* 400, 413, 417, 431, 500 or 501 after HREQ_ERROR */

@@ -107,6 +107,30 @@ static int same_value(const char *a, const char *b) {
   return la == lb && memcmp(a, b, la) == 0;
 }
 
+static size_t reparse(http_parser *p, reparsed *r, const sbuf *out,
+                      int lenient) {
+  r->url.len = r->h.all.len = 0;
+  r->h.in_value = r->done = 0;
+  http_parser_init(p, HTTP_REQUEST);
+  p->lenient_http_headers = (unsigned)lenient;
+  p->data = r;
+  return http_parser_execute(p, &rp_settings, out->p, out->len);
+}
+
+/* http-parser 2.9 marks a message as having Transfer-Encoding when a
+ * field's name only starts with it ("Transfer-Encodingx"), and then
+ * refuses our Content-Length beside it (HPE_UNEXPECTED_CONTENT_LENGTH):
+ * found by the campaign (min-te-prefixed-name). Such a field is relayed
+ * as it came; the reparse is then lenient, for that check alone. */
+static int te_prefixed(const hdrs *h) {
+  size_t pos = 0;
+  const char *k, *v;
+  while (hdr_next(h, &pos, &k, &v))
+    if (strncasecmp(k, "transfer-encoding", 17) == 0 && k[17] != 0)
+      return 1;
+  return 0;
+}
+
 static void check_upstream(const hreq *q) {
   sbuf out;
   sb_init(&out, 2 * (size_t)HTTP_HEADER_MAX + 1024);
@@ -123,9 +147,10 @@ static void check_upstream(const hreq *q) {
   sb_init(&r.url, out.len);
   sb_init(&r.h.all, 2 * out.len);
   http_parser p;
-  http_parser_init(&p, HTTP_REQUEST);
-  p.data = &r;
-  size_t n = http_parser_execute(&p, &rp_settings, out.p, out.len);
+  size_t n = reparse(&p, &r, &out, 0);
+  if (HTTP_PARSER_ERRNO(&p) == HPE_UNEXPECTED_CONTENT_LENGTH &&
+      te_prefixed(&q->h)) /* http-parser's quirk (above), not ours */
+    n = reparse(&p, &r, &out, 1);
   CHECK(r.done && HTTP_PARSER_ERRNO(&p) == HPE_OK && n == out.len);
   CHECK(p.method == q->p.method && !p.upgrade);
   CHECK(r.url.len == q->url.len &&

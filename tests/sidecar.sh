@@ -100,6 +100,71 @@ grep -qi '^X-Stitch-Version: 0' "$work/h1" || fail "stamp: $(cat "$work/h1")"
 grep -qi '^X-Engine: stand-in' "$work/h1" || fail "engine headers lost"
 [ "$(json prompt <"$work/b1")" = hi ] || fail "body: $(cat "$work/b1")"
 
+# What the engine must never see: any X-Stitch-* header (any case), the
+# headers a Connection header names, and the standard hop-by-hop ones; and
+# what the client must never see of the engine's. GET and a POST body.
+python3 - "$port" <<'EOF' || fail "headers relayed that must not be"
+import json, socket, sys
+port = int(sys.argv[1])
+
+def exchange(req):
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(req)
+    out = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        out += b
+    s.close()
+    head, _, body = out.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    assert lines[0].startswith("HTTP/1.1 200 "), out[:300]
+    hdrs = [tuple(x.strip() for x in l.split(":", 1)) for l in lines[1:]]
+    return hdrs, json.loads(body)
+
+stitch = [("X-Stitch-Min-Version", "0"), ("x-stitch-wait-ms", "5"),
+          ("X-STITCH-TRACE", "abc"), ("X-Stitch-Version", "99"),
+          ("x-Stitch-", "empty suffix")]
+named = [("Connection", "close, X-Hop-A"), ("Connection", " x-hop-b ,,"),
+         ("X-Hop-A", "1"), ("X-HOP-B", "2")]
+standard = [("Keep-Alive", "timeout=5"), ("Proxy-Connection", "keep-alive"),
+            ("TE", "trailers"), ("Trailer", "X-T"), ("Upgrade", "h2c")]
+for method, body in (("GET", b""), ("POST", b'{"x": 1}')):
+    req = "%s /echo HTTP/1.1\r\nHost: h\r\nX-Keep: yes\r\n" % method
+    for k, v in stitch + named + standard:
+        req += "%s: %s\r\n" % (k, v)
+    if body:
+        req += "Content-Length: %d\r\n" % len(body)
+    hdrs, seen = exchange(req.encode() + b"\r\n" + body)
+    names = [k.lower() for k, _ in seen["headers"]]
+    assert "x-keep" in names and "host" in names, seen
+    assert not [n for n in names if n.startswith("x-stitch-")], \
+        "X-Stitch-* reached the engine: %s" % seen
+    assert "x-hop-a" not in names and "x-hop-b" not in names, \
+        "headers named in Connection reached the engine: %s" % seen
+    for k, _ in standard:
+        assert k.lower() not in names, "%s reached the engine: %s" % (k, seen)
+    assert names.count("connection") == 1, seen  # ours: close
+    names = [k.lower() for k, _ in hdrs]
+    assert "x-engine-keep" in names, hdrs
+    assert [v for k, v in hdrs if k.lower().startswith("x-stitch-")] == ["0"], \
+        "the engine's X-Stitch-* reached the client: %s" % hdrs
+    assert "x-engine-hop" not in names and "x-engine-hop2" not in names, \
+        "headers the engine named in Connection reached the client: %s" % hdrs
+    for k in ("keep-alive", "proxy-connection", "upgrade", "trailer"):
+        assert k not in names, "the engine's %s reached the client: %s" % (k, hdrs)
+
+# A chunked body's trailer fields are dropped, not taken for headers: here
+# one would hold the request for a version never applied.
+hdrs, seen = exchange(
+    b"POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+    b"X-Stitch-Wait-Ms: 0\r\nConnection: close\r\n\r\n"
+    b"2\r\n{}\r\n0\r\nX-Stitch-Min-Version: 99\r\nX-Trailer: 1\r\n\r\n")
+names = [k.lower() for k, _ in seen["headers"]]
+assert "x-trailer" not in names, "a trailer field reached the engine: %s" % seen
+EOF
+
 # Min-Version above applied: 409 after the wait, naming the applied version.
 code="$(curl -s -o "$work/b2" -w '%{http_code} %{time_total}' -X POST \
   "$url/v1/completions" -H 'X-Stitch-Min-Version: 1' \
@@ -259,6 +324,11 @@ check(b"POST /v1/completions HTTP/1.1\r\nContent-Length: 100000000\r\n\r\n", 413
 check(b"POST /v1/completions HTTP/1.1\r\nX-Stitch-Min-Version: x\r\n"
       b"Connection: close\r\n\r\n", 400)
 check(b"GET /v1/apply HTTP/1.1\r\nConnection: close\r\n\r\n", 405)
+check(b"POST /echo HTTP/1.1\r\nTransfer-Encoding : chunked\r\n\r\n"
+      b"3\r\nabc\r\n0\r\n\r\n", 400)
+check(b"GET /echo HTTP/1.1\r\nX-A: \x00Host\r\nevil: x\r\n\r\n", 400)
+check(b"GET /echo HTTP/1.1\r\nConnection: close, "
+      + b", ".join(b"x-%d" % i for i in range(40)) + b"\r\n\r\n", 400)
 # A client that leaves half-way through its headers.
 s = socket.create_connection(("127.0.0.1", port))
 s.sendall(b"GET /v1/status HTTP/1.1\r\nHost: x\r\nX-Half")
@@ -283,8 +353,114 @@ EOF
 kill -0 "$node" 2>/dev/null || fail "stitchd died"
 [ "$(status | json applied_version)" = 2 ] || fail "status after the abuse"
 
+# Slowloris: 256 connections (the cap) each dribbling a head must not lock
+# anyone out. A new client evicts the one waiting longest for its request
+# (the first, opened and seen by the sidecar before the others), and is
+# served. The head deadline here is the default 20 s, far from reached.
+python3 - "$port" "$url" <<'EOF' || fail "slowloris: the cap's connections lock clients out"
+import http.client, json, re, socket, subprocess, sys, time
+port, url = int(sys.argv[1]), sys.argv[2]
+
+def dribbler():
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"GET /v1/status HTTP/1.1\r\nX-Slow: ")
+    return s
+
+first = dribbler()
+for _ in range(100):  # the sidecar holds it (2: it and this request)
+    m = subprocess.check_output(["curl", "-sf", url + "/metrics"]).decode()
+    if re.search(r"^stitch_http_connections [2-9]", m, re.M):
+        break
+    time.sleep(0.1)
+rest = [dribbler() for _ in range(255)]
+for _ in range(3):  # a header byte from each, now and then
+    for s in [first] + rest:
+        s.sendall(b"a")
+    time.sleep(0.2)
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+c.request("GET", "/v1/status")
+r = c.getresponse()
+assert r.status == 200, "a client at the cap got %d" % r.status
+assert json.loads(r.read())["held_version"] == 2
+c.close()
+first.settimeout(20)
+out = b""
+while True:  # the evicted one: a 408, or at least its end
+    try:
+        b = first.recv(65536)
+    except ConnectionResetError:
+        break
+    if not b:
+        break
+    out += b
+assert out == b"" or out.startswith(b"HTTP/1.1 408 "), out[:200]
+rest[-1].setblocking(False)
+try:  # the newest is still held (no answer, no end)
+    assert rest[-1].recv(1) == b"x", "the newest dribbler was closed"
+except BlockingIOError:
+    pass
+for s in [first] + rest:
+    s.close()
+EOF
+curl -sf "$url/metrics" | grep -q '^stitch_http_evicted_total [1-9]' ||
+  fail "no eviction counted: $(curl -s "$url/metrics" | grep evicted)"
+
 kill -TERM "$node"
 rc=0
 wait "$node" || rc=$?
 [ "$rc" = 0 ] || fail "stitchd exited $rc on SIGTERM"
+
+# The head deadline, made short (--http-head-ms 1000) on the same node
+# restarted without an engine: a head or a body dribbled a byte at a time
+# gets a 408 and the connection's end; a request sent whole is served, and
+# a kept-alive connection idle past the deadline still is.
+"$bin/stitchd" node --swarm "$work/k.pub" --listen 127.0.0.1:0 \
+  --peers "$seed" --weights "$work/w.st" --data "$work/data" \
+  --http 127.0.0.1:0 --http-head-ms 1000 >"$work/node2.out" \
+  2>"$work/node.log" &
+node=$!
+pids+=($node)
+port="$(wait_line "$work/node2.out" '^stitchd: http on port ')"
+python3 - "$port" <<'EOF' || fail "head deadline"
+import http.client, socket, sys, time
+port = int(sys.argv[1])
+
+def dribble(start, byte):
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall(start)
+    s.settimeout(0.2)
+    out = b""
+    for _ in range(150):  # 30 s at most; the deadline is 1 s
+        try:
+            s.sendall(byte)
+        except (BrokenPipeError, ConnectionResetError):
+            break
+        try:
+            b = s.recv(65536)
+        except socket.timeout:
+            continue
+        except ConnectionResetError:
+            break
+        if not b:
+            break
+        out += b
+    s.close()
+    assert out.startswith(b"HTTP/1.1 408 "), (start, out[:200])
+    assert b"connection: close" in out.lower(), out[:300]
+
+dribble(b"GET /v1/status HTTP/1.1\r\n", b"X")
+dribble(b"POST /v1/apply HTTP/1.1\r\nContent-Length: 1000\r\n\r\n", b"x")
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+for _ in range(2):
+    c.request("GET", "/v1/status")
+    r = c.getresponse()
+    assert r.status == 200, r.status
+    r.read()
+    time.sleep(1.5)  # idle past the head deadline: only SC_IDLE_MS counts
+c.close()
+EOF
+kill -TERM "$node"
+rc=0
+wait "$node" || rc=$?
+[ "$rc" = 0 ] || fail "stitchd exited $rc on SIGTERM (restarted)"
 echo "sidecar: ok"

@@ -17,6 +17,10 @@ Listens on 127.0.0.1 on a free port and writes the port to FILE.
   GET  /blob?mb=N       N MiB of a fixed pattern, with a Content-Length
   POST /reload          {"version": v, "weights": FILE}: "loads" FILE
                         (hashes it) after --reload-delay-ms, then serves v
+  GET|POST /echo        {"headers": [[name, value], ...]}: the request's
+                        headers as they arrived; the answer carries
+                        hop-by-hop and X-Stitch-* headers of its own (a
+                        proxy must drop them) and "X-Engine-Keep: yes"
   GET  /v1/models       one model
   GET  /state           {"version", "weights_sha256", "reloads"}
 
@@ -67,9 +71,33 @@ class Handler(JsonHandler):
         event("[DONE]")
         self.wfile.write(b"0\r\n\r\n")
 
+    def echo(self):
+        """The request's headers, and a reply with headers no proxy may
+        relay: those named by Connection, the standard hop-by-hop ones and
+        X-Stitch-* (the sidecar stamps its own)."""
+        n = int(self.headers.get("Content-Length") or 0)
+        if n:
+            self.rfile.read(n)
+        body = (json.dumps({"headers": self.headers.items()}) + "\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (("Connection", "X-Engine-Hop, x-engine-hop2"),
+                     ("X-Engine-Hop", "1"), ("X-ENGINE-HOP2", "2"),
+                     ("Keep-Alive", "timeout=5"),
+                     ("Proxy-Connection", "keep-alive"),
+                     ("Upgrade", "h2c"), ("Trailer", "X-T"),
+                     ("X-Stitch-Version", "999"), ("x-stitch-engine", "1"),
+                     ("X-Engine-Keep", "yes")):
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
     def do_GET(self):
         eng = self.server.engine
-        if self.path.startswith("/blob?mb="):
+        if self.path == "/echo":
+            self.echo()
+        elif self.path.startswith("/blob?mb="):
             n = int(self.path.split("=", 1)[1]) << 20
             piece = bytes(range(256)) * 256
             self.send_response(200)
@@ -91,6 +119,9 @@ class Handler(JsonHandler):
 
     def do_POST(self):
         eng = self.server.engine
+        if self.path == "/echo":
+            self.echo()
+            return
         req = self.body()
         if req is None:
             self.reply(400, {"error": "body is not JSON"})

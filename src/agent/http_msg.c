@@ -3,6 +3,8 @@
 #define _GNU_SOURCE
 #include "http_msg.h"
 
+#include "stitch/error.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,19 +81,31 @@ int sb_json_str(sbuf *b, const char *s) {
 /* ---- Headers as http-parser gives them ----------------------------------- */
 
 int hdr_field(hdrs *h, const char *at, size_t n) {
+  /* http-parser (unless built strict) takes blanks in a name, and frames
+   * "Transfer-Encoding : chunked" by it: relayed as it came, the engine
+   * could frame the body otherwise (RFC 9112 5.1: a 400). */
+  if (memchr(at, ' ', n) != NULL || memchr(at, '\t', n) != NULL)
+    return STITCH_EFORMAT;
   if (h->in_value && sb_add(&h->all, "", 1) != 0)
-    return -1;
+    return STITCH_ENOMEM;
   h->in_value = 0;
-  return sb_add(&h->all, at, n);
+  return sb_add(&h->all, at, n) ? STITCH_ENOMEM : 0;
 }
 
 int hdr_value(hdrs *h, const char *at, size_t n) {
+  /* http-parser checks every byte of a value but its first: a NUL there
+   * would split the pair and shift every name and value after it. */
+  for (size_t i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)at[i];
+    if ((ch < 0x20 && ch != '\t' && ch != '\r' && ch != '\n') || ch == 0x7f)
+      return STITCH_EFORMAT;
+  }
   if (!h->in_value && sb_add(&h->all, "", 1) != 0)
-    return -1;
+    return STITCH_ENOMEM;
   h->in_value = 1;
   size_t from = h->all.len;
   if (sb_add(&h->all, at, n) != 0)
-    return -1;
+    return STITCH_ENOMEM;
   /* A folded value (obs-fold) keeps its CR LF: made blanks here, so that a
    * relayed header stays one line. */
   for (char *p = h->all.p + from; p < h->all.p + h->all.len; p++)
@@ -138,13 +152,72 @@ int hdr_hop_by_hop(const char *k) {
                                       "trailer",
                                       "upgrade",
                                       "content-length",
-                                      "expect",
-                                      "x-stitch-version",
-                                      "x-stitch-min-version",
-                                      "x-stitch-wait-ms"};
+                                      "expect"};
+  if (strncasecmp(k, "x-stitch-", 9) == 0)
+    return 1;
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
     if (strcasecmp(k, names[i]) == 0)
       return 1;
+  return 0;
+}
+
+typedef struct conn_token {
+  const char *p;
+  size_t n;
+} conn_token;
+
+/* The names listed by every Connection header of H (comma-separated, with
+ * optional blanks; empty elements skipped). -1 past HDR_CONN_TOKENS_MAX. */
+static int conn_tokens(const hdrs *h, conn_token *t, size_t *nt) {
+  size_t pos = 0;
+  const char *k, *v;
+  *nt = 0;
+  while (hdr_next(h, &pos, &k, &v)) {
+    if (strcasecmp(k, "connection") != 0)
+      continue;
+    for (const char *s = v; *s;) {
+      s += strspn(s, " \t,");
+      size_t n = strcspn(s, " \t,");
+      if (n == 0)
+        continue; /* at the end */
+      if (*nt == HDR_CONN_TOKENS_MAX)
+        return -1;
+      t[(*nt)++] = (conn_token){s, n};
+      s += n;
+    }
+  }
+  return 0;
+}
+
+int hdr_conn_named(const hdrs *h, const char *name) {
+  conn_token t[HDR_CONN_TOKENS_MAX];
+  size_t nt, nl = strlen(name);
+  if (conn_tokens(h, t, &nt) != 0)
+    return 0;
+  for (size_t i = 0; i < nt; i++)
+    if (t[i].n == nl && strncasecmp(t[i].p, name, nl) == 0)
+      return 1;
+  return 0;
+}
+
+int hdr_relay(const hdrs *h, int keep_length, sbuf *out) {
+  conn_token t[HDR_CONN_TOKENS_MAX];
+  size_t nt;
+  if (conn_tokens(h, t, &nt) != 0)
+    return STITCH_ELIMIT;
+  size_t pos = 0;
+  const char *k, *v;
+  while (hdr_next(h, &pos, &k, &v)) {
+    if (hdr_hop_by_hop(k) && !(keep_length && !strcasecmp(k, "content-length")))
+      continue;
+    size_t kl = strlen(k), i = 0;
+    while (i < nt && !(t[i].n == kl && strncasecmp(t[i].p, k, kl) == 0))
+      i++;
+    if (i < nt)
+      continue;
+    if (sb_printf(out, "%s: %s\r\n", k, v) != 0)
+      return STITCH_ENOMEM;
+  }
   return 0;
 }
 

@@ -36,8 +36,12 @@ typedef struct hdrs {
   int in_value;
 } hdrs;
 
+/* 0; STITCH_EFORMAT for a blank in the name; STITCH_ENOMEM past the cap
+ * or out of memory. */
 int hdr_field(hdrs *h, const char *at, size_t n);
-/* CR and LF in a value (a folded line) become blanks. */
+/* CR and LF in a value (a folded line) become blanks. 0; STITCH_EFORMAT
+ * for any other control character (NUL among them: the list is
+ * NUL-separated); STITCH_ENOMEM past the cap or out of memory. */
 int hdr_value(hdrs *h, const char *at, size_t n);
 /* After the last header (on_headers_complete). */
 int hdr_end(hdrs *h);
@@ -46,8 +50,21 @@ int hdr_next(const hdrs *h, size_t *pos, const char **k, const char **v);
 /* The first value of NAME (any case), or NULL. */
 const char *hdr_get(const hdrs *h, const char *name);
 /* Headers that belong to one connection, not to the message (RFC 9110
- * 7.6.1), and those the sidecar sets itself: never relayed. */
+ * 7.6.1), those the sidecar sets itself, and every X-Stitch-* one (any
+ * case: they are the sidecar's own, in either direction): never relayed. */
 int hdr_hop_by_hop(const char *name);
+/* Most names one message's Connection headers may list; more is refused,
+ * so that matching them against the headers stays linear. */
+#define HDR_CONN_TOKENS_MAX 32
+/* Appends "name: value\r\n" for each header of H that is relayed: not
+ * hdr_hop_by_hop (but Content-Length with KEEP_LENGTH), and not named in a
+ * Connection header (RFC 9110 7.6.1: the sender lists there the headers
+ * meant for the next hop only). 0; STITCH_ELIMIT when Connection lists
+ * more than HDR_CONN_TOKENS_MAX names; STITCH_ENOMEM past OUT's cap or out
+ * of memory. */
+int hdr_relay(const hdrs *h, int keep_length, sbuf *out);
+/* Whether H's Connection headers list NAME (any case); 0 past the cap. */
+int hdr_conn_named(const hdrs *h, const char *name);
 /* A decimal u64 with optional blanks around it; -1 if it is not one. */
 int hdr_u64(const char *s, uint64_t *out);
 

@@ -20,12 +20,22 @@ static int up_on_status(http_parser *p, const char *at, size_t n) {
 
 static int up_on_field(http_parser *p, const char *at, size_t n) {
   upstream *u = p->data;
-  return hdr_field(&u->h, at, n) ? (u->err = "headers too large", -1) : 0;
+  int rc = hdr_field(&u->h, at, n);
+  if (rc == STITCH_EFORMAT)
+    u->err = "a header name holds a blank";
+  else if (rc != 0)
+    u->err = "headers too large";
+  return rc ? -1 : 0;
 }
 
 static int up_on_value(http_parser *p, const char *at, size_t n) {
   upstream *u = p->data;
-  return hdr_value(&u->h, at, n) ? (u->err = "headers too large", -1) : 0;
+  int rc = hdr_value(&u->h, at, n);
+  if (rc == STITCH_EFORMAT)
+    u->err = "a header value holds a control character";
+  else if (rc != 0)
+    u->err = "headers too large";
+  return rc ? -1 : 0;
 }
 
 static int up_on_headers(http_parser *p) {

@@ -1,8 +1,9 @@
 /* sidecar.c: stitchd's HTTP sidecar (sidecar.h, docs/stitchd.md).
  *
  * One uv_tcp server on the agent's loop. Requests are parsed with
- * http-parser (libhttp-parser-dev), one at a time per connection: the
- * parser pauses at the end of a message, bytes that arrive meanwhile wait
+ * http-parser (libhttp-parser-dev, through http_request.c, which knows no
+ * sockets), one at a time per connection: the parser pauses at the end of
+ * a message, bytes that arrive meanwhile wait
  * in the connection's input buffer (at most SC_IN_MAX, then reading stops),
  * and parsing resumes once the response is written. So a client can
  * pipeline, but never make us hold more than one request's worth.
@@ -30,6 +31,7 @@
 #define _GNU_SOURCE
 #include "sidecar.h"
 
+#include "http_request.h"
 #include "http_upstream.h"
 #include "sidecar_report.h"
 #include "stitch/net.h"
@@ -45,10 +47,20 @@
 
 #define SC_HEADER_MAX HTTP_HEADER_MAX /* request line and headers: 64 KiB */
 #define SC_BODY_MAX HTTP_BODY_MAX     /* a body, either way: 64 MiB */
+/* A relayed head: each field "k\0v\0" as kept becomes "k: v\r\n", at most
+ * twice as long, plus the lines the sidecar adds. */
+#define SC_RELAY_HEAD_MAX (2 * SC_HEADER_MAX + 1024)
 #define SC_CONN_MAX 256
 #define SC_READ_BUF (64u << 10)
 #define SC_IN_MAX (2 * SC_READ_BUF) /* read ahead of the request served */
 #define SC_IDLE_MS 60000      /* a connection that sends or reads nothing */
+/* A request's head must be whole within head_ms (SC_HEAD_MS unless
+ * configured) of its first byte, and its body within head_ms of the head
+ * plus 1 ms per SC_BODY_BYTES_PER_MS bytes received (64 MiB: 17 min more):
+ * a client that sends a byte now and then cannot hold a connection for
+ * ever. Idle time between requests is SC_IDLE_MS's alone. */
+#define SC_HEAD_MS 20000
+#define SC_BODY_BYTES_PER_MS 64
 #define SC_WAIT_MS 30000      /* X-Stitch-Wait-Ms: default ... */
 #define SC_WAIT_MAX_MS 600000 /* ... and cap */
 #define SC_ENGINE_MS 600000   /* a proxied request; a round, drain included */
@@ -79,13 +91,12 @@ typedef struct conn {
   struct conn *prev, *next;
   int handles; /* open: freed at 0 */
   cstate state;
-  http_parser p;
-  sbuf in; /* read, not parsed yet */
-  sbuf url, body;
-  hdrs h;
-  int complete, keep, eof, reading;
-  int err_status;
-  const char *err_msg;
+  hreq req; /* the request being read or served */
+  sbuf in;  /* read, not parsed yet */
+  int keep, eof, reading;
+  int started;      /* a byte of the request being read has arrived */
+  uint64_t read_t0; /* loop time it began waiting for this request */
+  uint64_t req_t0, body_t0; /* its first byte; the end of its head */
   uint64_t min_version, wait_ms, round;
   uint64_t stamp; /* the applied version when sent to the engine */
   upstream *up;
@@ -103,12 +114,14 @@ struct sidecar {
   upstream_env engine;
   conn *conns;
   unsigned n_conns, live; /* live: handles and objects not yet freed */
+  unsigned n_open;        /* connections not closing: the cap counts these */
+  uint64_t head_ms;
   uint64_t applied, target, round;
   int applying;      /* a round is running: the gate is closed */
   unsigned inflight; /* proxied requests at the engine */
   upstream *reload_up;
   uint64_t t0_ns, last_pause_ms, last_weights_ms;
-  uint64_t applies, proxied, conflicts, refused;
+  uint64_t applies, proxied, conflicts, refused, evicted;
   char rbuf[SC_READ_BUF]; /* every read lands here first */
 };
 
@@ -275,108 +288,61 @@ static void conn_fail(conn *c, int status, int close, const char *fmt, ...) {
 
 /* ---- Connections: reading ------------------------------------------------ */
 
-static int req_cap(conn *c, size_t n) {
-  if (c->url.len + c->h.all.len + n <= SC_HEADER_MAX)
-    return 0;
-  c->err_status = 431;
-  c->err_msg = "request line and headers over 64 KiB";
-  return -1;
-}
-
-static int on_req_url(http_parser *p, const char *at, size_t n) {
-  conn *c = p->data;
-  return req_cap(c, n) ? -1 : sb_add(&c->url, at, n);
-}
-
-static int on_req_field(http_parser *p, const char *at, size_t n) {
-  conn *c = p->data;
-  return req_cap(c, n + 1) ? -1 : hdr_field(&c->h, at, n);
-}
-
-static int on_req_value(http_parser *p, const char *at, size_t n) {
-  conn *c = p->data;
-  return req_cap(c, n + 1) ? -1 : hdr_value(&c->h, at, n);
-}
-
-static int on_req_headers(http_parser *p) {
-  conn *c = p->data;
-  if (req_cap(c, 1) || hdr_end(&c->h) != 0)
-    return -1;
-  int chunked = (p->flags & F_CHUNKED) != 0;
-  /* content_length is ULLONG_MAX when the request has no Content-Length. */
-  int sized = !chunked && p->content_length != ULLONG_MAX;
-  if (sized && p->content_length > SC_BODY_MAX) {
-    c->err_status = 413;
-    c->err_msg = "request body over 64 MiB";
-    return -1;
-  }
-  const char *expect = hdr_get(&c->h, "expect");
-  if (expect != NULL && strcasecmp(expect, "100-continue") != 0) {
-    c->err_status = 417;
-    c->err_msg = "only 'Expect: 100-continue' is understood";
-    return -1;
-  }
-  if (expect != NULL && (chunked || (sized && p->content_length > 0))) {
-    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-    sbuf h, none;
-    sb_init(&h, sizeof(cont));
-    sb_init(&none, 0);
-    if (sb_add(&h, cont, sizeof(cont) - 1) == 0)
-      conn_write(c, &h, &none, W_INTERIM);
-    else
-      sb_free(&h);
-  }
-  return 0;
-}
-
-static int on_req_body(http_parser *p, const char *at, size_t n) {
-  conn *c = p->data;
-  if (sb_add(&c->body, at, n) == 0)
-    return 0;
-  c->err_status = 413;
-  c->err_msg = "request body over 64 MiB";
-  return -1;
-}
-
-static int on_req_complete(http_parser *p) {
-  conn *c = p->data;
-  c->complete = 1;
-  c->keep = http_should_keep_alive(p) && !c->eof;
-  http_parser_pause(p, 1); /* one request at a time */
-  return 0;
-}
-
-static const http_parser_settings req_settings = {
-    .on_url = on_req_url,
-    .on_header_field = on_req_field,
-    .on_header_value = on_req_value,
-    .on_headers_complete = on_req_headers,
-    .on_body = on_req_body,
-    .on_message_complete = on_req_complete};
-
 static void handle(conn *c);
+
+/* While reading a request: SC_IDLE_MS since the last byte, and once the
+ * request began, no later than its deadline (SC_HEAD_MS above). */
+static void conn_read_timer(conn *c) {
+  uint64_t now = uv_now(c->sc->loop), wait = SC_IDLE_MS;
+  if (c->started) {
+    uint64_t due = c->req.head ? c->body_t0 + c->sc->head_ms +
+                                     c->req.body.len / SC_BODY_BYTES_PER_MS
+                               : c->req_t0 + c->sc->head_ms;
+    uint64_t left = due > now ? due - now : 0;
+    wait = left < wait ? left : wait;
+  }
+  uv_timer_start(&c->timer, on_conn_timer, wait, 0);
+}
+
+/* A 100 Continue, for a client that waits for one before its body. */
+static void conn_continue(conn *c) {
+  static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+  sbuf h, none;
+  sb_init(&h, sizeof(cont));
+  sb_init(&none, 0);
+  if (sb_add(&h, cont, sizeof(cont) - 1) == 0)
+    conn_write(c, &h, &none, W_INTERIM);
+  else
+    sb_free(&h);
+}
 
 /* Parses what is buffered, up to one whole request. */
 static void conn_feed(conn *c) {
-  if (c->state != C_READ || c->in.len == 0)
+  hreq_event ev = HREQ_MORE;
+  size_t off = 0;
+  while (c->state == C_READ && off < c->in.len) {
+    size_t used;
+    ev = hreq_feed(&c->req, c->in.p + off, c->in.len - off, &used);
+    off += used;
+    if (ev != HREQ_HEAD)
+      break;
+    c->body_t0 = uv_now(c->sc->loop);
+    if (c->req.want_continue)
+      conn_continue(c);
+  }
+  if (off > 0) {
+    memmove(c->in.p, c->in.p + off, c->in.len - off);
+    c->in.len -= off;
+    c->in.p[c->in.len] = 0;
+  }
+  if (c->state != C_READ) /* a write failed in a callback */
     return;
-  size_t n = http_parser_execute(&c->p, &req_settings, c->in.p, c->in.len);
-  if (n > c->in.len)
-    n = c->in.len;
-  memmove(c->in.p, c->in.p + n, c->in.len - n);
-  c->in.len -= n;
-  c->in.p[c->in.len] = 0;
-  enum http_errno e = HTTP_PARSER_ERRNO(&c->p);
-  if (c->state == C_CLOSING) /* a write failed in a callback */
-    return;
-  if (c->err_status != 0)
-    conn_fail(c, c->err_status, 1, "%s", c->err_msg);
-  else if (c->complete)
+  if (ev == HREQ_ERROR)
+    conn_fail(c, c->req.err_status, 1, "%s", c->req.err_msg);
+  else if (ev == HREQ_DONE) {
+    c->keep = hreq_keep_alive(&c->req) && !c->eof;
     handle(c);
-  else if (e != HPE_OK)
-    conn_fail(c, 400, 1, "malformed request: %s", http_errno_description(e));
-  else if (c->p.upgrade)
-    conn_fail(c, 501, 1, "protocol upgrades are not supported");
+  }
 }
 
 static void on_conn_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
@@ -408,8 +374,13 @@ static void on_conn_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
     return;
   }
   if (c->state == C_READ) {
-    uv_timer_start(&c->timer, on_conn_timer, SC_IDLE_MS, 0);
+    if (!c->started) {
+      c->started = 1;
+      c->req_t0 = uv_now(c->sc->loop);
+    }
     conn_feed(c);
+    if (c->state == C_READ)
+      conn_read_timer(c);
   }
   if (c->state != C_CLOSING && c->in.len >= SC_READ_BUF && c->reading) {
     uv_read_stop(st);
@@ -419,15 +390,12 @@ static void on_conn_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
 
 /* The response is out: the next request on a kept-alive connection. */
 static void conn_next(conn *c) {
-  sb_free(&c->url);
-  sb_free(&c->body);
-  sb_free(&c->h.all);
-  c->h.in_value = 0;
-  c->complete = 0;
+  hreq_next(&c->req);
   c->min_version = c->wait_ms = 0;
   c->state = C_READ;
-  http_parser_pause(&c->p, 0);
-  uv_timer_start(&c->timer, on_conn_timer, SC_IDLE_MS, 0);
+  c->read_t0 = c->req_t0 = uv_now(c->sc->loop);
+  c->started = c->in.len > 0; /* pipelined */
+  conn_read_timer(c);
   if (!c->reading && !c->eof &&
       uv_read_start((uv_stream_t *)&c->tcp, on_conn_alloc, on_conn_read) == 0)
     c->reading = 1;
@@ -461,9 +429,7 @@ static void on_conn_closed(uv_handle_t *h) {
   if (c->next != NULL)
     c->next->prev = c->prev;
   sb_free(&c->in);
-  sb_free(&c->url);
-  sb_free(&c->body);
-  sb_free(&c->h.all);
+  hreq_free(&c->req);
   free(c);
   sc->n_conns--;
   sc_release(sc);
@@ -475,6 +441,7 @@ static void conn_close(conn *c) {
   if (c->state == C_CLOSING)
     return;
   c->state = C_CLOSING;
+  c->sc->n_open--;
   if (c->up != NULL) {
     upstream_abort(c->up);
     c->up = NULL;
@@ -658,6 +625,12 @@ static void on_conn_timer(uv_timer_t *t) {
     reload_maybe(c->sc);
     break;
   case C_READ:
+    if (c->started) { /* past its deadline (or idle half-way) */
+      conn_fail(c, 408, 1, "the request did not arrive in time");
+      break;
+    }
+    conn_close(c);
+    break;
   case C_WRITE:
   case C_LINGER:
     conn_close(c);
@@ -673,22 +646,27 @@ static void proxy_head(upstream *u) {
   unsigned st = u->p.status_code;
   int bodyless = u->head_only || st == 204 || st == 304;
   int sized = !(u->p.flags & F_CHUNKED) && u->p.content_length != ULLONG_MAX;
-  int http11 = c->p.http_major == 1 && c->p.http_minor >= 1;
+  int http11 = c->req.p.http_major == 1 && c->req.p.http_minor >= 1;
   c->chunked = !bodyless && !sized && http11;
   if (!bodyless && !sized && !http11)
     c->keep = 0; /* the body ends when the connection does */
   sbuf h, none;
-  sb_init(&h, SC_HEADER_MAX + 1024);
+  sb_init(&h, SC_RELAY_HEAD_MAX);
   sb_init(&none, 0);
   int rc = sb_printf(&h, "HTTP/1.1 %u %s\r\n", st,
                      u->reason.len ? u->reason.p
                                    : http_status_str((enum http_status)st));
-  size_t pos = 0;
-  const char *k, *v;
-  while (rc == 0 && hdr_next(&u->h, &pos, &k, &v))
-    if (!hdr_hop_by_hop(k) ||
-        (u->head_only && !strcasecmp(k, "content-length")))
-      rc = sb_printf(&h, "%s: %s\r\n", k, v);
+  if (rc == 0 && (rc = hdr_relay(&u->h, u->head_only, &h)) == STITCH_ELIMIT) {
+    /* Nothing is relayed yet: the client can still have a 502. */
+    sb_free(&h);
+    upstream_abort(c->up);
+    c->up = NULL;
+    c->sc->inflight--;
+    conn_fail(c, 502, 0, "engine: its Connection header names over %d headers",
+              HDR_CONN_TOKENS_MAX);
+    reload_maybe(c->sc);
+    return;
+  }
   if (rc == 0 && !bodyless && sized)
     rc = sb_printf(&h, "Content-Length: %" PRIu64 "\r\n", u->p.content_length);
   if (rc == 0 && c->chunked)
@@ -754,33 +732,23 @@ static void proxy_done(upstream *u, const char *err) {
 static void dispatch(conn *c) {
   sidecar *sc = c->sc;
   sbuf h;
-  sb_init(&h, SC_HEADER_MAX + 1024);
-  unsigned m = c->p.method;
-  int rc =
-      sb_printf(&h, "%s %s HTTP/1.1\r\n", http_method_str((enum http_method)m),
-                c->url.p ? c->url.p : "/");
-  size_t pos = 0;
-  const char *k, *v;
-  while (rc == 0 && hdr_next(&c->h, &pos, &k, &v))
-    if (!hdr_hop_by_hop(k))
-      rc = sb_printf(&h, "%s: %s\r\n", k, v);
-  if (rc == 0 && hdr_get(&c->h, "host") == NULL)
-    rc = sb_printf(&h, "Host: %s\r\n", sc->engine.host);
-  if (rc == 0 &&
-      (c->body.len > 0 || m == HTTP_POST || m == HTTP_PUT || m == HTTP_PATCH))
-    rc = sb_printf(&h, "Content-Length: %zu\r\n", c->body.len);
-  if (rc == 0)
-    rc = sb_add(&h, "Connection: close\r\n\r\n", 21);
+  sb_init(&h, SC_RELAY_HEAD_MAX);
+  int rc = hreq_upstream_head(&c->req, sc->engine.host, &h);
   if (rc != 0) {
     sb_free(&h);
-    conn_fail(c, 500, 1, "out of memory");
+    if (rc == STITCH_ELIMIT)
+      conn_fail(c, 400, 0, "Connection: names over %d headers",
+                HDR_CONN_TOKENS_MAX);
+    else
+      conn_fail(c, 500, 1, "out of memory");
     return;
   }
   c->stamp = sc->applied;
   static const upstream_cbs cbs = {
       .done = proxy_done, .head = proxy_head, .data = proxy_data};
   c->streaming = c->chunked = 0;
-  c->up = sc_upstream(sc, &h, &c->body, m == HTTP_HEAD, &cbs, c);
+  c->up = sc_upstream(sc, &h, &c->req.body, c->req.p.method == HTTP_HEAD,
+                      &cbs, c);
   if (c->up == NULL) {
     conn_fail(c, 502, 0, "engine: cannot connect");
     return;
@@ -797,8 +765,8 @@ static void route_proxy(conn *c) {
     conn_fail(c, 404, 0, "no such endpoint (no --engine to proxy to)");
     return;
   }
-  const char *mv = hdr_get(&c->h, "x-stitch-min-version");
-  const char *wv = hdr_get(&c->h, "x-stitch-wait-ms");
+  const char *mv = hdr_get(&c->req.h, "x-stitch-min-version");
+  const char *wv = hdr_get(&c->req.h, "x-stitch-wait-ms");
   c->min_version = 0;
   c->wait_ms = SC_WAIT_MS;
   if (mv != NULL && hdr_u64(mv, &c->min_version) != 0) {
@@ -850,6 +818,7 @@ static void snapshot(sidecar *sc, sidecar_snapshot *r) {
   r->proxied = sc->proxied;
   r->conflicts = sc->conflicts;
   r->refused = sc->refused;
+  r->evicted = sc->evicted;
   r->waiting = count_state(sc, C_PARKED);
   r->conns = sc->n_conns;
   r->manual = sc->manual;
@@ -886,14 +855,9 @@ static void route_apply(conn *c) {
 }
 
 static void handle(conn *c) {
-  c->complete = 0;
-  if (c->p.upgrade) {
-    conn_fail(c, 501, 1, "protocol upgrades are not supported");
-    return;
-  }
-  const char *url = c->url.p ? c->url.p : "";
+  const char *url = c->req.url.p ? c->req.url.p : "";
   size_t pl = strcspn(url, "?#");
-  unsigned m = c->p.method;
+  unsigned m = c->req.p.method;
   static const struct {
     const char *path;
     unsigned method;
@@ -944,13 +908,47 @@ static void refuse(sidecar *sc) {
   uv_close((uv_handle_t *)t, on_refused_closed);
 }
 
+/* At the cap, the connection to close for a new one: one lingering after
+ * its answer, else the one waiting longest for (the rest of) a request,
+ * idle or dribbling its head or body; the oldest accepted on a tie. None
+ * when every connection has a request in hand. */
+static conn *evictable(sidecar *sc) {
+  conn *best = NULL;
+  for (conn *c = sc->conns; c != NULL; c = c->next) { /* newest first */
+    if (c->state == C_LINGER)
+      return c;
+    if (c->state == C_READ && (best == NULL || c->read_t0 <= best->read_t0))
+      best = c;
+  }
+  return best;
+}
+
+#define SC_EVICTED_BODY "{\"error\": \"closed for a new connection\"}\n"
+
+static void evict(sidecar *sc, conn *c) {
+  static const char resp[] =
+      "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
+      "Content-Length: 41\r\nConnection: close\r\n\r\n" SC_EVICTED_BODY;
+  _Static_assert(sizeof(SC_EVICTED_BODY) - 1 == 41, "Content-Length");
+  if (c->state == C_READ && c->started) { /* best effort: it is closed */
+    uv_buf_t b = uv_buf_init((char *)resp, sizeof(resp) - 1);
+    uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+  }
+  sc->evicted++;
+  conn_close(c);
+}
+
 static void on_connection(uv_stream_t *server, int status) {
   sidecar *sc = server->data;
   if (status < 0 || sc->closing)
     return;
-  if (sc->n_conns >= SC_CONN_MAX) {
-    refuse(sc);
-    return;
+  if (sc->n_open >= SC_CONN_MAX) {
+    conn *v = evictable(sc);
+    if (v == NULL) {
+      refuse(sc);
+      return;
+    }
+    evict(sc, v);
   }
   conn *c = calloc(1, sizeof(*c));
   if (c == NULL)
@@ -965,23 +963,21 @@ static void on_connection(uv_stream_t *server, int status) {
   c->handles = 2;
   sc->live++;
   sc->n_conns++;
+  sc->n_open++;
+  c->read_t0 = uv_now(sc->loop);
   c->next = sc->conns;
   if (sc->conns != NULL)
     sc->conns->prev = c;
   sc->conns = c;
   sb_init(&c->in, SC_IN_MAX);
-  sb_init(&c->url, SC_HEADER_MAX);
-  sb_init(&c->body, SC_BODY_MAX);
-  sb_init(&c->h.all, SC_HEADER_MAX);
-  http_parser_init(&c->p, HTTP_REQUEST);
-  c->p.data = c;
+  hreq_init(&c->req);
   if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 ||
       uv_read_start((uv_stream_t *)&c->tcp, on_conn_alloc, on_conn_read) != 0) {
     conn_close(c);
     return;
   }
   c->reading = 1;
-  uv_timer_start(&c->timer, on_conn_timer, SC_IDLE_MS, 0);
+  conn_read_timer(c);
 }
 
 static int fail_d(stitch_diag *d, int err, const char *fmt, ...)
@@ -1009,6 +1005,7 @@ int sidecar_new(uv_loop_t *loop, const sidecar_config *cfg,
   sc->loop = loop;
   sc->hooks = *hooks;
   sc->manual = cfg->manual;
+  sc->head_ms = cfg->head_ms ? cfg->head_ms : SC_HEAD_MS;
   sc->weights = strdup(cfg->weights ? cfg->weights : "");
   sc->reload = cfg->reload ? strdup(cfg->reload) : NULL;
   sc->engine_url = cfg->engine ? strdup(cfg->engine) : NULL;

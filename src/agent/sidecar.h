@@ -33,6 +33,9 @@ typedef struct sidecar_config {
   const char *weights; /* the weights file, named to the reload hook */
   int manual;          /* 1: the engine switches on POST /v1/apply only;
                           0: applied follows held */
+  unsigned head_ms;    /* a request's head must arrive within this of its
+                          first byte, its body as long again after the
+                          head plus 1 ms per 64 bytes (0: 20000) */
 } sidecar_config;
 
 typedef struct sidecar_hooks {

@@ -93,6 +93,9 @@ int sidecar_metrics_text(const sidecar_snapshot *r, sbuf *out) {
       "Requests answered 409: version not applied in time", r->conflicts);
   ONE("stitch_http_refused_total", "counter",
       "Connections refused over the limit", r->refused);
+  ONE("stitch_http_evicted_total", "counter",
+      "Connections still reading a request closed for a new one at the limit",
+      r->evicted);
 #undef ONE
   return rc;
 }

@@ -11,7 +11,7 @@ typedef struct sidecar_snapshot {
   stitch_swarm_stats st; /* the core's counters; held_version among them */
   uint64_t applied;      /* the version the engine serves */
   uint64_t last_pause_ms, last_weights_ms;
-  uint64_t applies, proxied, conflicts, refused;
+  uint64_t applies, proxied, conflicts, refused, evicted;
   unsigned waiting, conns;
   int manual, applying;
   const char *engine; /* the --engine URL, or NULL */

@@ -716,9 +716,11 @@ static void sidecar_log(void *user, const char *line) {
 /* The sidecar's flags, checked before anything is opened. */
 static int sidecar_flags(opt *o, int *manual) {
   const char *apply = o[O_APPLY].value;
-  if (o[O_HTTP].value == NULL &&
-      (o[O_ENGINE].value || o[O_ENGINE_RELOAD].value || apply))
-    return fail("--engine, --engine-reload and --apply need --http");
+  if (o[O_HTTP].value == NULL && (o[O_ENGINE].value ||
+                                 o[O_ENGINE_RELOAD].value || apply ||
+                                 o[O_HTTP_HEAD_MS].value))
+    return fail("--engine, --engine-reload, --apply and --http-head-ms need "
+                "--http");
   if (o[O_ENGINE_RELOAD].value && !o[O_ENGINE].value)
     return fail("--engine-reload needs --engine");
   if (apply && strcmp(apply, "manual") != 0 && strcmp(apply, "auto") != 0)
@@ -730,7 +732,11 @@ static int sidecar_flags(opt *o, int *manual) {
 
 static int start_sidecar(agent *a, opt *o, int manual) {
   sidecar_config sc = {o[O_HTTP].value, o[O_ENGINE].value,
-                       o[O_ENGINE_RELOAD].value, a->weights, manual};
+                       o[O_ENGINE_RELOAD].value, a->weights, manual, 0};
+  if (o[O_HTTP_HEAD_MS].value &&
+      opt_uint(o[O_HTTP_HEAD_MS].value, "http-head-ms", 1, 3600000,
+               &sc.head_ms) != 0)
+    return 1;
   sidecar_hooks h = {a, sidecar_stats, sidecar_log};
   stitch_diag d = {{0}};
   int rc = sidecar_new(&a->loop, &sc, &h, &a->sidecar, &d);

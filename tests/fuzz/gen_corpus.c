@@ -2,8 +2,7 @@
  *
  *   fuzz_gen_corpus DIR
  *
- * writes DIR/fuzz_safetensors/seed-*, DIR/fuzz_delta/seed-* and
- * DIR/fuzz_delta_roundtrip/seed-*. Everything is derived from fixed seeds,
+ * writes DIR/<target>/seed-* for every target in tests/fuzz. Everything is derived from fixed seeds,
  * so a rerun gives the same bytes (the committed corpus is this output plus
  * inputs found by campaigns, named min-* and crash-*). The program checks
  * that each delta seed really uses the coding it is named for and exits 1
@@ -919,6 +918,75 @@ static void gen_wire(void) {
   dbuf_free(&s);
   free(m);
 }
+/* ---- the sidecar's requests -------------------------------------------- */
+
+/* fuzz_http_request's input: K split bytes, then what a client sends on
+ * one connection (fuzz_http_request.c). */
+static void emit_http(const char *name, const char *split, const char *req) {
+  size_t k = strlen(split), n = strlen(req);
+  uint8_t *b = malloc(1 + k + n);
+  if (b == NULL)
+    exit(1);
+  b[0] = (uint8_t)k;
+  memcpy(b + 1, split, k);
+  memcpy(b + 1 + k, req, n);
+  write_file("fuzz_http_request", name, b, 1 + k + n);
+  free(b);
+}
+
+static void gen_http(void) {
+  static const struct {
+    const char *name, *split, *req;
+  } seeds[] = {
+      {"get", "", "GET /v1/status HTTP/1.1\r\nHost: x\r\n\r\n"},
+      {"post-sized", "\x03\x10",
+       "POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+       "Content-Type: application/json\r\nContent-Length: 16\r\n\r\n"
+       "{\"prompt\": \"hi\"}"},
+      {"post-chunked-trailer", "\x07",
+       "POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+       "Trailer: X-T\r\n\r\n4\r\nabcd\r\n3;ext=1\r\nefg\r\n0\r\n"
+       "X-T: 1\r\nX-Stitch-Min-Version: 9\r\n\r\n"},
+      {"expect-continue", "\x20",
+       "PUT /x HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\n"
+       "\r\nabc"},
+      {"stitch-headers", "",
+       "POST /v1/completions HTTP/1.1\r\nX-Stitch-Min-Version: 3\r\n"
+       "x-stitch-wait-ms: 100\r\nX-STITCH-TRACE: t\r\nX-Stitch-Version: 1\r\n"
+       "Content-Length: 0\r\n\r\n"},
+      {"connection-named", "\x05\x01",
+       "GET /echo HTTP/1.1\r\nConnection: keep-alive, X-Hop-A\r\n"
+       "Connection: ,x-hop-b,,\r\nX-Hop-A: 1\r\nX-HOP-B: 2\r\nX-Keep: y\r\n"
+       "Keep-Alive: timeout=5\r\nProxy-Connection: keep-alive\r\nTE: trailers\r\n"
+       "Trailer: X-T\r\nUpgrade: h2c\r\n\r\n"},
+      {"pipelined", "\x0b",
+       "GET /a HTTP/1.1\r\n\r\nHEAD /b HTTP/1.1\r\nHost: h\r\n\r\n"
+       "DELETE /c?d=e#f HTTP/1.1\r\nContent-Length: 2\r\n\r\nzz"
+       "GET /d HTTP/1.0\r\n\r\n"},
+      {"folded", "",
+       "GET / HTTP/1.1\r\nX-Fold: a\r\n  b\r\n\tc\r\nX-Empty:\r\n"
+       "X-Blanks:   v   \r\n\r\n"},
+      {"upgrade", "",
+       "GET / HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"},
+      {"http10-keepalive", "\x01",
+       "GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"
+       "GET /2 HTTP/1.0\r\n\r\n"},
+      {"bad-length", "", "GET / HTTP/1.1\r\nContent-Length: abc\r\n\r\n"},
+      {"big-length", "",
+       "POST / HTTP/1.1\r\nContent-Length: 100000000\r\n\r\n"},
+      {"expect-other", "", "POST / HTTP/1.1\r\nExpect: 200-ok\r\n\r\n"},
+      {"garbage", "", "\x00\x01\x02\xff\xfe\r\n\r\n"},
+  };
+  for (size_t i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++)
+    emit_http(seeds[i].name, seeds[i].split, seeds[i].req);
+  /* A Connection header listing 40 names (over the cap of 32). */
+  char many[1024] = "GET / HTTP/1.1\r\nConnection: close";
+  for (int i = 0; i < 40; i++)
+    snprintf(many + strlen(many), sizeof(many) - strlen(many), ", x-%d", i);
+  strcat(many, "\r\nX-1: a\r\n\r\n");
+  emit_http("connection-many", "", many);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: fuzz_gen_corpus DIR\n");
@@ -939,6 +1007,7 @@ int main(int argc, char **argv) {
   gen_manifest();
   gen_chunk();
   gen_wire();
+  gen_http();
   if (failures) {
     fprintf(stderr, "gen_corpus: %d seed(s) off their coding\n", failures);
     return 1;

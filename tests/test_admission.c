@@ -85,6 +85,35 @@ static void check_nothing(sn_net *net, sn_node *x, const char *what) {
   CHECK_NET(net, x->w_version == 0);
 }
 
+/* The trainer's policy, serial 1, given to the seed as stitchd's does. */
+static void give_policy(sn_net *net, sn_node *seed, int open,
+                        const stitch_pubkey *revoked) {
+  stitch_policy pol = {swarm_pk, 1, open, revoked != NULL ? 1 : 0,
+                       (stitch_pubkey *)revoked};
+  uint8_t *pb;
+  size_t pl;
+  stitch_diag d = {{0}};
+  ASSERT_OK(stitch_policy_sign(&pol, &swarm_sk, &pb, &pl, &d), d);
+  ASSERT_OK(stitch_swarm_set_policy(seed->sw, pb, pl, net->now, &d), d);
+  /* The same serial again changes nothing. */
+  ASSERT_OK(stitch_swarm_set_policy(seed->sw, pb, pl, net->now, &d), d);
+  free(pb);
+  sn_actions(net, seed);
+}
+
+/* Starts the seed and nodes 1..N, and runs until versions 1..V are held
+ * everywhere. */
+static void start_at(sn_net *net, sn_node *seed, int n, uint64_t v) {
+  sn_start(net, seed, NULL, 0);
+  for (int i = 1; i <= n; i++)
+    start_node(net, &net->node[i]);
+  sn_run(net, 50, NULL, NULL);
+  for (uint64_t k = 1; k <= v; k++) {
+    publish(net, seed, k);
+    run_until_all_at(net, k);
+  }
+}
+
 /* Four honest nodes and one intruder of each kind, each linked to the
  * seed and to node 1. The honest nodes converge on two versions; every
  * intruder is refused at the handshake and holds nothing; nobody is
@@ -136,14 +165,8 @@ static void scenario_open(void) {
   sn_node *forger = sn_add(&net, "eu", 0, 0);
   forger->evil = SN_EVIL_INTRUDER;
   make_intruder(&net, forger, FORGED);
-  stitch_policy pol = {swarm_pk, 1, 1, 0, NULL};
-  uint8_t *pb;
-  size_t pl;
-  stitch_diag d = {{0}};
-  ASSERT_OK(stitch_policy_sign(&pol, &swarm_sk, &pb, &pl, &d), d);
   sn_start(&net, seed, NULL, 0);
-  ASSERT_OK(stitch_swarm_set_policy(seed->sw, pb, pl, net.now, &d), d);
-  free(pb);
+  give_policy(&net, seed, 1, NULL);
   for (int i = 1; i <= 3; i++)
     start_node(&net, &net.node[i]);
   sn_start(&net, forger, NULL, 0);
@@ -165,23 +188,9 @@ static void scenario_open(void) {
 static void scenario_revoke(void) {
   sn_net net;
   sn_node *seed = build(&net, &default_params, 5);
-  sn_start(&net, seed, NULL, 0);
-  for (int i = 1; i <= 5; i++)
-    start_node(&net, &net.node[i]);
-  sn_run(&net, 50, NULL, NULL);
-  publish(&net, seed, 1);
-  run_until_all_at(&net, 1);
+  start_at(&net, seed, 5, 1);
   sn_node *bad = &net.node[3];
-  stitch_policy pol = {swarm_pk, 1, 0, 1, &bad->cfg.node_pk};
-  uint8_t *pb;
-  size_t pl;
-  stitch_diag d = {{0}};
-  ASSERT_OK(stitch_policy_sign(&pol, &swarm_sk, &pb, &pl, &d), d);
-  ASSERT_OK(stitch_swarm_set_policy(seed->sw, pb, pl, net.now, &d), d);
-  /* An older or equal serial changes nothing. */
-  ASSERT_OK(stitch_swarm_set_policy(seed->sw, pb, pl, net.now, &d), d);
-  free(pb);
-  sn_actions(&net, seed);
+  give_policy(&net, seed, 0, &bad->cfg.node_pk);
   bad->evil = SN_EVIL_INTRUDER; /* out of all_at; its dials are ignored */
   sn_run(&net, net.now + 3000, NULL, NULL);
   stitch_swarm_stats st;
@@ -199,19 +208,13 @@ static void scenario_revoke(void) {
   sn_free(&net);
 }
 
-/* A trainer restarted from an old checkpoint signs a second version 2:
- * a node that holds the first refuses the fork, from the agent or from a
- * peer, and its sender is banned. */
+/* A trainer restarted from an old checkpoint signs a second version 2: a
+ * node that holds the first refuses the fork (add_manifest; the same check
+ * drops a peer that gossips it). */
 static void scenario_fork(void) {
   sn_net net;
   sn_node *seed = build(&net, &default_params, 2);
-  sn_start(&net, seed, NULL, 0);
-  for (int i = 1; i <= 2; i++)
-    start_node(&net, &net.node[i]);
-  sn_run(&net, 50, NULL, NULL);
-  publish(&net, seed, 1);
-  publish(&net, seed, 2);
-  run_until_all_at(&net, 2);
+  start_at(&net, seed, 2, 2);
   stitch_manifest *m;
   stitch_diag d = {{0}};
   ASSERT_OK(stitch_manifest_open(ver[2].man, ver[2].man_len, &swarm_pk, &m,
@@ -236,14 +239,7 @@ static void scenario_sealed(void) {
   sn_params p = default_params;
   p.sealed = 1;
   sn_node *seed = build(&net, &p, 6);
-  sn_start(&net, seed, NULL, 0);
-  for (int i = 1; i <= 6; i++)
-    start_node(&net, &net.node[i]);
-  sn_run(&net, 50, NULL, NULL);
-  for (uint64_t v = 1; v <= 3; v++) {
-    publish(&net, seed, v);
-    run_until_all_at(&net, v);
-  }
+  start_at(&net, seed, 6, 3);
   check_all_exact(&net, 3);
   sn_free(&net);
 }

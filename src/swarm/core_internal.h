@@ -278,6 +278,7 @@ struct stitch_swarm {
   stitch_swarm_action actions[CORE_MAX_ACTIONS];
   size_t act_head, act_len;
   uint64_t now_ms, next_maintain_ms;
+  int phased; /* the maintain beat's phase is set (core.c tick) */
   size_t region_known; /* known addresses in our region (maintain) */
   size_t far_known;    /* known addresses in other regions (maintain) */
   /* A crossing's wait ends (fetch.c cross_ok), or a request becomes late

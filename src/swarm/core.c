@@ -454,8 +454,9 @@ static void maintain(stitch_swarm *s) {
   size_t same_min = s->cfg.max_peers + CORE_SAME_EXTRA;
   while (have + pending < target || same + pending_same < same_min ||
          out + pending < CORE_OUTBOUND_MIN) {
-    int only_same =
-        have + pending >= target && out + pending >= CORE_OUTBOUND_MIN;
+    /* Links wanted only for CORE_OUTBOUND_MIN go to our region, as the
+     * CORE_SAME_EXTRA ones do. */
+    int only_same = have + pending >= target;
     int want_cross = !only_same && cross < s->cfg.cross_region;
     addr_entry *best = NULL;
     for (int pass = 0; pass < (only_same ? 1 : 2) && best == NULL; pass++) {
@@ -953,7 +954,8 @@ void core_ready(stitch_swarm *s, peer *p) {
   p->state = PEER_READY;
   p->progress_ms = s->now_ms;
   score_init(&p->sc, s->now_ms);
-  p->answered_ms = s->now_ms;
+  p->answered_ms = p->ready_ms = s->now_ms;
+  p->owes = s->n_v > 0;
   core_log(s, "peer %u (%s, %s%s): ready", p->id, p->listen,
            p->region[0] ? p->region : "no region", p->is_seed ? ", seed" : "");
   /* Everything it should know: the policy, the manifests from the newest
@@ -1094,6 +1096,8 @@ static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
     free(m);
     return;
   }
+  if (p->state == PEER_READY)
+    p->frames++;
   switch (type) {
   case WIRE_HELLO:
     hs_on_hello(s, p, m);
@@ -1306,6 +1310,10 @@ int stitch_swarm_tick(stitch_swarm *s, uint64_t now_ms) {
         core_drop(s, p, 0, "silent");
       continue;
     }
+    if (p->state == PEER_READY && p->owes && p->frames == 0 &&
+        now_ms - p->ready_ms > CORE_QUIET_MS &&
+        core_score(s, p, SCORE_SILENT))
+      continue;
     /* A frame that crawls pins its buffer: it must come at
      * CORE_FRAME_MIN_RATE once CORE_FRAME_GRACE_MS have passed. */
     if (p->frame_on && now_ms - p->frame_ms > CORE_FRAME_GRACE_MS &&

@@ -41,6 +41,12 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
 #define CORE_CLOSING_MAX 64
 #define CORE_PING_MS 10000      /* send a PING after this much silence */
 #define CORE_DEAD_MS 30000      /* drop a peer silent this long */
+/* A peer that has said nothing at all this long after its handshake is
+ * holding a slot: an honest one sends its manifests, its PEERS or its
+ * BITFIELD at once (core_ready), a round trip after ours at most. It is
+ * charged SCORE_SILENT (greylisted). Only once we sent it something to
+ * answer (a manifest), so a node with nothing to say yet is spared. */
+#define CORE_QUIET_MS 2000
 #define CORE_HANDSHAKE_MS 10000
 /* Before its AUTH is verified a peer may send its HELLO and its AUTH and
  * nothing else, none larger than this: the longest valid AUTH is under
@@ -222,6 +228,9 @@ typedef struct peer {
    * stall, and when its last PING came. */
   score sc;
   uint64_t answered_ms, stall_ms, ping_ms;
+  uint64_t ready_ms;
+  uint32_t frames; /* since it became ready (CORE_QUIET_MS) */
+  int owes;        /* we sent it a manifest at ready: it answers */
 } peer;
 
 typedef struct addr_entry {

@@ -1184,6 +1184,23 @@ void fetch_serve_next(stitch_swarm *s, peer *p) {
 
 /* ---- Timers ----------------------------------------------------------- */
 
+/* P let a request go late: what it said it holds is believed no more
+ * until it says so again (a HAVE). A liar that claims every chunk
+ * otherwise counts as a second holder of each, and the seed, asked only
+ * for chunks nobody else holds (pick), is asked for none. */
+static void forget_holdings(stitch_swarm *s, peer *p) {
+  for (size_t i = 0; i < p->n_have; i++) {
+    bits *b = &p->have[i];
+    vstate *v = core_find_version(s, b->version);
+    for (uint64_t c = 0; v != NULL && v->avail[b->object] != NULL && c < b->n;
+         c++)
+      if (bits_get(b, c) && v->avail[b->object][c] > 0)
+        v->avail[b->object][c]--;
+    memset(b->b, 0, b->n / 8 + 1);
+    b->count = 0;
+  }
+}
+
 /* Charges P for our requests that went late (once each) and for a stall:
  * requests out and no answer for SCORE_STALL_MS (score.h says why those
  * bounds). 1 when P was dropped. */
@@ -1198,6 +1215,7 @@ static int fetch_judge(stitch_swarm *s, peer *p) {
       r->late = 1;
       if (core_score(s, p, SCORE_LATE))
         return 1;
+      forget_holdings(s, p);
     }
   }
   if (p->n_req == 0)
@@ -1227,8 +1245,9 @@ void fetch_tick(stitch_swarm *s) {
       drop_request(s, p, k);
       if (core_score(s, p, SCORE_TIMEOUT))
         break;
-      if (++p->timeouts >= 3) {
-        core_drop(s, p, 0, "too slow");
+      if (++p->timeouts >= 3) { /* it holds our pipeline: greylisted */
+        if (!core_score(s, p, SCORE_SILENT))
+          core_drop(s, p, 0, "too slow");
         break;
       }
     }

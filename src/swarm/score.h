@@ -42,9 +42,10 @@
 /* A request is late once it waited SCORE_LATE_FACTOR times the usual
  * wait for a chunk, and at least SCORE_LATE_MIN_MS: four times the
  * endgame's own patience (CORE_LATE_FACTOR), so a peer merely busier
- * than the rest is seldom charged. */
+ * than the rest is seldom charged. Its holdings are then believed no
+ * more (fetch.c forget_holdings) until its next HAVE. */
 #define SCORE_LATE_FACTOR 8.0
-#define SCORE_LATE_MIN_MS 2000
+#define SCORE_LATE_MIN_MS 1000
 
 typedef enum score_ev {
   SCORE_USEFUL,     /* +1: a chunk we lacked, verified */

@@ -36,13 +36,13 @@
 #include <sodium.h>
 #include <stdarg.h>
 
-#define SN_MAX_NODES 24
+#define SN_MAX_NODES 32
 #define SN_MAX_VERSIONS 16
 #define SN_LOG_LINES 24
 #define SN_WATCH 4
 #define SN_HUGE_FRAME (30u << 20) /* what SN_EVIL_HUGE's header claims */
 #define SN_GARBAGE_FRAMES 5000
-#define SN_MAX_LINKS 128 /* open links of one node */
+#define SN_MAX_LINKS 256 /* open links of one node */
 
 /* ---- In-memory chunk store: open addressing on the digest ------------- */
 
@@ -131,8 +131,19 @@ typedef enum sn_evil {
   SN_EVIL_INTRUDER, /* an unmodified core whose credentials are its own
                        making (no ticket, a forged one, another's key):
                        the test sets them */
-  SN_EVIL_EARLY     /* right after its HELLO, before its AUTH: a MANIFEST
+  SN_EVIL_EARLY,    /* right after its HELLO, before its AUTH: a MANIFEST
                        header of 64 MiB, then dribbles */
+  /* Members with valid tickets that misbehave (test_hostile.c): */
+  SN_EVIL_LIAR,     /* every BITFIELD it sends says it holds every chunk;
+                       it sends no CHUNK and no REJECT (requests go
+                       unanswered) */
+  SN_EVIL_SLOW,     /* honest frames; the test gives it a slow uplink */
+  SN_EVIL_REPEAT,   /* from evil_from on, evil_buf's frames again and
+                       again: every evil_every ms, or (0) as fast as the
+                       link takes them; otherwise honest */
+  SN_EVIL_SILENT,   /* after its AUTH, sends nothing at all */
+  SN_EVIL_ECLIPSE   /* as LIAR, and every PEERS it sends names the
+                       listening ECLIPSE nodes and no one else */
 } sn_evil;
 
 /* Past CORE_CROSS_TRUST_MS (3 s), when a region no longer holds a chunk
@@ -172,6 +183,11 @@ typedef struct sn_node {
   const uint8_t *evil_buf;
   size_t evil_len;
   uint32_t dribble; /* bytes per ms after a HUGE header */
+  uint64_t evil_from, evil_every; /* SN_EVIL_REPEAT's pace */
+  /* With net->track_heap: what this node's core keeps allocated (glibc's
+   * mallinfo2 around each call into it, less what its store took in the
+   * io callbacks), and its peak. */
+  int64_t heap, heap_peak, heap_io;
   /* What the monitor saw arrive here, and of its frames elsewhere. */
   uint64_t rx_frames[WIRE_TYPE_COUNT_];
   uint64_t tx_frames[WIRE_TYPE_COUNT_];
@@ -203,6 +219,7 @@ typedef struct sn_pipe {
   size_t out_head;
   wire_reader rw;
   int injected, dribbling;
+  uint64_t next_at; /* SN_EVIL_REPEAT: when evil_buf goes again */
   dbuf late; /* SN_EVIL_LIE_LATE: LATE_N lies told again at LATE_AT */
   uint64_t late_at, late_n;
   /* An evil sender's core let go of the link (it asked to close it, or
@@ -264,6 +281,7 @@ typedef struct sn_net {
   int track_heap;
   uint64_t dials_failed;
   uint64_t dup_dials; /* CONNECTs to a node while one to it is in flight */
+  uint64_t refused_at_open; /* peer_open refused by the listener's core */
 } sn_net;
 
 static uint64_t sn_xorshift(uint64_t *s) {
@@ -286,6 +304,15 @@ static void sn_keypair(uint64_t *rng, stitch_pubkey *pk, stitch_seckey *sk) {
 }
 
 /* ---- The io a core gets ----------------------------------------------- */
+
+static uint64_t sn_heap(void) {
+  struct mallinfo2 mi = mallinfo2();
+  return (uint64_t)mi.uordblks + (uint64_t)mi.hblkhd;
+}
+
+/* Around each call into node N's core, with net->track_heap. */
+static uint64_t sn_h0(const sn_node *n);
+static void sn_h1(sn_node *n, uint64_t h0);
 
 static uint64_t sn_io_random(void *user) {
   return sn_xorshift(&((sn_node *)user)->rng);
@@ -322,7 +349,10 @@ static int sn_io_write(void *user, const stitch_digest *h, const uint8_t *buf,
     return STITCH_ECHECKSUM;
   }
   n->chunks_written++;
+  uint64_t h0 = sn_h0(n);
   sn_store_put(&n->store, h, buf, len);
+  if (n->net->track_heap) /* the store's, not the core's */
+    n->heap_io += (int64_t)(sn_heap() - h0);
   return 0;
 }
 
@@ -345,6 +375,19 @@ static void sn_io_log(void *user, const char *line) {
   snprintf(slot, sizeof(n->log[0]), "%6" PRIu64 " %.170s", n->net->now, line);
   if (n->net->verbose)
     fprintf(stderr, "[%s] %s\n", n->name, slot);
+}
+
+static uint64_t sn_h0(const sn_node *n) {
+  return n->net->track_heap ? sn_heap() : 0;
+}
+
+static void sn_h1(sn_node *n, uint64_t h0) {
+  if (!n->net->track_heap)
+    return;
+  n->heap += (int64_t)(sn_heap() - h0) - n->heap_io;
+  n->heap_io = 0;
+  if (n->heap > n->heap_peak)
+    n->heap_peak = n->heap;
 }
 
 /* ---- Setting up ------------------------------------------------------- */
@@ -519,8 +562,11 @@ static void sn_conn_close(sn_net *net, sn_conn *c, int closer, int rc,
   for (int s = 0; s < 2; s++) {
     sn_pipe *p = &c->d[s];
     sn_node *from = &net->node[p->from];
-    if (p->from != silent && from->alive && !p->core_gone)
+    if (p->from != silent && from->alive && !p->core_gone) {
+      uint64_t h0 = sn_h0(from);
       stitch_swarm_peer_close(from->sw, p->from_peer, net->now);
+      sn_h1(from, h0);
+    }
   }
   for (int s = 0; s < 2; s++) {
     sn_pipe *p = &c->d[s];
@@ -585,11 +631,18 @@ static void sn_open(sn_net *net, int a, int b) {
   char eph[32];
   snprintf(eph, sizeof(eph), "%s.%zu", na->name, net->n_conn);
   uint32_t pa, pb;
-  if (stitch_swarm_peer_open(na->sw, net->now, 1, nb->name, &pa) != 0) {
+  uint64_t h0 = sn_h0(na);
+  int rca = stitch_swarm_peer_open(na->sw, net->now, 1, nb->name, &pa);
+  sn_h1(na, h0);
+  if (rca != 0) {
     sn_actions(net, na);
     return;
   }
-  if (stitch_swarm_peer_open(nb->sw, net->now, 0, eph, &pb) != 0) {
+  h0 = sn_h0(nb);
+  int rcb = stitch_swarm_peer_open(nb->sw, net->now, 0, eph, &pb);
+  sn_h1(nb, h0);
+  if (rcb != 0) {
+    net->refused_at_open++;
     stitch_swarm_peer_close(na->sw, pa, net->now); /* refused at accept */
     sn_actions(net, na);
     sn_actions(net, nb);
@@ -670,7 +723,9 @@ static void sn_actions(sn_net *net, sn_node *n) {
       sn_conn *c = sn_conn_of(net, n->idx, a.peer, &side);
       if (c != NULL && n->evil != SN_HONEST) { /* keep the transport */
         c->d[side].core_gone = 1;
+        uint64_t h0 = sn_h0(n);
         stitch_swarm_peer_close(n->sw, a.peer, net->now);
+        sn_h1(n, h0);
       } else if (c != NULL) { /* it hears peer_close like the other side */
         sn_conn_close(net, c, n->idx, 0, -1);
       }
@@ -688,13 +743,17 @@ static void sn_actions(sn_net *net, sn_node *n) {
                  stitch_obj_kind_name(vr->m->objects[a.object].kind)[0]);
         sn_log_line(n, "applied v%" PRIu64 " object %u", a.version,
                     a.object);
+        uint64_t h0 = sn_h0(n);
         stitch_swarm_applied(n->sw, a.version, &n->w_id, net->now);
+        sn_h1(n, h0);
       } else {
         n->apply_errors++;
         snprintf(n->apply_err, sizeof(n->apply_err), "t=%" PRIu64 ": %s",
                  net->now, d.msg);
         sn_log_line(n, "apply failed: %s", d.msg);
+        uint64_t h0 = sn_h0(n);
         stitch_swarm_apply_failed(n->sw, a.version, a.object, net->now);
+        sn_h1(n, h0);
       }
     }
   }
@@ -811,6 +870,42 @@ static void sn_rewrite(sn_node *n, sn_pipe *p, int type, const uint8_t *body,
   }
   if (n->evil == SN_EVIL_REACH && type == WIRE_REACH)
     return; /* its made-up REACH stands */
+  if (n->evil == SN_EVIL_SILENT && p->injected)
+    return; /* the handshake done, it holds the slot and says nothing */
+  int liar = n->evil == SN_EVIL_LIAR || n->evil == SN_EVIL_ECLIPSE;
+  if (liar && (type == WIRE_CHUNK || type == WIRE_REJECT))
+    return; /* serves none, and does not say so */
+  if (liar && type == WIRE_BITFIELD) { /* "holds" every chunk */
+    wire_msg *m = sn_decoded(type, body, len);
+    size_t nb = (size_t)((m->nbits + 7) / 8);
+    uint8_t *ones = malloc(nb ? nb : 1);
+    ASSERT(ones != NULL);
+    memset(ones, 0xff, nb);
+    if (m->nbits % 8) /* no bit past nbits */
+      ones[nb - 1] = (uint8_t)((1u << (m->nbits % 8)) - 1);
+    m->data = ones;
+    m->data_len = nb;
+    ASSERT_EQ(wire_encode(&p->out, m), 0);
+    free(ones);
+    free(m);
+    return;
+  }
+  if (n->evil == SN_EVIL_ECLIPSE && type == WIRE_PEERS) { /* only its own */
+    wire_msg *m = sn_decoded(type, body, len);
+    m->n_peers = 0;
+    for (int i = 0; i < n->net->n_nodes && m->n_peers < 16; i++) {
+      const sn_node *o = &n->net->node[i];
+      if (o->evil != SN_EVIL_ECLIPSE || o->cfg.listen[0] == 0)
+        continue;
+      snprintf(m->peer_addr[m->n_peers], STITCH_SWARM_ADDR_MAX, "%s",
+               o->cfg.listen);
+      snprintf(m->peer_region[m->n_peers++], STITCH_SWARM_REGION_MAX, "%s",
+               o->region);
+    }
+    ASSERT_EQ(wire_encode(&p->out, m), 0);
+    free(m);
+    return;
+  }
   int far = strcmp(n->region, n->net->node[p->to].region) != 0;
   if (n->evil == SN_EVIL_LIE_LATE && far &&
       (type == WIRE_PEERS || type == WIRE_BITFIELD))
@@ -892,6 +987,15 @@ static void sn_evil_pull(sn_node *n, sn_pipe *p) {
   }
   if (len > 0)
     stitch_swarm_peer_sent(n->sw, p->from_peer, len);
+  /* SN_EVIL_REPEAT: its frames again, paced, or whenever the wire has
+   * taken what was queued (line rate). */
+  if (n->evil == SN_EVIL_REPEAT && p->injected && n->evil_len > 0 &&
+      n->net->now >= n->evil_from &&
+      (n->evil_every ? n->net->now >= p->next_at
+                     : p->out.len - p->out_head < (64u << 10))) {
+    ASSERT_EQ(dbuf_put(&p->out, n->evil_buf, n->evil_len), 0);
+    p->next_at = n->net->now + n->evil_every;
+  }
   if (p->dribbling && p->out.len - p->out_head < 256) {
     uint8_t junk[256];
     memset(junk, 0xab, sizeof(junk));
@@ -908,7 +1012,9 @@ static size_t sn_avail(sn_net *net, sn_pipe *p) {
     return p->out.len - p->out_head;
   const uint8_t *buf;
   size_t len;
+  uint64_t h0 = sn_h0(n);
   stitch_swarm_peer_pending(n->sw, p->from_peer, &buf, &len);
+  sn_h1(n, h0);
   return len;
 }
 
@@ -921,7 +1027,9 @@ static size_t sn_push(sn_net *net, sn_pipe *p, size_t max) {
     buf = p->out.p + p->out_head;
     len = p->out.len - p->out_head;
   } else {
+    uint64_t h0 = sn_h0(n);
     stitch_swarm_peer_pending(n->sw, p->from_peer, &buf, &len);
+    sn_h1(n, h0);
   }
   len = len < max ? len : max;
   if (len == 0)
@@ -939,7 +1047,9 @@ static size_t sn_push(sn_net *net, sn_pipe *p, size_t max) {
     if (p->out_head == p->out.len)
       p->out.len = p->out_head = 0;
   } else {
+    uint64_t h0 = sn_h0(n);
     stitch_swarm_peer_sent(n->sw, p->from_peer, len);
+    sn_h1(n, h0);
   }
   return len;
 }
@@ -985,11 +1095,6 @@ static void sn_monitor(sn_net *net, sn_pipe *p, const uint8_t *buf,
   }
 }
 
-static uint64_t sn_heap(void) {
-  struct mallinfo2 mi = mallinfo2();
-  return (uint64_t)mi.uordblks + (uint64_t)mi.hblkhd;
-}
-
 /* Hands P's receiver every byte due by now. */
 static void sn_deliver(sn_net *net, sn_conn *c, int side) {
   sn_pipe *p = &c->d[side];
@@ -1012,9 +1117,11 @@ static void sn_deliver(sn_net *net, sn_conn *c, int side) {
   int rc = 0;
   if (!c->d[1 - side].core_gone) {
     uint64_t h0 = net->track_heap ? sn_heap() : 0;
+    int64_t io0 = to->heap_io;
     rc = stitch_swarm_peer_recv(to->sw, p->to_peer, buf, len, net->now);
     if (net->track_heap) {
-      p->heap_growth += (int64_t)(sn_heap() - h0);
+      p->heap_growth += (int64_t)(sn_heap() - h0) - (to->heap_io - io0);
+      sn_h1(to, h0);
       if (p->heap_growth > p->heap_peak)
         p->heap_peak = p->heap_growth;
     }
@@ -1055,8 +1162,10 @@ static void sn_step(sn_net *net) {
   for (int i = 0; i < net->n_nodes; i++) {
     sn_node *n = &net->node[i];
     if (n->alive && stitch_swarm_wake(n->sw) <= net->now) {
+      uint64_t h0 = sn_h0(n);
       if (stitch_swarm_tick(n->sw, net->now) != 0)
         n->tick_errors++;
+      sn_h1(n, h0);
       sn_actions(net, n);
     }
   }
@@ -1113,6 +1222,8 @@ static int sn_busy(sn_net *net) {
       if (p->seg_head < p->nseg || p->dribbling || sn_avail(net, p) > 0)
         return 1;
       sn_node *n = &net->node[p->from];
+      if (n->evil == SN_EVIL_REPEAT && p->injected && !p->core_gone)
+        return 1; /* it sends again at its pace */
       if (n->evil != SN_HONEST && !p->core_gone) {
         const uint8_t *b;
         size_t l;

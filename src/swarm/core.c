@@ -334,6 +334,23 @@ void core_drop(stitch_swarm *s, peer *p, int ban, const char *why) {
   core_push_action(s, &a);
 }
 
+int core_score(stitch_swarm *s, peer *p, score_ev ev) {
+  if (p->state != PEER_READY || !score_add(&p->sc, ev, s->now_ms) ||
+      p->is_seed)
+    return 0;
+  char what[160];
+  score_describe(&p->sc, what, sizeof(what));
+  core_log(s, "peer %u (%s): score %.1f (%s)", p->id,
+           p->listen[0] ? p->listen : p->addr,
+           score_value(&p->sc, s->now_ms), what);
+  /* Its key, and the address we dialed: as for a ban (core_drop), never
+   * the listen address it claims. */
+  grey_add(&s->grey, &p->node, p->outbound ? p->addr : NULL, s->now_ms);
+  s->st.greylisted++;
+  core_drop(s, p, 0, "score below the threshold: greylisted");
+  return 1;
+}
+
 /* ---- Addresses -------------------------------------------------------- */
 
 static addr_entry *find_addr(stitch_swarm *s, const char *a) {
@@ -401,6 +418,9 @@ static int far_region(const stitch_swarm *s, const char *region) {
  * region spread a version. */
 static void maintain(stitch_swarm *s) {
   size_t have = count_peers(s, 0), pending = 0, pending_same = 0, same, cross;
+  size_t out = 0;
+  for (size_t i = 0; i < s->n_peers; i++)
+    out += s->peers[i].outbound && s->peers[i].state == PEER_READY;
   reach_tell(s, NULL); /* what our links reach, if that changed */
   reach_regions(s);
   s->region_known = 0; /* fetch.c's estimate of our region's size */
@@ -432,7 +452,10 @@ static void maintain(stitch_swarm *s) {
    * only what the region lacks) and finished last
    * (docs/simulator-history.md "Ten of its own region"). */
   size_t same_min = s->cfg.max_peers + CORE_SAME_EXTRA;
-  while (have + pending < target || same + pending_same < same_min) {
+  while (have + pending < target || same + pending_same < same_min ||
+         out + pending < CORE_OUTBOUND_MIN) {
+    /* Links wanted only for CORE_OUTBOUND_MIN go to our region, as the
+     * CORE_SAME_EXTRA ones do. */
     int only_same = have + pending >= target;
     int want_cross = !only_same && cross < s->cfg.cross_region;
     addr_entry *best = NULL;
@@ -441,7 +464,8 @@ static void maintain(stitch_swarm *s) {
       for (size_t k = 0; k < s->n_addrs; k++) {
         addr_entry *e = &s->addrs[(start + k) % s->n_addrs];
         if (e->connecting || e->next_try_ms > s->now_ms ||
-            linked_to(s, e->addr) || banned_addr(s, e->addr))
+            linked_to(s, e->addr) || banned_addr(s, e->addr) ||
+            grey_addr(&s->grey, e->addr, s->now_ms))
           continue;
         int other = far_region(s, e->region);
         /* Pass 0 takes what the mix wants; pass 1 anything. */
@@ -494,6 +518,19 @@ static void send_peers(stitch_swarm *s, peer *p) {
 
 /* ---- Peers: the driver's side ----------------------------------------- */
 
+/* Peer slots a node ever holds: the links the limits allow (inbound up to
+ * max_peers + CORE_INBOUND_SLACK, the seed's max_peers more, CORE_FULL_MAX
+ * being pointed elsewhere, those we dial: max_peers + CORE_SAME_EXTRA +
+ * cross_region) and CORE_CLOSING_MAX the driver has yet to close. Every
+ * slot's memory is bounded (docs/security.md "Memory"), so this bounds a
+ * node's whatever number connect: 1,000 hostile links at once get the
+ * same slots as 20 (tests/test_hostile.c thousand). */
+static size_t slots_max(const stitch_swarm *s) {
+  return 2 * (size_t)s->cfg.max_peers + CORE_INBOUND_SLACK + CORE_FULL_MAX +
+         CORE_SAME_EXTRA + s->cfg.cross_region + CORE_OUTBOUND_MIN +
+         CORE_CLOSING_MAX + (s->cfg.seed ? s->cfg.max_peers : 0);
+}
+
 int stitch_swarm_peer_open(stitch_swarm *s, uint64_t now_ms, int outbound,
                            const char *addr, uint32_t *id) {
   s->now_ms = now_ms;
@@ -502,6 +539,8 @@ int stitch_swarm_peer_open(stitch_swarm *s, uint64_t now_ms, int outbound,
   for (size_t i = 0; i < s->n_peers && p == NULL; i++)
     if (s->peers[i].state == PEER_FREE)
       p = &s->peers[i];
+  if (p == NULL && s->n_peers >= slots_max(s))
+    return STITCH_ELIMIT; /* the driver closes it: we hold no more */
   if (p == NULL) {
     struct sched_slot *ns = realloc(s->sched, (s->n_peers + 1) * sizeof(*ns));
     if (ns == NULL)
@@ -683,6 +722,11 @@ static int add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
                         peer *from, stitch_diag *d) {
   stitch_manifest *m;
   stitch_digest id;
+  /* The same bytes as a manifest held: known, without verifying its
+   * signature again (a peer resending one must not cost us a verify). */
+  for (size_t i = 0; i < s->n_v; i++)
+    if (s->v[i].raw_len == len && memcmp(s->v[i].raw, buf, len) == 0)
+      return 0;
   int rc = stitch_manifest_open(buf, len, &s->cfg.swarm, &m, &id, d);
   if (rc != 0) {
     s->st.verify_failures += rc != STITCH_ENOMEM;
@@ -909,6 +953,9 @@ void core_ready(stitch_swarm *s, peer *p) {
   }
   p->state = PEER_READY;
   p->progress_ms = s->now_ms;
+  score_init(&p->sc, s->now_ms);
+  p->answered_ms = p->ready_ms = s->now_ms;
+  p->owes = s->n_v > 0;
   core_log(s, "peer %u (%s, %s%s): ready", p->id, p->listen,
            p->region[0] ? p->region : "no region", p->is_seed ? ", seed" : "");
   /* Everything it should know: the policy, the manifests from the newest
@@ -975,22 +1022,38 @@ static void on_cancel(stitch_swarm *s, peer *p, const wire_msg *m) {
 
 static void on_have(stitch_swarm *s, peer *p, const wire_msg *m, int field) {
   vstate *v = core_find_version(s, m->version);
-  if (v == NULL || m->object >= v->ref.m->n_objects)
-    return; /* a version we do not know (yet, or any more) */
+  if (v == NULL) {
+    /* Its manifest comes before any HAVE on the same link (add_manifest
+     * passes it on at once), so a version newer than all we know does
+     * not exist; an older one we do not keep is stale. */
+    uint64_t latest = s->n_v ? s->v[s->n_v - 1].ref.m->version : 0;
+    core_score(s, p, m->version > latest ? SCORE_NO_VERSION : SCORE_STALE);
+    return;
+  }
+  if (m->object >= v->ref.m->n_objects) {
+    core_score(s, p, SCORE_NO_VERSION);
+    return;
+  }
   uint64_t n = v->ref.m->objects[m->object].n_chunks;
   if (field ? m->nbits != n : m->chunk >= n) {
     core_drop(s, p, 1, "HAVE or BITFIELD does not fit the manifest");
     return;
   }
+  int again = peer_bits(p, m->version, m->object, 0, n) != NULL;
   bits *b = peer_bits(p, m->version, m->object, 1, n);
   if (b == NULL)
     return;
   if (field) {
+    uint64_t before = b->count;
     for (uint64_t i = 0; i < n; i++)
       if ((m->data[i / 8] >> (i % 8)) & 1 && !bits_get(b, i)) {
         bits_set(b, i);
         fetch_on_have_bit(s, p, m->version, m->object, i);
       }
+    /* A peer sends one BITFIELD per object; another that adds nothing
+     * carries nothing. */
+    if (again && b->count == before && core_score(s, p, SCORE_EMPTY))
+      return;
     fetch_on_interest(s, p, m->version, m->object);
   } else if (!bits_get(b, m->chunk)) {
     bits_set(b, m->chunk);
@@ -1033,6 +1096,8 @@ static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
     free(m);
     return;
   }
+  if (p->state == PEER_READY)
+    p->frames++;
   switch (type) {
   case WIRE_HELLO:
     hs_on_hello(s, p, m);
@@ -1048,6 +1113,8 @@ static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
     int rc = add_manifest(s, m->data, m->data_len, p, &d);
     if (rc < 0) { /* banned, unless we ran out of memory: it sends again */
       core_drop(s, p, rc != STITCH_ENOMEM, d.msg);
+    } else if (rc == 0) {
+      core_score(s, p, SCORE_DUP_MANIFEST);
     } else if (rc == 1) {
       fetch_replan(s);
       for (size_t k = 0; k < s->n_peers; k++)
@@ -1074,7 +1141,12 @@ static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
     break;
   case WIRE_REJECT: {
     chunk_id c = {m->version, m->object, m->chunk};
+    const bits *b = peer_bits(p, c.version, c.object, 0, 0);
+    int advertised = b != NULL && bits_get(b, c.chunk);
+    p->answered_ms = s->now_ms;
     fetch_on_reject(s, p, &c);
+    if (advertised) /* it said it held that chunk */
+      core_score(s, p, SCORE_REJECT);
     break;
   }
   case WIRE_CROSSING:
@@ -1089,7 +1161,10 @@ static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
   case WIRE_REACH:
     reach_on_msg(s, p, m);
     break;
-  default: /* PING */
+  default: /* PING: an honest peer sends one after CORE_PING_MS of quiet */
+    if (p->ping_ms != 0 && s->now_ms - p->ping_ms < CORE_PING_MS / 2)
+      core_score(s, p, SCORE_EMPTY);
+    p->ping_ms = s->now_ms;
     break;
   }
   free(m);
@@ -1231,9 +1306,14 @@ int stitch_swarm_tick(stitch_swarm *s, uint64_t now_ms) {
       continue;
     }
     if (now_ms - p->last_recv_ms > CORE_DEAD_MS) {
-      core_drop(s, p, 0, "silent");
+      if (!core_score(s, p, SCORE_SILENT)) /* holding a slot: greylisted */
+        core_drop(s, p, 0, "silent");
       continue;
     }
+    if (p->state == PEER_READY && p->owes && p->frames == 0 &&
+        now_ms - p->ready_ms > CORE_QUIET_MS &&
+        core_score(s, p, SCORE_SILENT))
+      continue;
     /* A frame that crawls pins its buffer: it must come at
      * CORE_FRAME_MIN_RATE once CORE_FRAME_GRACE_MS have passed. */
     if (p->frame_on && now_ms - p->frame_ms > CORE_FRAME_GRACE_MS &&

@@ -8,6 +8,7 @@
 
 #include "common/bytes.h"
 #include "swarm/channel.h"
+#include "swarm/score.h"
 #include "swarm/wire.h"
 
 #define CORE_MAX_VERSIONS 64    /* newest kept; older ones are forgotten */
@@ -27,8 +28,25 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
 #define CORE_SERVE_SLOTS 4      /* same-region requesters served at once */
 #define CORE_SERVE_WAIT_MS 200  /* ...but none waits longer for a chunk */
 #define CORE_FULL_MAX 8         /* dialers pointed elsewhere at once */
+/* Links we dialed ourselves, kept however many dial in: a victim whose
+ * slots an attacker's nodes fill by dialing it (an eclipse) still picks
+ * some neighbours of its own choosing (Bitcoin Core keeps 8 outbound for
+ * the same reason), and a liar among those is greylisted by the address
+ * we dialed, so the next dial goes elsewhere. */
+#define CORE_OUTBOUND_MIN 3
+/* Peer slots waiting for the driver to close them (dropped, not yet
+ * peer_close'd), beyond the links the limits allow: a slot is held until
+ * the driver says the transport is gone. With the limits this caps a
+ * node's peer slots however many connect (core.c slots_max). */
+#define CORE_CLOSING_MAX 64
 #define CORE_PING_MS 10000      /* send a PING after this much silence */
 #define CORE_DEAD_MS 30000      /* drop a peer silent this long */
+/* A peer that has said nothing at all this long after its handshake is
+ * holding a slot: an honest one sends its manifests, its PEERS or its
+ * BITFIELD at once (core_ready), a round trip after ours at most. It is
+ * charged SCORE_SILENT (greylisted). Only once we sent it something to
+ * answer (a manifest), so a node with nothing to say yet is spared. */
+#define CORE_QUIET_MS 2000
 #define CORE_HANDSHAKE_MS 10000
 /* Before its AUTH is verified a peer may send its HELLO and its AUTH and
  * nothing else, none larger than this: the longest valid AUTH is under
@@ -124,6 +142,7 @@ typedef struct bits {
 typedef struct request {
   chunk_id c;
   uint64_t sent_ms;
+  int late; /* charged as late (score.h SCORE_LATE) */
 } request;
 
 typedef enum peer_state {
@@ -204,6 +223,14 @@ typedef struct peer {
   uint32_t reach;
   int reach_known;
   unsigned regions_added; /* names its REACHes added to our table */
+  /* What it is worth to us (score.h): when it last answered a request
+   * of ours (a CHUNK, a REJECT, a CROSSING), when we last charged it a
+   * stall, and when its last PING came. */
+  score sc;
+  uint64_t answered_ms, stall_ms, ping_ms;
+  uint64_t ready_ms;
+  uint32_t frames; /* since it became ready (CORE_QUIET_MS) */
+  int owes;        /* we sent it a manifest at ready: it answers */
 } peer;
 
 typedef struct addr_entry {
@@ -275,6 +302,7 @@ struct stitch_swarm {
   size_t n_bans;
   char ban_addrs[CORE_MAX_BANS][STITCH_SWARM_ADDR_MAX];
   size_t n_ban_addrs;
+  greylist grey; /* peers whose score fell too low (score.h) */
   stitch_swarm_action actions[CORE_MAX_ACTIONS];
   size_t act_head, act_len;
   uint64_t now_ms, next_maintain_ms;
@@ -315,6 +343,10 @@ int core_send(stitch_swarm *s, peer *p, const wire_msg *m);
  * gone. One at a time per peer. */
 int core_send_chunk(stitch_swarm *s, peer *p, const wire_msg *m);
 void core_drop(stitch_swarm *s, peer *p, int ban, const char *why);
+/* Charges (or credits) ready peer P for EV (score.h); drops and
+ * greylists it when its score falls below SCORE_DROP (never the seed,
+ * whose key is the root of trust). 1 when P was dropped. */
+int core_score(stitch_swarm *s, peer *p, score_ev ev);
 int core_banned_key(const stitch_swarm *s, const stitch_pubkey *k);
 vstate *core_find_version(stitch_swarm *s, uint64_t v);
 uint64_t core_random(stitch_swarm *s);

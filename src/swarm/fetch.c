@@ -500,6 +500,7 @@ static vstate *lacking(stitch_swarm *s, const wire_msg *m) {
  * wait starts at the first time only, so one that says it of everything
  * holds back each chunk from us once, for CORE_COMING_WAIT_MS. */
 void fetch_on_crossing(stitch_swarm *s, peer *p, const wire_msg *m) {
+  p->answered_ms = s->now_ms;
   vstate *v = lacking(s, m);
   if (v == NULL || p->is_seed)
     return; /* not news for our region, or not ours to judge */
@@ -688,7 +689,7 @@ static int request_one(stitch_swarm *s, peer *p, int endgame) {
     /* The CHUNK body: the msgpack array around the bytes is small. */
     uint64_t allow = ref_of(v, o, c)->size + 64;
     p->chunk_allow = allow > p->chunk_allow ? allow : p->chunk_allow;
-    p->req[p->n_req++] = (request){id, s->now_ms};
+    p->req[p->n_req++] = (request){id, s->now_ms, 0};
     if (v->inflight[o][c]++ == 0)
       v->asked_at[o][c] = stamp(s, v);
     send_simple(s, p, WIRE_REQUEST, &id);
@@ -954,16 +955,26 @@ int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
     double took = (double)(s->now_ms - p->req[i].sent_ms);
     s->wait_ms = s->wait_ms > 0 ? s->wait_ms + (took - s->wait_ms) / 8 : took;
     drop_request(s, p, (unsigned)i);
+    p->answered_ms = s->now_ms;
   }
   vstate *v = core_find_version(s, m->version);
-  if (v == NULL)
-    return 0; /* a version we forgot since we asked */
+  if (v == NULL) { /* a version we forgot since we asked, or none */
+    if (i < 0) {
+      s->st.unasked_chunks++;
+      core_score(s, p, SCORE_UNASKED);
+    }
+    return 0;
+  }
   if (m->object >= v->ref.m->n_objects ||
       m->chunk >= v->ref.m->objects[m->object].n_chunks)
     return -1; /* no such chunk: not a mistake an honest peer makes */
   if (bits_get(&v->held[m->object], m->chunk)) {
     s->st.chunks_twice++; /* the endgame's second copy, or a reply to a
                            * cancel, or two pushes of one chunk */
+    if (i < 0) { /* nobody asked, and no use: a pusher's flood costs it */
+      s->st.unasked_chunks++;
+      core_score(s, p, SCORE_UNASKED);
+    }
     return 0;
   }
   /* Unasked (a reply after our request timed out, or after a cancel) is
@@ -989,6 +1000,7 @@ int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
     return 0; /* ours, not theirs: ask again later */
   }
   bits_set(&v->held[m->object], m->chunk);
+  core_score(s, p, SCORE_USEFUL);
   s->fetched++;
   s->st.bytes_down += m->data_len;
   if (p->is_seed)
@@ -1172,6 +1184,50 @@ void fetch_serve_next(stitch_swarm *s, peer *p) {
 
 /* ---- Timers ----------------------------------------------------------- */
 
+/* P let a request go late: what it said it holds is believed no more
+ * until it says so again (a HAVE). A liar that claims every chunk
+ * otherwise counts as a second holder of each, and the seed, asked only
+ * for chunks nobody else holds (pick), is asked for none. */
+static void forget_holdings(stitch_swarm *s, peer *p) {
+  for (size_t i = 0; i < p->n_have; i++) {
+    bits *b = &p->have[i];
+    vstate *v = core_find_version(s, b->version);
+    for (uint64_t c = 0; v != NULL && v->avail[b->object] != NULL && c < b->n;
+         c++)
+      if (bits_get(b, c) && v->avail[b->object][c] > 0)
+        v->avail[b->object][c]--;
+    memset(b->b, 0, b->n / 8 + 1);
+    b->count = 0;
+  }
+}
+
+/* Charges P for our requests that went late (once each) and for a stall:
+ * requests out and no answer for SCORE_STALL_MS (score.h says why those
+ * bounds). 1 when P was dropped. */
+static int fetch_judge(stitch_swarm *s, peer *p) {
+  double w = SCORE_LATE_FACTOR * s->wait_ms;
+  uint64_t late_ms = w > SCORE_LATE_MIN_MS ? (uint64_t)w : SCORE_LATE_MIN_MS;
+  uint64_t oldest = UINT64_MAX;
+  for (unsigned k = 0; k < p->n_req; k++) {
+    request *r = &p->req[k];
+    oldest = r->sent_ms < oldest ? r->sent_ms : oldest;
+    if (!r->late && s->now_ms - r->sent_ms >= late_ms) {
+      r->late = 1;
+      if (core_score(s, p, SCORE_LATE))
+        return 1;
+      forget_holdings(s, p);
+    }
+  }
+  if (p->n_req == 0)
+    return 0;
+  uint64_t since = p->answered_ms > oldest ? p->answered_ms : oldest;
+  if (s->now_ms - since < SCORE_STALL_MS ||
+      s->now_ms - p->stall_ms < SCORE_STALL_MS)
+    return 0;
+  p->stall_ms = s->now_ms;
+  return core_score(s, p, SCORE_STALL);
+}
+
 void fetch_tick(stitch_swarm *s) {
   if (s->replan)
     fetch_replan(s);
@@ -1179,14 +1235,19 @@ void fetch_tick(stitch_swarm *s) {
     peer *p = &s->peers[i];
     if (p->state != PEER_READY)
       continue;
+    if (fetch_judge(s, p))
+      continue; /* dropped: its score fell too low */
     for (unsigned k = 0; k < p->n_req;) {
       if (s->now_ms - p->req[k].sent_ms < CORE_REQUEST_MS) {
         k++;
         continue;
       }
       drop_request(s, p, k);
-      if (++p->timeouts >= 3) {
-        core_drop(s, p, 0, "too slow");
+      if (core_score(s, p, SCORE_TIMEOUT))
+        break;
+      if (++p->timeouts >= 3) { /* it holds our pipeline: greylisted */
+        if (!core_score(s, p, SCORE_SILENT))
+          core_drop(s, p, 0, "too slow");
         break;
       }
     }

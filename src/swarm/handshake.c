@@ -114,6 +114,10 @@ static const char *admits(stitch_swarm *s, peer *p, const stitch_pubkey *k,
     return "its key is revoked";
   if (core_banned_key(s, k))
     return "banned";
+  if (grey_key(&s->grey, k, s->now_ms)) {
+    s->st.grey_refused++;
+    return "greylisted"; /* its score fell too low lately (score.h) */
+  }
   if (memcmp(k->b, s->cfg.swarm.b, 32) == 0) {
     p->is_seed = 1; /* the trainer's own key: no ticket needed */
     return NULL;

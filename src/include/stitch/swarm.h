@@ -101,7 +101,10 @@ void stitch_swarm_free(stitch_swarm *s);
 
 /* ---- Peers: the driver's side ----------------------------------------- */
 
-/* A transport to a peer is up (OUTBOUND: we dialed ADDR). Returns its id. */
+/* A transport to a peer is up (OUTBOUND: we dialed ADDR). Returns its id.
+ * STITCH_ELIMIT when the core holds as many peer slots as it ever will
+ * (its links' limits plus those the driver has yet to close): close the
+ * transport; no peer_close follows. */
 int stitch_swarm_peer_open(stitch_swarm *s, uint64_t now_ms, int outbound,
                            const char *addr, uint32_t *peer);
 /* Bytes the peer sent. A nonzero return means the core dropped the peer
@@ -203,6 +206,12 @@ typedef struct stitch_swarm_stats {
   uint64_t refused;       /* handshakes refused: no ticket, a bad one,
                              revoked, another swarm */
   uint64_t policy_serial; /* of the policy held (0: none) */
+  /* Peers dropped because their score fell below the threshold (lies,
+   * stalls, unasked chunks, floods; docs/security.md "Hostile members"),
+   * and handshakes refused because the key was greylisted. */
+  uint64_t greylisted;
+  uint64_t grey_refused;
+  uint64_t unasked_chunks; /* CHUNKs not asked for that were no use */
 } stitch_swarm_stats;
 
 void stitch_swarm_get_stats(const stitch_swarm *s, stitch_swarm_stats *st);

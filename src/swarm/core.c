@@ -606,8 +606,9 @@ static void plain_pending(stitch_swarm *s, peer *p, int refill,
     fetch_serve_next(s, p);
   }
   size_t end = p->pay != NULL ? p->pay_at : p->out.len;
-  *buf = p->out.p + p->out_off;
   *len = end - p->out_off;
+  /* out.p is NULL until the first frame: NULL + 0 is undefined in C. */
+  *buf = *len > 0 ? p->out.p + p->out_off : NULL;
 }
 
 /* N bytes of the plaintext are on their way (sent, or sealed). */

@@ -13,11 +13,13 @@
  *   build/tests/fuzz/fuzz_gen_corpus tests/fuzz/corpus */
 #include "fuzz/chunk_fixture.h"
 #include "fuzz/fuzz_common.h"
+#include "fuzz/fuzz_peer.h"
 #include "swarm/wire.h"
 
 #include <errno.h>
 #include <msgpack.h>
 #include <sodium.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -987,6 +989,176 @@ static void gen_http(void) {
   emit_http("connection-many", "", many);
 }
 
+/* ---- fuzz_peer: programs for the scripted dialer (fuzz_peer.h) --------- */
+
+typedef struct prog {
+  uint8_t b[1024];
+  size_t n;
+} prog;
+
+static void put(prog *p, int n, ...) {
+  va_list ap;
+  va_start(ap, n);
+  for (int i = 0; i < n; i++) {
+    int v = va_arg(ap, int);
+    if (p->n < sizeof(p->b))
+      p->b[p->n++] = (uint8_t)v;
+  }
+  va_end(ap);
+}
+
+static void put_bytes(prog *p, const uint8_t *b, size_t n) {
+  for (size_t i = 0; i < n && p->n < sizeof(p->b); i++)
+    p->b[p->n++] = b[i];
+}
+
+static void emit_peer(const char *name, const prog *p) {
+  write_file("fuzz_peer", name, p->b, p->n);
+}
+
+/* Fetch version V (1 or 2): its manifest, a full bitfield, then answer
+ * the victim's requests one at a time. */
+static void fetch_prog(prog *p, int v) {
+  put(p, 2, FP_OP_MANIFEST, v - 1);
+  put(p, 3, FP_OP_BITFIELD, v - 1, 0xff);
+  put(p, 3, FP_OP_FLUSH, 255, 255);
+  for (int i = 0; i < 8; i++) {
+    put(p, 4, FP_OP_CHUNK, 0x80, 0, 0);
+    put(p, 3, FP_OP_FLUSH, 255, 255);
+    put(p, 2, FP_OP_TICK, 3);
+  }
+}
+
+static void gen_peer(void) {
+  prog p;
+  static const struct {
+    const char *name;
+    uint8_t mode, sizes, variant;
+  } hs[] = {
+      {"hs-good", FP_HS_GOOD, 0xff, 0},
+      {"hs-good-bytewise", FP_HS_GOOD, 0x00, 0},
+      {"hs-good-records", FP_HS_GOOD, 0x85, 0},
+      {"hs-no-ticket", FP_HS_NO_TICKET, 0xff, 0},
+      {"hs-no-ticket-open", FP_HS_NO_TICKET | FP_F_OPEN, 0xff, 0},
+      {"hs-expired", FP_HS_BAD_TICKET, 0xff, 0},
+      {"hs-other-node", FP_HS_BAD_TICKET, 0xff, 1},
+      {"hs-other-signer", FP_HS_BAD_TICKET, 0xff, 2},
+      {"hs-seed-ticket", FP_HS_BAD_TICKET, 0xff, 3},
+      {"hs-short-ticket", FP_HS_BAD_TICKET, 0xff, 4},
+      {"hs-flipped-ticket", FP_HS_BAD_TICKET, 0xff, 5},
+      {"hs-other-swarm", FP_HS_BAD_AUTH, 0xff, 0},
+      {"hs-bad-sig", FP_HS_BAD_AUTH, 0xff, 1},
+      {"hs-victims-key", FP_HS_BAD_AUTH, 0xff, 2},
+      {"hs-trainer", FP_HS_BAD_AUTH, 0xff, 3},
+      {"hs-auth-twice", FP_HS_BAD_AUTH, 0xff, 4},
+      {"hs-hello-again", FP_HS_BAD_AUTH, 0xff, 5},
+      {"hs-zero-kx", FP_HS_ZERO_KX, 0xff, 0},
+      {"hs-cipher-none", FP_HS_GOOD | FP_F_CIPHER_NONE, 0x41, 0},
+      {"hs-seed-victim", FP_HS_GOOD | FP_F_SEED, 0xff, 0},
+  };
+  for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++) {
+    p.n = 0;
+    put(&p, 4, hs[i].mode, 0, hs[i].sizes, hs[i].variant);
+    emit_peer(hs[i].name, &p);
+  }
+
+  /* Raw bytes before any HELLO: a HELLO in clear, then a record that
+   * does not open. */
+  dbuf w = {NULL, 0, 0, 1 << 20};
+  wire_msg *m = calloc(1, sizeof(*m));
+  if (m == NULL)
+    exit(1);
+  m->type = WIRE_HELLO;
+  m->proto = WIRE_PROTO;
+  memset(m->kx, 9, sizeof(m->kx));
+  wire_or_die(&w, m);
+  p.n = 0;
+  put(&p, 4, FP_HS_RAW, 0, 0x43, 0);
+  put_bytes(&p, w.p, w.len);
+  put(&p, 8, 40, 0, 1, 2, 3, 4, 5, 6);
+  emit_peer("raw-hello-then-junk", &p);
+  p.n = 0;
+  put(&p, 4, FP_HS_RAW, 0, 0xff, 0);
+  put(&p, 9, 1, 0, 0, 0, 2, 0x91, 0x02, 0xc0, 0xc0);
+  emit_peer("raw-not-hello", &p);
+  /* Our HELLO, then an AUTH-sized frame in clear. */
+  p.n = 0;
+  put(&p, 4, FP_HS_RAW_HELLO, 0, 0xc0, 0);
+  put(&p, 8, 20, 0, 0, 0, 2, 0x96, 0xc4, 0x20);
+  emit_peer("raw-after-hello", &p);
+
+  /* A node fetches version 1, then version 2, over records and over a
+   * simulator's clear link. */
+  p.n = 0;
+  put(&p, 4, FP_HS_GOOD, 0, 0xff, 0);
+  fetch_prog(&p, 1);
+  fetch_prog(&p, 2);
+  emit_peer("fetch-v1-v2", &p);
+  p.n = 0;
+  put(&p, 4, FP_HS_GOOD | FP_F_CIPHER_NONE | FP_F_FAR, 0, 0xff, 0);
+  fetch_prog(&p, 1);
+  emit_peer("fetch-v1-clear-far", &p);
+  /* Holds half of version 1 already; we send a bad chunk. */
+  p.n = 0;
+  put(&p, 4, FP_HS_GOOD | FP_F_HAS_V1, 0x0f, 0xff, 0);
+  put(&p, 3, FP_OP_BITFIELD, 0, 0xff);
+  put(&p, 3, FP_OP_HAVE, 0, 1);
+  put(&p, 3, FP_OP_FLUSH, 3, 9);
+  put(&p, 4, FP_OP_CHUNK, 0x80, 0, 1);
+  put(&p, 3, FP_OP_FLUSH, 255, 255);
+  emit_peer("bad-chunk", &p);
+
+  /* The seed serves us: requests, a cancel, a reject, time. */
+  p.n = 0;
+  put(&p, 4, FP_HS_GOOD | FP_F_SEED, 0, 0xff, 0);
+  for (int c = 0; c < 4; c++)
+    put(&p, 3, FP_OP_REQUEST, 0, c);
+  put(&p, 3, FP_OP_REQUEST, 1, 0);
+  put(&p, 4, FP_OP_SMALL, 0, 0, 3);
+  put(&p, 3, FP_OP_FLUSH, 255, 255);
+  put(&p, 2, FP_OP_TICK, 10);
+  put(&p, 3, FP_OP_BITFIELD, 0, 0x55);
+  put(&p, 3, FP_OP_HAVE, 1, 0);
+  put(&p, 4, FP_OP_SMALL, 1, 1, 0);
+  put(&p, 3, FP_OP_FLUSH, 255, 255);
+  put(&p, 2, FP_OP_TICK, 60);
+  emit_peer("seed-serves", &p);
+
+  /* Everything else a link carries, a manifest with a byte flipped (the
+   * peer is dropped), then time and frames for the dropped peer. */
+  p.n = 0;
+  put(&p, 4, FP_HS_GOOD, 0xff, 0xff, 0);
+  put(&p, 2, FP_OP_PEERS, 4);
+  put(&p, 4, 0x11, 0x22, 0x33, 0x44);
+  for (int k = 0; k < 12; k++)
+    put(&p, 4, FP_OP_SMALL, k, k * 5, k);
+  put(&p, 2, FP_OP_POLICY, 0);
+  put(&p, 2, FP_OP_POLICY, 1);
+  put(&p, 4, FP_OP_FRAME, WIRE_PING, 1, 0);
+  put(&p, 1, 0x90);
+  put(&p, 2, FP_OP_MANIFEST, 0);
+  put(&p, 3, FP_OP_FLUSH, 0, 2);
+  put(&p, 2, FP_OP_MANIFEST, 6); /* one byte flipped */
+  put(&p, 3, FP_OP_FLUSH, 255, 255);
+  put(&p, 2, FP_OP_TICK, 100);
+  put(&p, 2, FP_OP_TICK, 255);
+  put(&p, 2, FP_OP_TICK, 255);
+  put(&p, 2, FP_OP_TICK, 255);
+  put(&p, 3, FP_OP_REQUEST, 0, 0);
+  put(&p, 3, FP_OP_FLUSH, 255, 255);
+  put(&p, 3, FP_OP_RAW, 3, 1);
+  put(&p, 2, 2, 3);
+  emit_peer("misc-then-dropped", &p);
+  /* A newer policy revokes us; one signed by another key. */
+  p.n = 0;
+  put(&p, 4, FP_HS_GOOD | FP_F_OPEN, 0, 0xff, 0);
+  put(&p, 4, FP_OP_POLICY, 3, FP_OP_POLICY, 2);
+  put(&p, 3, FP_OP_FLUSH, 255, 255);
+  emit_peer("policy-revokes", &p);
+  free(m);
+  dbuf_free(&w);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: fuzz_gen_corpus DIR\n");
@@ -1008,6 +1180,7 @@ int main(int argc, char **argv) {
   gen_chunk();
   gen_wire();
   gen_http();
+  gen_peer();
   if (failures) {
     fprintf(stderr, "gen_corpus: %d seed(s) off their coding\n", failures);
     return 1;

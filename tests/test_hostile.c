@@ -209,7 +209,9 @@ static void run_swarm(const attack *a, int on, int n_honest, outcome *out) {
   }
   for (size_t k = 0; k < net.n_conn; k++) {
     const sn_conn *c = &net.conn[k];
-    if (!c->open)
+    /* A dial still in its handshake (refused within a round trip or two)
+     * is not a link held. */
+    if (!c->open || net.now - c->opened_ms < 1000)
       continue;
     int x = c->d[0].from, y = c->d[0].to;
     int ex = x >= first, ey = y >= first;

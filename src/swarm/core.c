@@ -954,8 +954,6 @@ void core_ready(stitch_swarm *s, peer *p) {
   }
   p->state = PEER_READY;
   p->progress_ms = s->now_ms;
-  if (memcmp(p->node.b, s->cfg.swarm.b, 32) == 0) /* fetch.c may_pass */
-    snprintf(s->seed_region, sizeof(s->seed_region), "%s", p->region);
   score_init(&p->sc, s->now_ms);
   p->answered_ms = p->ready_ms = s->now_ms;
   p->owes = s->n_v > 0;

@@ -321,8 +321,6 @@ struct stitch_swarm {
   char regions[CORE_MAX_REGIONS][STITCH_SWARM_REGION_MAX];
   unsigned n_regions;
   uint32_t reach_told, regions_all;
-  /* The trainer's seed's region, from our link to it ("" until then). */
-  char seed_region[STITCH_SWARM_REGION_MAX];
   stitch_swarm_stats st;
   /* The newest signed policy (stitch/admit.h) and its bytes, to pass on. */
   stitch_policy *policy;

@@ -833,13 +833,8 @@ static int wanted_by_all(const stitch_swarm *s, const vstate *v, uint32_t o) {
  * Q's region holds it, or has it coming from us (queued, or sent lately:
  * coming_into would not send it then). */
 static peer *coming_into(stitch_swarm *s, const peer *p, const chunk_id *c);
-/* Never into the seed's region: the seed gives its nodes every chunk,
- * and a pass there is a copy across for nothing (ctest sim_regions, one
- * run: passes into the seed's region were most of the 0.07 of an anchor
- * that crossed back). */
 static int may_pass(stitch_swarm *s, peer *q, vstate *v, const chunk_id *c) {
   return q->state == PEER_READY && far_peer(q) && q->n_serve == 0 &&
-         (s->seed_region[0] == 0 || strcmp(q->region, s->seed_region) != 0) &&
          (peer_bits(q, c->version, c->object, 0, 0) != NULL ||
           wanted_by_all(s, v, c->object)) &&
          !region_has(s, q->region, c) && coming_into(s, q, c) == NULL;

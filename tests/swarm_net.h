@@ -183,6 +183,8 @@ typedef struct sn_node {
   const uint8_t *evil_buf;
   size_t evil_len;
   uint32_t dribble; /* bytes per ms after a HUGE header */
+  int huge_type;    /* the HUGE header's type (0: CHUNK) and its length */
+  uint32_t huge_len; /* (0: SN_HUGE_FRAME) */
   uint64_t evil_from, evil_every; /* SN_EVIL_REPEAT's pace */
   /* With net->track_heap: what this node's core keeps allocated (glibc's
    * mallinfo2 around each call into it, less what its store took in the
@@ -795,9 +797,10 @@ static void sn_inject(sn_node *n, sn_pipe *p) {
   switch (n->evil) {
   case SN_EVIL_HUGE: {
     uint8_t h[5];
+    uint32_t len = n->huge_len ? n->huge_len : SN_HUGE_FRAME;
     for (int i = 0; i < 4; i++)
-      h[i] = (uint8_t)(SN_HUGE_FRAME >> (8 * i));
-    h[4] = WIRE_CHUNK;
+      h[i] = (uint8_t)(len >> (8 * i));
+    h[4] = (uint8_t)(n->huge_type ? n->huge_type : WIRE_CHUNK);
     ASSERT_EQ(dbuf_put(&p->out, h, 5), 0);
     p->dribbling = 1;
     p->mon_dead = 1; /* the monitor need not buffer the dribble */

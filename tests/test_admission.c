@@ -274,7 +274,45 @@ static void scenario_early(void) {
   sn_free(&net);
 }
 
+/* After its handshake, a member starts a 64 MiB MANIFEST frame (nobody
+ * asks for those; their size is the limit's) and dribbles it at 1 KB/s:
+ * the victim drops it once the frame falls behind 32 KiB/s after its 5 s
+ * grace (CORE_FRAME_MIN_RATE), with what came buffered and no more. */
+static void scenario_crawl(void) {
+  sn_net net;
+  sn_node *seed = build(&net, &default_params, 2);
+  sn_node *evil = sn_add(&net, "eu", 0, 0);
+  evil->evil = SN_EVIL_HUGE;
+  evil->huge_type = WIRE_MANIFEST;
+  evil->huge_len = STITCH_MANIFEST_MAX;
+  evil->dribble = 16;
+  evil->up_bw = 1; /* bytes per ms */
+  start_at(&net, seed, 2, 0); /* no version yet: no manifest it owes an
+                                answer (score.c's silence) */
+  sn_start(&net, evil, NULL, 0);
+  sn_node *victim = &net.node[1];
+  sn_link(&net, evil, victim);
+  size_t link = net.n_conn - 1;
+  net.track_heap = 1;
+  uint64_t t0 = net.now;
+  sn_run(&net, net.now + 20000, NULL, NULL);
+  const sn_conn *c = &net.conn[link];
+  printf("crawl: a 64 MiB MANIFEST at 1 KB/s %s after %" PRIu64
+         " ms and %" PRIu64 " B; the victim kept at most %" PRId64 " B\n",
+         c->closed_by == victim->idx ? "dropped by the victim" : "open",
+         (c->open ? net.now : c->closed_ms) - t0, c->d[0].delivered,
+         c->d[0].heap_peak);
+  CHECK_NET(&net, c->closed_by == victim->idx);
+  CHECK_NET(&net, c->closed_ms - t0 < 8000);
+  CHECK_NET(&net, c->d[0].heap_peak <= (int64_t)(2 * c->d[0].delivered + 65536));
+  publish(&net, seed, 1);
+  run_until_all_at(&net, 1);
+  check_all_exact(&net, 1);
+  sn_free(&net);
+}
+
 static const sw_scenario scenarios[] = {
+    {"crawl", scenario_crawl},
     {"intruders", scenario_intruders}, {"open", scenario_open},
     {"revoke", scenario_revoke},       {"fork", scenario_fork},
     {"sealed", scenario_sealed},       {"early", scenario_early},

@@ -410,44 +410,36 @@ static void victim_frame(fp *f, int type, const uint8_t *body, size_t len) {
   }
 }
 
+/* Takes the victim's bytes at *BUF toward its next frame, and checks that
+ * frame when it is whole. The reader takes at most a frame's bytes. */
+static void victim_feed(fp *f, const uint8_t **buf, size_t *len) {
+  size_t used;
+  int type;
+  const uint8_t *body;
+  size_t blen;
+  stitch_diag d = {{0}};
+  CHECK(wire_reader_feed(&f->rd, *buf, *len, &used, &type, &body, &blen,
+                         &d) == 0);
+  *buf += used;
+  *len -= used;
+  if (type > 0)
+    victim_frame(f, type, body, blen);
+  else
+    CHECK(*len == 0);
+}
+
 static void victim_frames(fp *f, const uint8_t *buf, size_t len) {
-  while (len > 0) {
-    size_t used;
-    int type;
-    const uint8_t *body;
-    size_t blen;
-    stitch_diag d = {{0}};
-    CHECK(wire_reader_feed(&f->rd, buf, len, &used, &type, &body, &blen,
-                           &d) == 0);
-    buf += used;
-    len -= used;
-    if (type > 0)
-      victim_frame(f, type, body, blen);
-    else
-      CHECK(len == 0);
-  }
+  while (len > 0)
+    victim_feed(f, &buf, &len);
 }
 
 /* Bytes the victim sent. */
 static void victim_bytes(fp *f, const uint8_t *buf, size_t len) {
   while (len > 0) {
     if (!f->ch.on) {
-      /* In clear: its HELLO (and the frames after under cipher_none).
-       * The reader takes at most the frame's bytes, so once HELLO is in,
-       * the rest goes to the records. */
-      size_t used;
-      int type;
-      const uint8_t *body;
-      size_t blen;
-      stitch_diag d = {{0}};
-      CHECK(wire_reader_feed(&f->rd, buf, len, &used, &type, &body, &blen,
-                             &d) == 0);
-      buf += used;
-      len -= used;
-      if (type > 0)
-        victim_frame(f, type, body, blen);
-      else
-        CHECK(len == 0);
+      /* In clear: its HELLO (and the frames after under cipher_none);
+       * once HELLO is in, the rest goes to the records. */
+      victim_feed(f, &buf, &len);
       continue;
     }
     size_t used;

@@ -15,6 +15,11 @@
 #   STITCH_DEMO_PARAMS=200M STITCH_DEMO_STEPS=10 tools/demo.sh --codec
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in
+"" | --codec) [ $# -le 1 ] || { echo "demo.sh: one argument at most (see --help)" >&2; exit 2; } ;;
+-h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+*) echo "demo.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+esac
 tools/setup.sh
 bin=build/bin
 if [ "${1:-}" != "--codec" ]; then

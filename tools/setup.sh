@@ -24,6 +24,19 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 build="${STITCH_BUILD_DIR:-build}"
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
-cmake --build "$build" -j"$(nproc)" >/dev/null
+# Warnings are errors in every build, the demo's too, so that the demo and
+# the tests share one configuration and build/ is built once.
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTITCH_WERROR=ON \
+  "$@" >/dev/null
+# A line per tenth of the build, so a first build (minutes) shows progress;
+# the whole output is in $build/build.log, and its tail on a failure.
+echo "setup: building $build (log: $build/build.log)" >&2
+if ! cmake --build "$build" -j"$(nproc)" 2>&1 | tee "$build/build.log" |
+  awk '/^\[ *[0-9]+%\]/ { p = substr($0, 2, 3) + 0;
+                          if (p >= next_p) { printf "setup: %d%%\n", p > "/dev/stderr";
+                                             next_p = p - p % 10 + 10 } }'; then
+  tail -n 30 "$build/build.log" >&2
+  echo "setup: the build failed (all of it: $build/build.log)" >&2
+  exit 1
+fi
 echo "setup: built $build/bin/stitch" >&2

@@ -5,6 +5,11 @@
 #   tools/test.sh --sanitize  # ASan + UBSan, in build-asan/
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in
+"" | --sanitize) [ $# -le 1 ] || { echo "test.sh: one argument at most (see --help)" >&2; exit 2; } ;;
+-h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+*) echo "test.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+esac
 args=(-DSTITCH_WERROR=ON)
 export STITCH_BUILD_DIR="${STITCH_BUILD_DIR:-build}"
 if [ "${1:-}" = "--sanitize" ]; then

@@ -273,6 +273,13 @@ expect 2 - recover --weights
 expect 2 - verify --store store
 expect 2 - pull --store store --pub key.pub
 
+# ---- --version -----------------------------------------------------------------
+CHECKS=$((CHECKS + 1))
+case "$(run --version)" in
+"stitch "[0-9]*.[0-9]*.[0-9]*" (wire protocol "[0-9]*")") ;;
+*) fail "stitch --version: '$(run --version)'" ;;
+esac
+
 # ---- admission: admit, revoke ------------------------------------------------
 expect_ok keygen --out n1
 expect_ok admit --key key.key --node n1.pub --out t1 --expires 30d

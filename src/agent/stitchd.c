@@ -873,6 +873,10 @@ int main(int argc, char **argv) {
       fputs(opt_usage, stdout);
       return 0;
     }
+  if (!strcmp(argv[1], "--version")) {
+    printf(PROG " %s\n", stitch_version());
+    return 0;
+  }
   unsigned role = !strcmp(argv[1], "node")   ? ROLE_NODE
                   : !strcmp(argv[1], "seed") ? ROLE_SEED
                                              : 0;

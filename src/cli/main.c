@@ -129,6 +129,10 @@ int main(int argc, char **argv) {
     usage(stdout);
     return 0;
   }
+  if (strcmp(argv[1], "--version") == 0) {
+    printf("stitch %s\n", stitch_version());
+    return 0;
+  }
   for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
     if (strcmp(argv[1], commands[i].name) == 0)
       return commands[i].fn(argc - 2, argv + 2);

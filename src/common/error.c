@@ -1,5 +1,6 @@
 /* error.c: the message table generated from STITCH_ERRNO_MAP. */
 #include "stitch/error.h"
+#include "stitch/version_info.h"
 
 #include "common/diag.h"
 
@@ -52,4 +53,12 @@ int stitch_diag_prefix(stitch_diag *d, int err, const char *path) {
     stitch_diag_set(d, err, "%.120s: %.190s", path, tmp);
   }
   return err;
+}
+
+#define STITCH_STR(x) #x
+#define STITCH_XSTR(x) STITCH_STR(x)
+
+const char *stitch_version(void) {
+  return STITCH_VERSION_STRING " (wire protocol " STITCH_XSTR(
+      STITCH_WIRE_PROTOCOL) ")";
 }

@@ -3,6 +3,7 @@
 #define STITCH_H
 
 #include "stitch/error.h"
+#include "stitch/version_info.h"
 #include "stitch/safetensors.h"
 #include "stitch/digest.h"
 #include "stitch/view.h"

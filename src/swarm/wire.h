@@ -8,13 +8,14 @@
 #define STITCH_SWARM_WIRE_H
 
 #include "stitch/swarm.h"
+#include "stitch/version_info.h"
 
 #include "common/bytes.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define WIRE_PROTO 2
+#define WIRE_PROTO STITCH_WIRE_PROTOCOL
 #define WIRE_KX_BYTES 32       /* an ephemeral X25519 public key */
 #define WIRE_AUTH_INPUT 49     /* the bytes AUTH's signature covers */
 #define WIRE_MAX_PEERS_MSG 64 /* addresses in one PEERS message */

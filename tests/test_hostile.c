@@ -409,7 +409,7 @@ static void scenario_thousand(void) {
 
 static const sw_scenario scenarios[] = {
     {"todo_liar", scenario_liar},       {"push", scenario_push},
-    {"spam", scenario_spam},       {"todo_eclipse", scenario_eclipse},
+    {"spam", scenario_spam},       {"eclipse", scenario_eclipse},
     {"silent", scenario_silent},   {"thousand", scenario_thousand},
 };
 

@@ -948,9 +948,34 @@ static void push_near(stitch_swarm *s, const peer *from, vstate *v,
   count_as_its(s, pick, v, c);
 }
 
+static void forget_holdings(stitch_swarm *s, peer *p);
+
+/* Was Q's request R outrun: asked of Q before the request (at ASKED_MS)
+ * that brought the chunk from another peer, with nothing from Q since?
+ * An honest peer busy with others is outrun now and then, and earns a
+ * point for each chunk it does serve; a liar that advertises everything
+ * and serves nothing is outrun at every request (docs/security.md
+ * "Hostile members"). */
+static int outrun(const peer *q, const request *r, uint64_t asked_ms) {
+  return !q->is_seed && r->sent_ms < asked_ms && q->answered_ms < r->sent_ms;
+}
+
+/* Charges Q for an outrun request; while its score is below 0 (it has
+ * not served enough lately to make up for it), what it advertised is
+ * believed no more until its next HAVE, as for a late request. 1 when
+ * Q was dropped. */
+static int charge_outrun(stitch_swarm *s, peer *q) {
+  if (core_score(s, q, SCORE_OUTRUN))
+    return 1;
+  if (score_value(&q->sc, s->now_ms) < 0)
+    forget_holdings(s, q);
+  return 0;
+}
+
 int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
   chunk_id c = {m->version, m->object, m->chunk};
   int i = find_request(p, &c);
+  uint64_t asked_ms = i >= 0 ? p->req[i].sent_ms : UINT64_MAX;
   if (i >= 0) { /* the usual wait: an average over the last 8 or so */
     double took = (double)(s->now_ms - p->req[i].sent_ms);
     s->wait_ms = s->wait_ms > 0 ? s->wait_ms + (took - s->wait_ms) / 8 : took;
@@ -1027,8 +1052,11 @@ int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
       continue;
     int j = find_request(q, &c);
     if (j >= 0) {
+      int beaten = outrun(q, &q->req[j], asked_ms);
       drop_request(s, q, (unsigned)j);
       send_simple(s, q, WIRE_CANCEL, &c);
+      if (beaten && charge_outrun(s, q))
+        continue; /* dropped */
     }
     if (peer_told(q, c.version, c.object) != NULL)
       send_simple(s, q, WIRE_HAVE, &c);
@@ -1187,15 +1215,24 @@ void fetch_serve_next(stitch_swarm *s, peer *p) {
 /* P let a request go late: what it said it holds is believed no more
  * until it says so again (a HAVE). A liar that claims every chunk
  * otherwise counts as a second holder of each, and the seed, asked only
- * for chunks nobody else holds (pick), is asked for none. */
+ * for chunks nobody else holds (pick), is asked for none. Nor is a
+ * CROSSING or a BID heard for a chunk it claims while we lack it: a liar
+ * that fetches a chunk across honestly, says so and serves it to nobody
+ * held its region off that chunk for CORE_CROSS_TRUST_MS (an honest
+ * crosser's chunk may cross twice instead). */
 static void forget_holdings(stitch_swarm *s, peer *p) {
   for (size_t i = 0; i < p->n_have; i++) {
     bits *b = &p->have[i];
     vstate *v = core_find_version(s, b->version);
-    for (uint64_t c = 0; v != NULL && v->avail[b->object] != NULL && c < b->n;
-         c++)
-      if (bits_get(b, c) && v->avail[b->object][c] > 0)
-        v->avail[b->object][c]--;
+    uint32_t o = b->object;
+    for (uint64_t c = 0; v != NULL && v->avail[o] != NULL && c < b->n; c++) {
+      if (!bits_get(b, c))
+        continue;
+      if (v->avail[o][c] > 0)
+        v->avail[o][c]--;
+      if (!bits_get(&v->held[o], c))
+        v->crossing[o][c] = v->bid_at[o][c] = 0;
+    }
     memset(b->b, 0, b->n / 8 + 1);
     b->count = 0;
   }

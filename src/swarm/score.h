@@ -69,6 +69,10 @@ typedef enum score_ev {
   SCORE_EMPTY,      /* -0.05: a HAVE or repeated BITFIELD that tells
                        nothing new */
   SCORE_SILENT,     /* -100: dropped for silence, holding a slot */
+  SCORE_OUTRUN,     /* -4: a chunk we asked it for first came from a peer
+                       asked later, and it sent nothing at all since we
+                       asked (fetch.c outrun): a liar's requests are
+                       cancelled so, never reaching SCORE_LATE */
   SCORE_N_
 } score_ev;
 

@@ -1321,7 +1321,8 @@ int stitch_swarm_tick(stitch_swarm *s, uint64_t now_ms) {
         (double)p->rd.buf.len <
             (double)(now_ms - p->frame_ms - CORE_FRAME_GRACE_MS) *
                 CORE_FRAME_MIN_RATE / 1000.0) {
-      core_drop(s, p, p->state == PEER_READY, "a frame that comes too slowly");
+      /* Not banned: it may be a slow link, not a lie. */
+      core_drop(s, p, 0, "a frame that comes too slowly");
       continue;
     }
     if (p->state == PEER_READY && now_ms - p->last_send_ms > CORE_PING_MS) {

@@ -87,6 +87,10 @@ if(TARGET stitchd AND TARGET stitch-synth)
   add_test(NAME admission
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/admission.sh ${STITCH_BIN})
   set_tests_properties(admission PROPERTIES TIMEOUT 300)
+  # 1,000 hostile connections against one real node: its RSS cap.
+  add_test(NAME hostile_conns
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/hostile_conns.sh ${STITCH_BIN})
+  set_tests_properties(hostile_conns PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)
 endif()
 # Encrypted links (proto 2): tcpdump records loopback while a seed and 2
 # nodes move 2 versions; no chunk of the store may be found in clear in

@@ -113,3 +113,12 @@ if(TARGET stitchd AND TARGET stitch_shared AND NOT STITCH_SANITIZE)
   set_tests_properties(e2e_trainer_engine PROPERTIES
     SKIP_RETURN_CODE 77 TIMEOUT 600)
 endif()
+# The swarm on a real network (tools/netlab, docs/netlab.md): a seed and 8
+# stitchd nodes in network namespaces, 2 regions on tc-shaped links, 3
+# versions; bit-exact, complete, and no namespace of the run left after.
+# Skips (77) where namespaces cannot be made (not root, no ip netns).
+if(TARGET stitchd AND TARGET stitch-synth)
+  add_test(NAME netlab
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/netlab.sh ${STITCH_BIN})
+  set_tests_properties(netlab PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)
+endif()

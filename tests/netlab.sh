@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# tools/netlab on simulations/scenarios/netlab_small.json: 8 real stitchd
+# nodes and a seed in network namespaces, 2 regions on shaped links, 3
+# versions. Every node must hold every version, bit-exact, and afterwards
+# no namespace with the run's prefix may remain (nor a daemon in one).
+# A second run must also refuse a scenario it cannot host (one line, exit 2)
+# and leave nothing behind.
+#
+# Skips (77) when namespaces cannot be made: not root, or `ip netns add`
+# fails (a container without CAP_SYS_ADMIN). About 15 s; netlab's own
+# time limit (the scenario's 60 s) bounds it.
+# Usage: netlab.sh BIN_DIR
+set -uo pipefail
+bin="$1"
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(dirname "$here")"
+command -v python3 >/dev/null || { echo "SKIP: netlab.sh needs python3"; exit 77; }
+command -v ip >/dev/null && command -v tc >/dev/null ||
+  { echo "SKIP: netlab.sh needs ip and tc (iproute2)"; exit 77; }
+[ "$(id -u)" -eq 0 ] || { echo "SKIP: netlab.sh needs root for ip netns"; exit 77; }
+prefix="netlab-test-$$"
+probe="$prefix-probe"
+ip netns add "$probe" 2>/dev/null ||
+  { echo "SKIP: netlab.sh: ip netns add fails here"; exit 77; }
+ip netns del "$probe"
+
+fail() { echo "netlab.sh: $*" >&2; exit 1; }
+left() { ip netns list | awk '{print $1}' | grep -c "^$prefix-"; }
+
+out="$(python3 "$root/tools/netlab" "$root/simulations/scenarios/netlab_small.json" \
+         --bin "$bin" --json --quiet --prefix "$prefix")"
+rc=$?
+printf '%s\n' "$out"
+n="$(left)"
+[ "$n" -eq 0 ] || fail "$n namespace(s) named $prefix-* remain"
+[ $rc -eq 0 ] || fail "netlab exited $rc"
+printf '%s\n' "$out" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+if r["completed"] is not True:
+    sys.exit("netlab.sh: not completed")
+if r["all_bit_exact"] is not True or r["bit_exact_nodes"] != 8:
+    sys.exit("netlab.sh: not every node is bit-exact")
+if [v["version"] for v in r["versions"]] != [1, 2, 3]:
+    sys.exit("netlab.sh: versions %s" % [v["version"] for v in r["versions"]])
+for v in r["versions"]:
+    if v["held"] != 8 or v["max_s"] is None or v["seed_bytes"] <= 0:
+        sys.exit("netlab.sh: version %d: %s" % (v["version"], v))
+if r["versions"][0]["cross_region_bytes"] <= 0:
+    sys.exit("netlab.sh: nothing crossed into the second region")
+' || exit 1
+
+# A scenario it cannot host: refused in one line before anything is made.
+big="$(mktemp)"
+trap 'rm -f "$big"' EXIT
+python3 - "$root/simulations/scenarios/netlab_small.json" "$big" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["regions"][0]["nodes"] = 41
+json.dump(s, open(sys.argv[2], "w"))
+PY
+err="$(python3 "$root/tools/netlab" "$big" --bin "$bin" --prefix "$prefix" 2>&1 >/dev/null)"
+rc=$?
+[ $rc -eq 2 ] || fail "44 nodes: exit $rc, expected 2"
+case "$err" in *"cannot host"*"nodes"*) ;; *) fail "44 nodes: '$err'" ;; esac
+[ "$(printf '%s\n' "$err" | grep -vc warning)" -eq 1 ] || fail "44 nodes: more than one line: $err"
+[ "$(left)" -eq 0 ] || fail "namespaces remain after a refusal"
+echo "netlab.sh: ok"

@@ -13,15 +13,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 NAME=admission LOGS="seed.log n1.log n2.log bad.log"
 . "$here/agent_lib.sh"
 
-"$bin/stitch-synth" --out "$work/traj" --steps 2 --params 2e5 --quiet
-"$bin/stitch" keygen --out "$work/k" >/dev/null
-"$bin/stitch" publish --key "$work/k.key" --store "$work/store" \
-  "$work/traj/step_0000.safetensors" >/dev/null
-
-"$bin/stitchd" seed --key "$work/k.key" --listen 127.0.0.1:0 \
-  --store "$work/store" >"$work/seed.out" 2>"$work/seed.log" &
-pids+=($!)
-seed="$(wait_line "$work/seed.out" '^stitchd: listening on ')"
+seed_up 2
 
 # start NAME [stitchd node flags...]: a node peering with the seed.
 start() {

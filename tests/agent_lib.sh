@@ -61,3 +61,17 @@ admit() {
     --out "$1/ticket" >/dev/null
   printf '%s\n' "$1/ticket"
 }
+
+# seed_up STEPS: a trajectory of STEPS steps in $work/traj, the trainer's
+# key $work/k, its store $work/store with step 0 published, and a seed
+# serving it; sets $seed (host:port).
+seed_up() {
+  "$bin/stitch-synth" --out "$work/traj" --steps "$1" --params 2e5 --quiet
+  "$bin/stitch" keygen --out "$work/k" >/dev/null
+  "$bin/stitch" publish --key "$work/k.key" --store "$work/store" \
+    "$work/traj/step_0000.safetensors" >/dev/null
+  "$bin/stitchd" seed --key "$work/k.key" --listen 127.0.0.1:0 \
+    --store "$work/store" >"$work/seed.out" 2>"$work/seed.log" &
+  pids+=($!)
+  seed="$(wait_line "$work/seed.out" '^stitchd: listening on ')"
+}

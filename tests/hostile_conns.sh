@@ -13,14 +13,7 @@ NAME=hostile-conns LOGS="seed.log node.log attack.log"
 . "$here/agent_lib.sh"
 ulimit -n 4096 2>/dev/null || { echo "SKIP: cannot raise the open-file limit"; exit 77; }
 
-"$bin/stitch-synth" --out "$work/traj" --steps 1 --params 2e5 --quiet
-"$bin/stitch" keygen --out "$work/k" >/dev/null
-"$bin/stitch" publish --key "$work/k.key" --store "$work/store" \
-  "$work/traj/step_0000.safetensors" >/dev/null
-"$bin/stitchd" seed --key "$work/k.key" --listen 127.0.0.1:0 \
-  --store "$work/store" >"$work/seed.out" 2>"$work/seed.log" &
-pids+=($!)
-seed="$(wait_line "$work/seed.out" '^stitchd: listening on ')"
+seed_up 1
 ticket="$(admit "$work/data")"
 "$bin/stitchd" node --swarm "$work/k.pub" --listen 127.0.0.1:0 \
   --peers "$seed" --weights "$work/w.st" --data "$work/data" \

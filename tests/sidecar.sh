@@ -402,8 +402,9 @@ except BlockingIOError:
 for s in [first] + rest:
     s.close()
 EOF
-curl -sf "$url/metrics" | grep -q '^stitch_http_evicted_total [1-9]' ||
-  fail "no eviction counted: $(curl -s "$url/metrics" | grep evicted)"
+metrics="$(curl -sf "$url/metrics")"
+grep -q '^stitch_http_evicted_total [1-9]' <<<"$metrics" ||
+  fail "no eviction counted: $(grep evicted <<<"$metrics")"
 
 kill -TERM "$node"
 rc=0

@@ -3,11 +3,12 @@
 # nodes and a seed in network namespaces, 2 regions on shaped links, 3
 # versions. Every node must hold every version, bit-exact, and afterwards
 # no namespace with the run's prefix may remain (nor a daemon in one).
-# A second run must also refuse a scenario it cannot host (one line, exit 2)
+# Then netlab_lossy.json (latency, jitter, 1 % backbone loss through
+# stitch-linkemu) must end the same way. A last run must refuse a scenario it cannot host (one line, exit 2)
 # and leave nothing behind.
 #
 # Skips (77) when namespaces cannot be made: not root, or `ip netns add`
-# fails (a container without CAP_SYS_ADMIN). About 15 s; netlab's own
+# fails (a container without CAP_SYS_ADMIN). About 20 s; netlab's own
 # time limit (the scenario's 60 s) bounds it.
 # Usage: netlab.sh BIN_DIR
 set -uo pipefail
@@ -48,6 +49,25 @@ for v in r["versions"]:
         sys.exit("netlab.sh: version %d: %s" % (v["version"], v))
 if r["versions"][0]["cross_region_bytes"] <= 0:
     sys.exit("netlab.sh: nothing crossed into the second region")
+' || exit 1
+
+# Latency, jitter and loss through stitch-linkemu: 1 % loss and 40 +- 10 ms
+# on the backbone, 0.5 % in one region. Still complete and bit-exact, and
+# the emulator did lose packets.
+out="$(python3 "$root/tools/netlab" "$root/simulations/scenarios/netlab_lossy.json" \
+         --bin "$bin" --json --quiet --prefix "$prefix")"
+rc=$?
+printf '%s\n' "$out"
+[ "$(left)" -eq 0 ] || fail "namespaces named $prefix-* remain after the lossy run"
+[ $rc -eq 0 ] || fail "netlab (lossy) exited $rc"
+printf '%s\n' "$out" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+if r["completed"] is not True or r["all_bit_exact"] is not True or \
+        r["bit_exact_nodes"] != 6:
+    sys.exit("netlab.sh: lossy: not complete and bit-exact")
+if not r["link_packets"] or r["link_packets"]["lost"] <= 0:
+    sys.exit("netlab.sh: lossy: the emulator lost nothing: %s" % r["link_packets"])
 ' || exit 1
 
 # A scenario it cannot host: refused in one line before anything is made.

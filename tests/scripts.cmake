@@ -122,3 +122,12 @@ if(TARGET stitchd AND TARGET stitch-synth)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/netlab.sh ${STITCH_BIN})
   set_tests_properties(netlab PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)
 endif()
+# netlab's link emulator by itself (tools/linkemu, docs/netlab.md): two
+# namespaces joined through it; delay, jitter, loss and rate measured
+# against what was set, with generous bounds. Skips (77) without root,
+# /dev/net/tun or ip netns.
+if(TARGET stitch-linkemu)
+  add_test(NAME linkemu
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/linkemu.sh ${STITCH_BIN})
+  set_tests_properties(linkemu PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)
+endif()

@@ -131,3 +131,24 @@ if(TARGET stitch-linkemu)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/linkemu.sh ${STITCH_BIN})
   set_tests_properties(linkemu PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)
 endif()
+
+# Shipping (README "Install"): the install tree and programs built against
+# it (pkg-config, --static, find_package), libstitch.so's exports, and the
+# systemd unit. The install tree is not tested under the sanitizers: its
+# libstitch.a is instrumented, so a plain consumer could not link it.
+if(NOT STITCH_SANITIZE)
+  add_test(NAME install_tree
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/install_tree.sh
+                   ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR})
+  set_tests_properties(install_tree PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 60)
+endif()
+if(STITCH_SANITIZE)
+  set(STITCH_SYMBOLS_MODE sanitize)
+endif()
+add_test(NAME symbols
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/symbols.sh
+                 $<TARGET_FILE:stitch_shared> ${STITCH_SYMBOLS_MODE})
+set_tests_properties(symbols PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 30)
+add_test(NAME systemd_unit
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/systemd_unit.sh ${CMAKE_BINARY_DIR})
+set_tests_properties(systemd_unit PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 30)

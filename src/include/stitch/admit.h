@@ -14,9 +14,12 @@
 
 #include "stitch/version.h"
 
+#include "stitch/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+STITCH_API_BEGIN
 
 /* ---- Tickets ---------------------------------------------------------- */
 
@@ -98,6 +101,7 @@ int stitch_policy_update(const char *dir, const stitch_seckey *sk,
                          const stitch_pubkey *node, int open, int *changed,
                          stitch_diag *d);
 
+STITCH_API_END
 #ifdef __cplusplus
 }
 #endif

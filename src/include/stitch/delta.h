@@ -14,9 +14,12 @@
 #include "stitch/digest.h"
 #include "stitch/safetensors.h"
 
+#include "stitch/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+STITCH_API_BEGIN
 
 #define STITCH_DELTA_FORMAT 1
 
@@ -166,6 +169,7 @@ int stitch_delta_apply_all(const stitch_delta *dl, uint8_t *const *data,
 int stitch_delta_apply_tensor(const stitch_delta *dl, size_t i, uint8_t *data,
                               uint64_t nbytes, stitch_diag *d);
 
+STITCH_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -9,9 +9,12 @@
 
 #include "stitch/safetensors.h"
 
+#include "stitch/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+STITCH_API_BEGIN
 
 #define STITCH_DIGEST_BYTES 32
 #define STITCH_DIGEST_LEAF (1u << 20)
@@ -38,6 +41,7 @@ int stitch_view_digest(const stitch_st *st, stitch_digest *out,
 /* 64 hex digits and a NUL. */
 void stitch_digest_hex(const stitch_digest *dg, char out[65]);
 
+STITCH_API_END
 #ifdef __cplusplus
 }
 #endif

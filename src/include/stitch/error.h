@@ -8,9 +8,12 @@
 #ifndef STITCH_ERROR_H
 #define STITCH_ERROR_H
 
+#include "stitch/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+STITCH_API_BEGIN
 
 /* X(name, message): the one list the enum and its string table come from. */
 #define STITCH_ERRNO_MAP(X)                                                   \
@@ -54,6 +57,7 @@ typedef struct stitch_diag {
   char msg[STITCH_DIAG_MAX];
 } stitch_diag;
 
+STITCH_API_END
 #ifdef __cplusplus
 }
 #endif

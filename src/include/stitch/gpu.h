@@ -27,9 +27,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "stitch/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+STITCH_API_BEGIN
 
 typedef enum stitch_gpu_width {
   STITCH_GPU_W4 = 4,
@@ -169,6 +172,7 @@ int stitch_gpu_memset(void *dev, int byte, uint64_t nbytes, stitch_diag *d);
 /* The device's name ("NVIDIA H200") into BUF, or STITCH_ENOTFOUND. */
 int stitch_gpu_device_name(char *buf, size_t len, stitch_diag *d);
 
+STITCH_API_END
 #ifdef __cplusplus
 }
 #endif

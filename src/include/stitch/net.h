@@ -18,9 +18,12 @@
 
 #include <uv.h>
 
+#include "stitch/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+STITCH_API_BEGIN
 
 typedef struct stitch_net stitch_net;
 
@@ -65,6 +68,7 @@ int stitch_net_listen(uv_loop_t *loop, uv_tcp_t *tcp, const char *addr,
  * after this call; the loop then runs out. NULL is fine. */
 void stitch_net_close(stitch_net *n);
 
+STITCH_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -16,9 +16,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "stitch/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+STITCH_API_BEGIN
 
 typedef enum stitch_dtype {
   STITCH_DT_INVALID = 0,
@@ -105,6 +108,7 @@ size_t stitch_st_writer_count(const stitch_st_writer *w);
 int stitch_st_writer_commit(stitch_st_writer *w, stitch_diag *d);
 void stitch_st_writer_free(stitch_st_writer *w);
 
+STITCH_API_END
 #ifdef __cplusplus
 }
 #endif

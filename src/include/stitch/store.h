@@ -6,9 +6,12 @@
 
 #include "stitch/version.h"
 
+#include "stitch/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+STITCH_API_BEGIN
 
 /* ---- The store: a content-addressed directory ------------------------- */
 
@@ -223,6 +226,7 @@ int stitch_pull(const char *dir, const stitch_pubkey *swarm, const char *path,
                 const stitch_apply_opts *o, stitch_pull_result *res,
                 stitch_diag *d);
 
+STITCH_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -20,9 +20,12 @@
 #include "stitch/store.h"
 #include "stitch/version.h"
 
+#include "stitch/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+STITCH_API_BEGIN
 
 #define STITCH_SWARM_ADDR_MAX 128   /* "host:port", NUL included */
 #define STITCH_SWARM_REGION_MAX 32
@@ -216,6 +219,7 @@ typedef struct stitch_swarm_stats {
 
 void stitch_swarm_get_stats(const stitch_swarm *s, stitch_swarm_stats *st);
 
+STITCH_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -16,9 +16,12 @@
 #include "stitch/digest.h"
 #include "stitch/safetensors.h"
 
+#include "stitch/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+STITCH_API_BEGIN
 
 /* ---- Keys ------------------------------------------------------------- */
 
@@ -196,6 +199,7 @@ void stitch_chunks_free(uint8_t **bufs, uint64_t n);
 /* Frees what stitch_chunks_from_delta put in obj. */
 void stitch_object_clear(stitch_object *obj);
 
+STITCH_API_END
 #ifdef __cplusplus
 }
 #endif

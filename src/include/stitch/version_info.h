@@ -4,9 +4,12 @@
 #ifndef STITCH_VERSION_INFO_H
 #define STITCH_VERSION_INFO_H
 
+#include "stitch/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+STITCH_API_BEGIN
 
 #define STITCH_VERSION_MAJOR 0
 #define STITCH_VERSION_MINOR 2
@@ -19,6 +22,7 @@ extern "C" {
 /* "0.2.0 (wire protocol 2)": static, never NULL. */
 const char *stitch_version(void);
 
+STITCH_API_END
 #ifdef __cplusplus
 }
 #endif

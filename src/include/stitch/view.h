@@ -22,9 +22,12 @@
 
 #include "stitch/safetensors.h"
 
+#include "stitch/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+STITCH_API_BEGIN
 
 typedef enum stitch_view_kind {
   STITCH_VIEW_BF16 = 0,
@@ -64,6 +67,7 @@ float stitch_e4m3_to_f32(uint8_t v);
 uint8_t stitch_f32_to_e2m1(float f);  /* RNE, saturates at +-6, 4 bits */
 float stitch_e2m1_to_f32(uint8_t v);
 
+STITCH_API_END
 #ifdef __cplusplus
 }
 #endif

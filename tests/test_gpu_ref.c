@@ -108,12 +108,12 @@ static void list_eq(const stitch_gpu_list *a, const stitch_gpu_list *b) {
 /* ---- 1a: apply ---------------------------------------------------------- */
 
 /* The apply kernel's per-entry code (gpu_math.h) run on the CPU with the
- * entries in a random order, as threads may run; returns what the kernel
- * wrapper would. */
+ * entries in a random order, as threads may run, pass by pass as
+ * kernels/apply.cu launches them; returns what the kernel wrapper would. */
 static int kernel_apply_on_cpu(const stitch_gpu_list *l, uint8_t *data,
                                uint64_t nbytes) {
-  uint64_t ne = nbytes * 8 / (unsigned)l->width, bad[2] = {UINT64_MAX,
-                                                            UINT64_MAX};
+  unsigned w = (unsigned)l->width;
+  uint64_t ne = nbytes * 8 / w, bad[2] = {UINT64_MAX, UINT64_MAX};
   uint64_t *order = malloc((l->n ? l->n : 1) * 8);
   for (uint64_t i = 0; i < l->n; i++)
     order[i] = i;
@@ -122,17 +122,36 @@ static int kernel_apply_on_cpu(const stitch_gpu_list *l, uint8_t *data,
     order[i - 1] = order[j];
     order[j] = t;
   }
+  /* W4: a check pass (positions and old values), then the write pass.
+   * Wider: the position pass, then the fused pass, undone on failure. */
+  const uint8_t *check_old = w == 4 ? l->old_v : NULL;
   for (uint64_t k = 0; k < l->n; k++) {
     uint64_t i = order[k];
-    int r = gm_apply_check(l->pos, l->old_v, i, data, ne, (unsigned)l->width);
+    int r = gm_apply_check(l->pos, check_old, i, data, ne, w);
     if (r != 0 && i < bad[r - 1])
       bad[r - 1] = i;
   }
   stitch_diag d = {{0}};
   int rc = gpu_apply_error(l, bad[0], bad[1], &d);
-  for (uint64_t k = 0; rc == 0 && k < l->n; k++)
-    gm_apply_write(l->pos, l->new_v, l->n, order[k], data,
-                   (unsigned)l->width);
+  if (w == 4) {
+    for (uint64_t k = 0; rc == 0 && k < l->n; k++)
+      gm_apply_write(l->pos, l->new_v, l->n, order[k], data, w);
+  } else if (rc == 0) {
+    uint32_t *wrote = calloc((l->n + 31) / 32 + 1, 4);
+    for (uint64_t k = 0; k < l->n; k++) {
+      uint64_t i = order[k];
+      if (gm_apply_fused(l->pos, l->old_v, l->new_v, i, data, w))
+        wrote[i >> 5] |= 1u << (i & 31);
+      else if (i < bad[1])
+        bad[1] = i;
+    }
+    if (bad[1] != UINT64_MAX) {
+      for (uint64_t k = 0; k < l->n; k++)
+        gm_apply_undo(l->pos, l->old_v, wrote, order[k], data, w);
+      rc = gpu_apply_error(l, UINT64_MAX, bad[1], &d);
+    }
+    free(wrote);
+  }
   free(order);
   return rc;
 }

@@ -165,6 +165,31 @@ GM_HD int gm_apply_check(const uint64_t *pos, const uint8_t *oldv, uint64_t i,
   return 0;
 }
 
+/* The fused pass for W >= 8, once every position is known to be inside
+ * and ascending (so no two entries share an element): entry I checks its
+ * old value (OLDV may be NULL) and, when it holds, writes its new one.
+ * Returns 1 when it wrote. Entries touch disjoint elements, so any order
+ * gives the same bytes; a failed run is undone by writing back the old
+ * values of exactly the entries that wrote (gm_apply_undo). */
+GM_HD int gm_apply_fused(const uint64_t *pos, const uint8_t *oldv,
+                         const uint8_t *newv, uint64_t i, uint8_t *data,
+                         unsigned w) {
+  uint64_t p = pos[i];
+  if (oldv != NULL && gm_ld(data, p, w) != gm_ldv(oldv, i, w))
+    return 0;
+  gm_st(data, p, w, gm_ldv(newv, i, w));
+  return 1;
+}
+
+/* Undoes entry I of a fused pass when bit I of WROTE (32 entries a word)
+ * says it wrote. */
+GM_HD void gm_apply_undo(const uint64_t *pos, const uint8_t *oldv,
+                         const uint32_t *wrote, uint64_t i, uint8_t *data,
+                         unsigned w) {
+  if (wrote[i >> 5] >> (i & 31) & 1u)
+    gm_st(data, pos[i], w, gm_ldv(oldv, i, w));
+}
+
 /* The write pass for entry I of N, safe to run for all entries at once in
  * any order: for W4 the even nibble's entry writes the whole byte, with
  * its odd partner's value when the partner is listed, and the partner

@@ -57,7 +57,7 @@ int stitch_view_fp8_tensor(const stitch_tensor *t, uint32_t block,
   c->blocks += nb;
   for (uint64_t b = 0; b < nb; b++) {
     uint64_t lo = b * bs, hi = lo + bs < n ? lo + bs : n;
-    float amax;
+    float amax = 0.0f;
     CHECK_RC(stitch_view_amax(t, lo, hi, &amax, d));
     float s;
     if (prev_scales == NULL) {

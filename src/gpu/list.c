@@ -104,7 +104,7 @@ static void append_diff(stitch_gpu_list *l, const uint8_t *a,
 int stitch_gpu_list_diff(stitch_gpu_width w, const uint8_t *old,
                          const uint8_t *new_, uint64_t nbytes,
                          stitch_gpu_list *out, stitch_diag *d) {
-  uint64_t n;
+  uint64_t n = 0;
   memset(out, 0, sizeof(*out));
   out->width = w;
   CHECK_RC(gpu_elements(w, nbytes, &n, d));
@@ -121,7 +121,7 @@ int stitch_gpu_list_from_patch(const stitch_patch *p, uint64_t tensor,
                                stitch_gpu_width w, const uint8_t *base,
                                uint64_t nbytes, stitch_gpu_list *out,
                                stitch_diag *d) {
-  uint64_t ne;
+  uint64_t ne = 0;
   memset(out, 0, sizeof(*out));
   out->width = w;
   CHECK_RC(gpu_elements(w, nbytes, &ne, d));
@@ -196,7 +196,7 @@ int gpu_apply_error(const stitch_gpu_list *l, uint64_t bad_pos,
 
 int stitch_gpu_ref_apply(const stitch_gpu_list *l, uint8_t *data,
                          uint64_t nbytes, stitch_diag *d) {
-  uint64_t ne;
+  uint64_t ne = 0;
   RETURN_IF(l == NULL || (l->n != 0 && (l->pos == NULL || l->new_v == NULL)),
             d, STITCH_EINVAL, "apply: missing list");
   CHECK_RC(gpu_elements(l->width, nbytes, &ne, d));

@@ -177,9 +177,11 @@ for v in r["versions"]:
         fail("version %d: ratio %.6f under 1" % (v["version"], v["ratio"]))
     # A delta's one chunk goes across as soon as the seed has given it out
     # (fetch.c push_across), not a far node's turn and round trip later.
-    if v["version"] > 1 and v["latency_ratio"] > 2.5:
-        fail("version %d: latency ratio %.2f, over 2.5: the delta waited to "
-             "cross" % (v["version"], v["latency_ratio"]))
+    if v["version"] > 1 and v["lb_ratio"] > 2.5:
+        fail("version %d: lb_ratio %.2f, over 2.5: the delta waited to "
+             "cross" % (v["version"], v["lb_ratio"]))
+    if abs(v["lb_s"] - (v["bound_s"] + r["latency_s"])) > 1e-6:  # 9 digits
+        fail("version %d: lb_s is not bound_s + latency_s" % v["version"])
 print("sim_small (%s): ok, ratios %s" % (sys.argv[2], ", ".join("%.2f" % v["ratio"] for v in r["versions"])))
 PY
 }

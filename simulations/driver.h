@@ -40,7 +40,7 @@
  * shared by a dozen requesters), and the requesters furthest behind,
  * served first by the core, got the same share as the rest; with a mark
  * of 64 or 128 KiB whatever the chunk, 64 KiB chunks went two at a time
- * (docs/simulator-history.md "Chunks handed over when the uplink wants
+ * (docs/history/simulator.md "Chunks handed over when the uplink wants
  * them"). */
 #define PIPE_WINDOW (1u << 20)
 /* Flows: at most this many messages in flight per pipe (the put[]

@@ -113,7 +113,7 @@ r, v, fail = load_one_version(sys.argv[1], "sim_fair")
 # 1.36 times the bound (rng seeds 1 to 3); with them 1.04 to 1.06 and
 # 1.18 to 1.20. Since chunks are handed over only as the uplink wants
 # them and a requester whose chunk is on its way out keeps its serving
-# slot (docs/simulator-history.md "Chunks handed over when the uplink wants
+# slot (docs/history/simulator.md "Chunks handed over when the uplink wants
 # them"): 1.01 times the median, 1.07 times the bound; 1.14 before.
 if v["max_s"] > 1.05 * v["p50_s"]:
     fail("the last node took %.3f s, %.2f times the median %.3f s (at most "

@@ -555,7 +555,7 @@ static uint64_t sent_to(const sn_net *net, const sn_node *from,
  * first (fetch.c serve_turn), counting those whose chunk is still on its
  * way out: with a pipeline of one, a requester's queue with us is empty
  * while its chunk goes, and counting only queued requests let every
- * requester through (docs/simulator-history.md "Chunks handed over when the
+ * requester through (docs/history/simulator.md "Chunks handed over when the
  * uplink wants them"). One holder H of version 1 (the seed is gone once
  * H has it), 7 requesters that start together and an eighth (E) that
  * starts 150 ms later: E is furthest behind, so H must serve it at once;

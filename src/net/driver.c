@@ -20,7 +20,7 @@
  * buffer's worth of chunks earlier. Without it a socket buffer holds
  * megabytes, a dozen requesters fill an uplink's queue for about 100 ms,
  * and the core's "furthest behind first" (fetch.c serve_turn) is lost in
- * that queue (docs/simulator-history.md, "Chunks handed over when the
+ * that queue (docs/history/simulator.md, "Chunks handed over when the
  * uplink wants them"). The mark follows the chunk, as chunks are sized to the
  * links (64 KiB of a 512 KiB chunk is 0.5 ms of a 1 Gbit/s link, 16 KiB
  * of a 64 KiB one 1.3 ms at 100 Mbit/s): long enough for the loop to

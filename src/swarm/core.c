@@ -444,13 +444,13 @@ static void maintain(stitch_swarm *s) {
     have -= cross - s->cfg.cross_region;
   /* Counting the far links toward max_peers left a node with six of its
    * region, and those with fewest neighbours of their region finished
-   * last (docs/simulator-history.md "Links across on top"). */
+   * last (docs/history/simulator.md "Links across on top"). */
   size_t target = s->cfg.max_peers + (s->far_known ? s->cfg.cross_region : 0);
   /* And CORE_SAME_EXTRA more of its own region, only those: a node that
    * few of its region dialed, its slots taken by far nodes dialing in,
    * held 6 or 7 of its region, fetched from those alone (far links carry
    * only what the region lacks) and finished last
-   * (docs/simulator-history.md "Ten of its own region"). */
+   * (docs/history/simulator.md "Ten of its own region"). */
   size_t same_min = s->cfg.max_peers + CORE_SAME_EXTRA;
   while (have + pending < target || same + pending_same < same_min ||
          out + pending < CORE_OUTBOUND_MIN) {
@@ -935,11 +935,11 @@ void core_ready(stitch_swarm *s, peer *p) {
    * them, and the last of its own to dial (at a fleet's start) found
    * their region full: a node left with two neighbours of its region
    * and five from afar held 50 chunks at 550 ms where the median node did
-   * at 289 ms, and finished last (docs/simulator-history.md, "Full of far
+   * at 289 ms, and finished last (docs/history/simulator.md, "Full of far
    * links"). Since each node dials CORE_SAME_EXTRA of its region beyond
    * max_peers (maintain), there is as much more room for them: else a
    * region's nodes were full before the last of them had dialed, and one
-   * of 120 kept 2 links of its region (docs/simulator-history.md "Ten of
+   * of 120 kept 2 links of its region (docs/history/simulator.md "Ten of
    * its own region"). */
   if (p->full && !s->cfg.seed && p->same_region &&
       links_that_count(s) <

@@ -570,7 +570,7 @@ static inline uint64_t word_at(const uint8_t *b, uint64_t j, uint64_t nbytes) {
  * 64 J + i at bit i). TO is at most HELD's and each NEAR's size; HAVE
  * may be shorter (it offers nothing beyond). pick runs at every event,
  * for every peer with room, and was a quarter of the simulator's time at
- * 10,000 nodes when it went a byte at a time (docs/simulator-history.md
+ * 10,000 nodes when it went a byte at a time (docs/history/simulator.md
  * "A faster core"). */
 static uint64_t wanted_from(const bits *have, const bits *held,
                             const bits *const *near, size_t n_near,
@@ -1077,7 +1077,7 @@ int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
  * its region)? Returns that node. Two nodes of a region asked one far
  * peer for the same chunk a median 14 ms apart, sooner than a CROSSING
  * reaches one from the other. Without the queued ones the last node came
- * later (docs/simulator-history.md, "One copy into a region at a time"). */
+ * later (docs/history/simulator.md, "One copy into a region at a time"). */
 static peer *coming_into(stitch_swarm *s, const peer *p, const chunk_id *c) {
   for (size_t i = 0; i < s->n_peers; i++) {
     peer *q = &s->peers[i];
@@ -1349,7 +1349,7 @@ static unsigned wanting(stitch_swarm *s, uint64_t version, uint32_t object,
  * to pass on), queued for P unasked, a pipeline's worth at a time: a HAVE
  * and a REQUEST would cost a round trip before each peer's first chunk,
  * and every node's start waits on those (one-chunk deltas at 1,000 nodes
- * in three regions came 11 % sooner, docs/simulator-history.md "The
+ * in three regions came 11 % sooner, docs/history/simulator.md "The
  * seed's first round unasked"). Twice that at a time held the last node
  * back in two runs of three at 300 nodes. Later offers are HAVEs, for P
  * to ask, at most 2 x pipeline at a time. An object of no more chunks
@@ -1358,7 +1358,7 @@ static unsigned wanting(stitch_swarm *s, uint64_t version, uint32_t object,
  * other region at once (push_across), where another's would leave some
  * region to fetch it by a pull, a long round trip later (reach.c). A
  * larger one goes to every peer: giving an anchor's first round to half
- * the peers held every region back 0.1 s (docs/simulator-history.md
+ * the peers held every region back 0.1 s (docs/history/simulator.md
  * "Every region within reach"). */
 void seed_offer(stitch_swarm *s, peer *p) {
   if (!s->cfg.seed || p->state != PEER_READY)

@@ -7,7 +7,7 @@
  * reached waited for a pull across: a far HAVE, a turn, then a long round
  * trip. In 100 nodes in three regions the receiver's two far links were
  * both into one region, and the third region's median node held each
- * one-chunk delta at 0.34 s against 0.15 s (docs/simulator-history.md
+ * one-chunk delta at 0.34 s against 0.15 s (docs/history/simulator.md
  * "Every region within reach").
  *
  * Regions are named by strings; each core numbers those it meets, in a

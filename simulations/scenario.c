@@ -200,6 +200,15 @@ int sim_scenario_load(const char *path, sim_scenario *sc, char *err,
   sc->cross_region =
       (unsigned)rd_num(&r, sw, "swarm.", "cross_region", 0, 0, 0, 256);
   sc->pipeline = (unsigned)rd_num(&r, sw, "swarm.", "pipeline", 0, 0, 0, 64);
+  /* Faults (partitions, kills, seed restarts) are tools/netlab's: the
+   * simulator has none of them, and figures of a run without the faults
+   * asked for would pass for figures with them. An empty array is none. */
+  json_t *fa = json_object_get(root, "faults");
+  if (!r.failed && fa != NULL &&
+      !(json_is_array(fa) && json_array_size(fa) == 0))
+    rd_fail(&r, "faults",
+            "not simulated by stitch-sim; tools/netlab runs them "
+            "(docs/netlab.md)");
   if (!r.failed) {
     int found = 0;
     for (size_t i = 0; i < sc->n_regions; i++)

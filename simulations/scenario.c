@@ -125,6 +125,14 @@ static void read_regions(rd *r, json_t *root, sim_scenario *sc) {
     g->up_mbps = rd_num(r, o, path, "up_mbps", 1, 0, 1e-3, 1e7);
     g->down_mbps = rd_num(r, o, path, "down_mbps", 1, 0, 1e-3, 1e7);
     g->latency_ms = rd_num(r, o, path, "latency_ms", 1, 0, 0, 1e5);
+    /* NAT, like faults, is tools/netlab's: every simulated node can dial
+     * every other. */
+    if (rd_num(r, o, path, "nat", 0, 0, 0, 1) > 0) {
+      char full[48];
+      snprintf(full, sizeof(full), "%snat", path);
+      rd_fail(r, full, "not simulated by stitch-sim; tools/netlab runs it "
+                       "(docs/netlab.md)");
+    }
     for (size_t j = 0; j < i && !r->failed; j++)
       if (strcmp(sc->regions[j].name, g->name) == 0)
         rd_fail(r, path, "region \"%s\" named twice", g->name);

@@ -280,6 +280,8 @@ bad syntax "{\"seed\": " "bad.json\|syntax\|end of file"
 bad network "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"network\": \"fast\", $good}" "network"
 churn=$(printf '%s' "$good" | sed 's/"leave_per_min": 0/"leave_per_min": 5/; s/"mode": "p2p"/"mode": "central", "central": {"mbps": 100}/')
 bad central_churn "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $churn}" "churn"
+bad nat "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $(printf '%s' "$good" | sed 's/"latency_ms": 1}\]/"latency_ms": 1, "nat": 0.5}]/')}" "regions\[0\].nat: not simulated"
+bad faults "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"faults\": [{\"at_s\": 1, \"kind\": \"seed_restart\"}], $good}" "faults: not simulated"
 printf '%s\n' "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"extra\": 1, $good}" > "$tmp/ok.json"
 "$sim" "$tmp/ok.json" > /dev/null || { echo "sim_small: an unknown key was refused"; exit 1; }
 echo "sim_small: bad scenario files refused"

@@ -121,6 +121,20 @@ if(TARGET stitchd AND TARGET stitch-synth)
   add_test(NAME netlab
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/netlab.sh ${STITCH_BIN})
   set_tests_properties(netlab PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)
+  # Faults on the same testbed: a partition healed, kill -9 of 30 % of the
+  # nodes during a version and their restart, a seed restart; each must
+  # converge bit-exact (netlab_*.json, about 60 s).
+  add_test(NAME netlab_faults
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/netlab_faults.sh
+                   ${STITCH_BIN})
+  set_tests_properties(netlab_faults PROPERTIES SKIP_RETURN_CODE 77
+                                                TIMEOUT 240)
+  # NAT: half the nodes behind masquerading NATs, nothing let in; all
+  # bit-exact, and they upload over the links they dialed (about 15 s;
+  # skips without nft).
+  add_test(NAME netlab_nat
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/netlab_nat.sh ${STITCH_BIN})
+  set_tests_properties(netlab_nat PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)
 endif()
 # netlab's link emulator by itself (tools/linkemu, docs/netlab.md): two
 # namespaces joined through it; delay, jitter, loss and rate measured

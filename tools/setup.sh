@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake pkg-config git zstd python3
           libuv1-dev libsodium-dev libzstd-dev libmsgpack-dev libjansson-dev
-          libxxhash-dev libsimgrid-dev libhttp-parser-dev curl tcpdump)
+          libxxhash-dev libsimgrid-dev libhttp-parser-dev curl tcpdump
+          nftables)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

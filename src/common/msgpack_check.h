@@ -2,7 +2,7 @@
  *
  * msgpack-c allocates from declared counts: a 5-byte array32 header makes
  * its unpacker reserve 24 bytes per claimed element before it has seen
- * one (DESIGN.md, "Error handling, ownership, limits"). Every buffer from
+ * one (docs/design.md, "Errors, ownership and limits"). Every buffer from
  * a peer or a file goes through msgpack_check first, which walks exactly
  * one object without allocating and refuses any count or length that the
  * bytes left cannot hold. After it passes, the object's node count is at

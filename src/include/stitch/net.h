@@ -1,13 +1,13 @@
 /* stitch/net.h: the libuv driver that runs one stitch_swarm over TCP
  * (docs/stitchd.md).
  *
- * The driver carries bytes and actions and nothing else (DESIGN.md,
- * decision 5): it accepts connections and opens them in the core, feeds it
- * what each peer sent, writes what the core has pending (one write in
- * flight per peer: that is the backpressure), dials the addresses the core
- * asks for, closes the peers it drops, arms one timer at stitch_swarm_wake
- * and hands APPLY actions to the agent. Whom to dial, what to request and
- * when to drop a peer are the core's decisions.
+ * The driver carries bytes and actions and nothing else (docs/design.md,
+ * "One protocol core, several drivers"): it accepts connections and opens
+ * them in the core, feeds it what each peer sent, writes what the core has
+ * pending (one write in flight per peer: that is the backpressure), dials
+ * the addresses the core asks for, closes the peers it drops, arms one
+ * timer at stitch_swarm_wake and hands APPLY actions to the agent. Whom to
+ * dial, what to request and when to drop a peer are the core's decisions.
  *
  * Everything runs on the loop's thread. The core's clock is the loop's
  * (uv_now) plus a fixed offset, in milliseconds: stitch_net_now. */

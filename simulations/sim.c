@@ -15,8 +15,9 @@
  * - Time is the simulation's clock in milliseconds; a core is ticked when
  *   stitch_swarm_wake says.
  * - Storage: a node's store is a bitset over the trajectory's chunk table
- *   (trajectory.c). chunk_write gets chunks the core has already hashed
- *   and checks them again against the table's bytes before it sets a bit.
+ *   (trajectory.c). The core does not hash (config.write_verifies):
+ *   chunk_write compares a chunk with the table's bytes, which hash to
+ *   its name, and refuses it otherwise, before it sets a bit.
  * - APPLY checks that every chunk of the object is held and that the
  *   object's base is what the node holds, then calls stitch_swarm_applied;
  *   tensors are not materialized (docs/simulator.md says why).

@@ -36,9 +36,10 @@ typedef struct stitch_swarm_io {
   /* Uniform 64-bit random numbers (tests and the simulator seed them). */
   uint64_t (*random)(void *user);
   /* Chunk storage. read gives a pointer the core reads until it calls
-   * release (a mapping, or memory the host keeps). write gets a chunk whose
-   * hash the core has checked; it must be durable or at least readable
-   * when it returns 0. */
+   * release (a mapping, or memory the host keeps; release may be NULL when
+   * there is nothing to give back). write gets a chunk whose hash the core
+   * has checked (unless config.write_verifies); it must be durable or at
+   * least readable when it returns 0. */
   int (*chunk_has)(void *user, const stitch_digest *hash);
   int (*chunk_read)(void *user, const stitch_digest *hash,
                     const uint8_t **buf, size_t *len);

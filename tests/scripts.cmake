@@ -68,7 +68,7 @@ endif()
 # Not under the sanitizers: python cannot load an ASan-instrumented library
 # without preloading the runtime.
 if(TARGET stitch_shared AND NOT STITCH_SANITIZE)
-  foreach(t binding trl)
+  foreach(t binding trl engine)
     add_test(NAME python_${t}
              COMMAND sh -c "exec \"\${PYTHON:-python3}\" \"$0\""
                      ${CMAKE_CURRENT_SOURCE_DIR}/python/test_${t}.py)

@@ -11,6 +11,8 @@
  *                over an existing output file;
  *   pull         stitch_pull of a weights file from nothing, and from the
  *                first version in place (adopt, journal, apply);
+ *   prepared     stitch_prepared_new of an engine's memory from nothing,
+ *                and from the first version (then a commit);
  *   swarm        a seed and a node, two stitch_swarm cores in memory
  *                (swarm_net.h), exchanging three versions; only allocations
  *                made inside calls into the cores are counted.
@@ -433,6 +435,72 @@ static int pull_run(int from_step, uint64_t n) {
 static int pull_fresh(uint64_t n) { return pull_run(-1, n); }
 static int pull_inplace(uint64_t n) { return pull_run(0, n); }
 
+/* ---- Prepare and commit an engine's memory ---------------------------- */
+
+/* stitch_prepared_new from trainer step FROM_STEP's bytes (-1: zeros, as
+ * an engine holding nothing) to the latest version: a failure leaves no
+ * object and the memory untouched; a success commits to the latest's
+ * bytes. */
+static int prepared_run(int from_step, uint64_t n) {
+  stitch_store *s;
+  stitch_diag d = {{0}};
+  ASSERT_OK(stitch_store_open(at("store"), &pk, 0, &s, &d), d);
+  const stitch_manifest *m = stitch_store_find(s, STEPS)->m;
+  ASSERT_UEQ(m->n_tensors, (uint64_t)N_T + 1);
+  uint8_t *data[N_T + 1];
+  uint64_t nb[N_T + 1];
+  int order[N_T + 1];
+  for (int i = 0; i <= N_T; i++) {
+    int k = 0;
+    while (strcmp(tname[k], m->tensors[i].name) != 0)
+      k++;
+    order[i] = k;
+    nb[i] = t_bytes(k);
+    data[i] = calloc(1, nb[i]);
+    ASSERT(data[i] != NULL);
+    if (from_step >= 0)
+      memcpy(data[i], step_data[from_step][k], nb[i]);
+  }
+  uint64_t held = from_step < 0 ? 0 : (uint64_t)from_step + 1;
+  const stitch_vref *hv = held ? stitch_store_find(s, held) : NULL;
+  stitch_prepared *p = NULL;
+  fa_arm(n);
+  int rc = stitch_prepared_new(s, held, hv ? &hv->id : NULL, STEPS,
+                               (const uint8_t *const *)data, nb, 1, NULL, &p,
+                               &d);
+  fa_disarm();
+  int hit = fa_failed();
+  if (!hit && rc != 0)
+    FAIL_("prepare failed without an allocation failure: %s", d.msg);
+  if (rc != 0) {
+    assert_error(rc, &d, n, "stitch_prepared_new");
+    if (p != NULL)
+      FAIL_("N=%" PRIu64 ": a failed prepare returned an object", n);
+  } else {
+    ASSERT_OK(stitch_prepared_commit(p, data, 1, &d), d);
+    stitch_prepared_free(p);
+  }
+  int want = rc != 0 ? from_step : STEPS - 1;
+  for (int i = 0; i <= N_T; i++) {
+    int ok = 1;
+    for (uint64_t b = 0; want < 0 && b < nb[i]; b++)
+      ok &= data[i][b] == 0;
+    if (want >= 0)
+      ok = memcmp(data[i], step_data[want][order[i]], nb[i]) == 0;
+    if (!ok)
+      FAIL_("N=%" PRIu64 ": tensor '%s' is not step %d's bytes after a "
+            "%s prepare", n, tname[order[i]], want, rc ? "failed" : "clean");
+    free(data[i]);
+  }
+  stitch_store_close(s);
+  if (FA_LEAK_CHECK())
+    FAIL_("prepare leaks with allocation N=%" PRIu64 " failing", n);
+  return hit;
+}
+
+static int prepared_fresh(uint64_t n) { return prepared_run(-1, n); }
+static int prepared_inplace(uint64_t n) { return prepared_run(0, n); }
+
 /* ---- Swarm ------------------------------------------------------------ */
 
 typedef struct fa_version {
@@ -699,6 +767,8 @@ int main(void) {
   torture("apply", apply_run, 1);
   torture("pull-fresh", pull_fresh, 1);
   torture("pull-inplace", pull_inplace, 1);
+  torture("prepared-fresh", prepared_fresh, 1);
+  torture("prepared-inplace", prepared_inplace, 1);
   torture("swarm", swarm_run, 0);
   printf("all: %.1f s; %" PRIu64 " failed publishes were settled by their "
          "retry, %" PRIu64 " failed pulls left a journal that recovery "

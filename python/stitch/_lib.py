@@ -128,6 +128,25 @@ class PatchBlock(Structure):
                 ("byte_len", c_uint64)]
 
 
+class Sparse(Structure):  # stitch_sparse
+    _fields_ = [("n", c_uint64), ("width", c_uint32), ("pos", c_void_p),
+                ("val", c_void_p)]
+
+
+class PreparedInfo(Structure):  # stitch_prepared_info
+    _fields_ = [("from_", c_uint64), ("to", c_uint64), ("to_id", Digest),
+                ("n_tensors", c_size_t), ("steps", c_size_t),
+                ("blocks", c_uint64), ("fetched", c_uint64),
+                ("changes", c_uint64), ("whole", c_uint64),
+                ("held_bytes", c_uint64), ("old_bytes", c_uint64),
+                ("committed", c_int)]
+
+
+class PreparedTensor(Structure):  # stitch_prepared_tensor
+    _fields_ = [("sp", Sparse), ("old", c_void_p), ("whole", c_void_p),
+                ("whole_old", c_void_p)]
+
+
 _P = c_void_p  # opaque handles: stitch_st, stitch_store, stitch_patch, ...
 _D = POINTER(Diag)
 
@@ -197,6 +216,20 @@ _PROTOS = {
     "stitch_plan_path": (c_int, [POINTER(VRef), c_size_t, c_uint64,
                                  POINTER(Digest), c_uint64, POINTER(Plan),
                                  _D]),
+    "stitch_prepared_new": (c_int, [_P, c_uint64, POINTER(Digest), c_uint64,
+                                    POINTER(c_void_p), POINTER(c_uint64),
+                                    c_uint, POINTER(c_uint8), POINTER(_P),
+                                    _D]),
+    "stitch_prepared_free": (None, [_P]),
+    "stitch_prepared_summary": (None, [_P, POINTER(PreparedInfo)]),
+    "stitch_prepared_tensor_at": (None, [_P, c_size_t,
+                                         POINTER(PreparedTensor)]),
+    "stitch_prepared_commit": (c_int, [_P, POINTER(c_void_p), c_uint, _D]),
+    "stitch_prepared_revert": (c_int, [_P, POINTER(c_void_p), c_uint, _D]),
+    "stitch_tensor_digests_patched": (c_int, [c_size_t,
+                                              POINTER(POINTER(Tensor)),
+                                              POINTER(Sparse), c_uint,
+                                              POINTER(Digest), _D]),
     "stitch_publish": (c_int, [c_char_p, POINTER(SecKey), _P,
                                POINTER(PublishOpts), POINTER(PublishResult),
                                _D]),

@@ -287,6 +287,31 @@ def tensor_digests(items, threads=0):
     return [out[i].raw() for i in range(n)]
 
 
+def tensor_digests_patched(items, threads=0):
+    """Digests of tensors with sparse changes laid over them, without
+    writing them (stitch_tensor_digests_patched). ITEMS: (dtype name,
+    shape, ptr, nbytes, n, width, pos_ptr, val_ptr), N changes of WIDTH
+    bytes at the ascending element positions (uint64) at POS_PTR."""
+    n = len(items)
+    ts = (L.Tensor * max(n, 1))()
+    ptrs = (ctypes.POINTER(L.Tensor) * max(n, 1))()
+    sp = (L.Sparse * max(n, 1))()
+    for i, (dt, shape, ptr, nbytes, nch, width, pos, val) in enumerate(items):
+        t = ts[i]
+        t.dtype, t.ndim = dtype_code(dt), len(shape)
+        numel = 1
+        for k, s in enumerate(shape):
+            t.shape[k] = s
+            numel *= s
+        t.numel, t.nbytes, t.data = numel, nbytes, ptr
+        ptrs[i] = ctypes.pointer(t)
+        sp[i].n, sp[i].width, sp[i].pos, sp[i].val = nch, width, pos, val
+    out, d = (L.Digest * max(n, 1))(), L.Diag()
+    check(lib.stitch_tensor_digests_patched(n, ptrs, sp, threads, out,
+                                            byref(d)), d)
+    return [out[i].raw() for i in range(n)]
+
+
 # ---- publishing ---------------------------------------------------------
 
 _PUBLISH_OPTS = ("chunk_bytes", "max_chain", "anchor_ratio",
@@ -516,7 +541,76 @@ class Patch:
               "version %d" % self.vinfo.version)
 
 
+class Prepared:
+    """An engine's next version, prepared beside its memory
+    (stitch_prepared_new, stitch/engine.h): the store's plan from HELD to
+    TO, every chunk verified, every block decoded against PTRS (tensor i of
+    TO's manifest, SIZES[i] bytes, only read), kept per tensor as a list
+    of changes or a whole copy, every result digest checked. On a digest
+    mismatch the StitchError (EDIGEST) carries .bad, the indices of the
+    tensors that did not match. Owns its memory until close()."""
+
+    def __init__(self, store, held, held_id, to, ptrs, sizes, threads=0):
+        n = len(ptrs)
+        cp = (c_void_p * max(n, 1))(*ptrs)
+        cs = (c_uint64 * max(n, 1))(*sizes)
+        bad = (ctypes.c_uint8 * max(n, 1))()
+        hid = None
+        if held_id:
+            hid = L.Digest()
+            ctypes.memmove(hid.b, bytes(held_id), 32)
+        h, d = c_void_p(), L.Diag()
+        rc = lib.stitch_prepared_new(store.handle, held,
+                                     byref(hid) if hid is not None else None,
+                                     to, cp, cs, threads, bad, byref(h),
+                                     byref(d))
+        try:
+            check(rc, d)
+        except StitchError as e:
+            e.bad = [i for i in range(n) if bad[i]]
+            raise
+        self._h = h
+
+    def close(self):
+        if getattr(self, "_h", None):
+            lib.stitch_prepared_free(self._h)
+            self._h = None
+
+    __del__ = close
+
+    def info(self):
+        i = L.PreparedInfo()
+        lib.stitch_prepared_summary(self._h, byref(i))
+        return {"from": i.from_, "to": i.to, "to_id": i.to_id.raw(),
+                "tensors": i.n_tensors, "steps": i.steps, "blocks": i.blocks,
+                "bytes": i.fetched, "changes": i.changes, "whole": i.whole,
+                "held_bytes": i.held_bytes, "old_bytes": i.old_bytes,
+                "committed": bool(i.committed)}
+
+    def tensor(self, i):
+        """Tensor I's change: (n, width, pos, val, old, whole, whole_old),
+        addresses (0 for none) into memory this object owns."""
+        t = L.PreparedTensor()
+        lib.stitch_prepared_tensor_at(self._h, i, byref(t))
+        return (t.sp.n, t.sp.width, t.sp.pos or 0, t.sp.val or 0,
+                t.old or 0, t.whole or 0, t.whole_old or 0)
+
+    def _write(self, fn, ptrs, threads):
+        n = len(ptrs)
+        cp = (c_void_p * max(n, 1))(*ptrs)
+        d = L.Diag()
+        check(fn(self._h, cp, threads, byref(d)), d)
+
+    def commit(self, ptrs, threads=0):
+        """Writes the changes into PTRS (the addresses prepared against)."""
+        self._write(lib.stitch_prepared_commit, ptrs, threads)
+
+    def revert(self, ptrs, threads=0):
+        """Puts back what commit() overwrote."""
+        self._write(lib.stitch_prepared_revert, ptrs, threads)
+
+
 __all__ = ["StitchError", "PublicKey", "SecretKey", "keygen", "Checkpoint",
            "write_checkpoint", "build_view", "tensor_digest",
-           "tensor_digests", "publish", "publish_opts", "Store", "Patch",
-           "VersionInfo"]
+           "tensor_digests", "tensor_digests_patched", "publish", "publish_opts",
+           "Store", "Patch", "Prepared", "VersionInfo"]

@@ -10,6 +10,7 @@
 #include "stitch/delta.h"
 #include "stitch/version.h"
 #include "stitch/store.h"
+#include "stitch/engine.h"
 #include "stitch/admit.h"
 #include "stitch/swarm.h"
 

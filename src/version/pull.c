@@ -4,6 +4,7 @@
 
 #include "common/diag.h"
 #include "version/journal.h"
+#include "version/store_patch.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -34,21 +35,24 @@ static int adopt(const char *path, const stitch_store *s, stitch_wstate *st,
                          path);
 }
 
-int stitch_store_apply(const stitch_store *s, const char *path,
-                       const stitch_vref *vr, uint32_t obj,
-                       const stitch_apply_opts *o, stitch_diag *d) {
+int store_patch_open(const stitch_store *s, const stitch_vref *vr, uint32_t obj,
+                     void (*progress)(void *, const char *, uint64_t, uint64_t),
+                     void *progress_arg, store_patch *sp, stitch_diag *d) {
+  memset(sp, 0, sizeof(*sp));
   RETURN_IF(obj >= vr->m->n_objects, d, STITCH_EINVAL, "no object %u", obj);
   const stitch_object *ob = &vr->m->objects[obj];
-  stitch_patch *p;
-  CHECK_RC(stitch_patch_new(vr->m, obj, &p, d));
+  CHECK_RC(stitch_patch_new(vr->m, obj, &sp->p, d));
   size_t n = (size_t)ob->n_chunks;
-  const uint8_t **bufs = calloc(n ? n : 1, sizeof(*bufs));
-  size_t *lens = calloc(n ? n : 1, sizeof(*lens));
-  int rc = bufs && lens ? 0 : stitch_diag_set(d, STITCH_ENOMEM, "out of memory");
+  sp->n = n;
+  sp->bufs = calloc(n ? n : 1, sizeof(*sp->bufs));
+  sp->lens = calloc(n ? n : 1, sizeof(*sp->lens));
+  int rc = sp->bufs && sp->lens ? 0
+                                : stitch_diag_set(d, STITCH_ENOMEM, "out of memory");
   for (size_t c = 0; rc == 0 && c < n; c++) {
-    rc = stitch_store_get_chunk(s, &ob->chunks[c].hash, &bufs[c], &lens[c], d);
+    rc = stitch_store_get_chunk(s, &ob->chunks[c].hash, &sp->bufs[c],
+                                &sp->lens[c], d);
     if (rc == 0)
-      rc = stitch_patch_add(p, c, bufs[c], lens[c], d);
+      rc = stitch_patch_add(sp->p, c, sp->bufs[c], sp->lens[c], d);
     /* A chunk that does not verify stays where it is: the store is its
      * owner's (a publisher's, or stitchd's, whose next put of the chunk
      * replaces it), and a reader that deleted it would turn one bad file
@@ -63,22 +67,37 @@ int stitch_store_apply(const stitch_store *s, const char *path,
                            "left as it is)",
                            obj, hex, why.msg);
     }
-    if (rc == 0 && o != NULL && o->progress != NULL)
-      o->progress(o->progress_arg, "verify chunks", c + 1, n);
+    if (rc == 0 && progress != NULL)
+      progress(progress_arg, "verify chunks", c + 1, n);
   }
   if (rc != 0 && d != NULL) {
     stitch_diag why = *d;
     stitch_diag_set(d, rc, "version %" PRIu64 ": %s", vr->m->version,
                     why.msg);
   }
-  if (rc == 0)
-    rc = stitch_weights_apply(path, vr, obj, p, o, d);
-  stitch_patch_free(p);
-  for (size_t c = 0; bufs != NULL && c < n; c++)
-    if (bufs[c] != NULL)
-      stitch_store_release(bufs[c], lens[c]);
-  free(bufs);
-  free(lens);
+  if (rc != 0)
+    store_patch_close(sp);
+  return rc;
+}
+
+void store_patch_close(store_patch *sp) {
+  stitch_patch_free(sp->p);
+  for (size_t c = 0; sp->bufs != NULL && c < sp->n; c++)
+    if (sp->bufs[c] != NULL)
+      stitch_store_release(sp->bufs[c], sp->lens[c]);
+  free(sp->bufs);
+  free(sp->lens);
+  memset(sp, 0, sizeof(*sp));
+}
+
+int stitch_store_apply(const stitch_store *s, const char *path,
+                       const stitch_vref *vr, uint32_t obj,
+                       const stitch_apply_opts *o, stitch_diag *d) {
+  store_patch sp;
+  CHECK_RC(store_patch_open(s, vr, obj, o ? o->progress : NULL,
+                            o ? o->progress_arg : NULL, &sp, d));
+  int rc = stitch_weights_apply(path, vr, obj, sp.p, o, d);
+  store_patch_close(&sp);
   return rc;
 }
 

@@ -30,6 +30,29 @@ int stitch_tensor_digest(stitch_dtype dtype, int ndim, const uint64_t *shape,
  * (0: one per online CPU); the bytes do not depend on the thread count. */
 int stitch_tensor_digests(size_t n, const stitch_tensor *const *t,
                           unsigned threads, stitch_digest *out);
+/* Changes to one tensor, as a sorted sparse list: element POS[k] (counted
+ * in elements of WIDTH bytes) takes the WIDTH bytes at VAL + k * WIDTH. */
+typedef struct stitch_sparse {
+  uint64_t n;          /* changes; 0: none (POS and VAL unused) */
+  uint32_t width;      /* 1, 2, 4 or 8, dividing the tensor's nbytes */
+  const uint64_t *pos; /* N strictly ascending element positions */
+  const uint8_t *val;  /* N * WIDTH bytes */
+} stitch_sparse;
+
+/* The digest T would have with SP laid over its bytes (stitch_tensor_digest
+ * of a patched copy), computed without writing or copying T: a 1 MiB leaf
+ * that a change falls in is patched in a leaf-sized buffer, any other is
+ * hashed where it is. T->data is only read. A width that is not 1, 2, 4 or
+ * 8 or does not divide T->nbytes, positions that do not ascend strictly or
+ * that run past the tensor: STITCH_EINVAL, naming the tensor and change. */
+int stitch_tensor_digest_patched(const stitch_tensor *t,
+                                 const stitch_sparse *sp, stitch_digest *out,
+                                 stitch_diag *d);
+/* N tensors at once, SP[i] over T[i], leaves on up to THREADS threads (0:
+ * one per online CPU), each with one leaf-sized buffer. */
+int stitch_tensor_digests_patched(size_t n, const stitch_tensor *const *t,
+                                  const stitch_sparse *sp, unsigned threads,
+                                  stitch_digest *out, stitch_diag *d);
 /* Combines per-tensor digests; names need not be sorted. */
 int stitch_view_digest_from(size_t n, const char *const *names,
                             const stitch_digest *tensor_digests,

@@ -1,0 +1,316 @@
+#!/usr/bin/env python3
+"""The engine adapter's two phases (docs/python.md "Two phases"): prepare()
+writes nothing into the tensors; prepare() then commit() is bit-exact
+against the trainer's view, one step or several; a wrong base is refused
+with the tensors untouched; tensors that moved since prepare() are refused
+at commit(); a failure midway through commit() restores the tensors
+exactly; commit() without prepare() or twice is refused; a prepared version
+the store moved past still commits; apply() is the two in a row; nothing
+uses Tensor.nbytes (missing in torch 1.13).
+
+Plain script (ctest runs it): exit 0 pass, 1 fail, 77 skip (no torch or
+safetensors). STITCH_SEED=N replays a run; the seed is printed.
+"""
+import os
+import random
+import shutil
+import sys
+import tempfile
+
+try:
+    import torch
+    from safetensors.torch import load_file
+except ImportError as e:
+    print("test_engine: SKIP: %s (run tools/setup-python.sh)" % e)
+    sys.exit(77)
+
+from stitch import (DigestMismatch, EngineAdapter, Publisher, StitchError,
+                    tensors_for)
+
+SEED = int(os.environ.get("STITCH_SEED", random.randrange(1 << 31)))
+print("test_engine: Seed = %d" % SEED)
+torch.manual_seed(SEED)
+torch.set_num_threads(1)
+FAILS = []
+
+
+def check(cond, what):
+    if not cond:
+        FAILS.append(what)
+        print("test_engine: FAIL: %s" % what, file=sys.stderr)
+
+
+def raises(fn, name, contains, what):
+    """fn() must raise StitchError NAME whose message contains CONTAINS."""
+    try:
+        fn()
+    except StitchError as e:
+        check(e.name == name and contains in str(e),
+              "%s: got %s '%s', want %s containing '%s'"
+              % (what, e.name, e, name, contains))
+        return e
+    check(False, "%s: no error raised" % what)
+
+
+def raw(t):
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+def snapshot(tensors):
+    return {n: raw(t).clone() for n, t in tensors.items()}
+
+
+def changed(tensors, snap):
+    """Names of the tensors whose bytes differ from SNAP."""
+    return [n for n in snap if not torch.equal(raw(tensors[n]), snap[n])]
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(64, 32)
+        self.up = torch.nn.Linear(32, 96)
+        self.down = torch.nn.Linear(96, 32)
+        self.head = torch.nn.Linear(32, 64, bias=False)
+        # Never trained: no patch block covers it, so a wrong byte here is
+        # caught only by the digests.
+        self.register_buffer("pos", torch.linspace(-1, 1, 32))
+
+    def forward(self, x):
+        h = self.emb(x) + self.pos
+        return self.head(h + self.down(torch.relu(self.up(h))))
+
+
+class Trainer:
+    def __init__(self, tmp, kind):
+        self.store = os.path.join(tmp, "store-" + kind)
+        self.pub = os.path.join(tmp, "tr.pub")
+        self.model = Tiny()
+        # BF16 at 1e-5 changes a few percent of the elements per step, so
+        # most tensors get lists; the coarser views need larger steps.
+        self.opt = torch.optim.Adam(self.model.parameters(),
+                                    lr=1e-5 if kind == "bf16" else 1e-3)
+        self.p = Publisher(self.store, os.path.join(tmp, "tr.key"), view=kind,
+                           keep=16)
+        self.views = {}
+
+    def step(self):
+        x = torch.randint(0, 64, (4, 8))
+        loss = torch.nn.functional.cross_entropy(
+            self.model(x).reshape(-1, 64), x.roll(1, 1).reshape(-1))
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        v = self.p.publish(self.model).version
+        # The publisher keeps only the latest view: keep each one here.
+        self.views[v] = load_file(os.path.join(
+            self.store, "publisher", "view-%020d.safetensors" % v))
+        return v
+
+    def view(self, v):
+        return self.views[v]
+
+    def engine(self):
+        """Zeroed tensors and an adapter over them (at version 0)."""
+        t = tensors_for(self.store, self.pub)
+        return t, EngineAdapter(t, self.store, self.pub)
+
+
+def same_as_view(tr, tensors, v, what):
+    ref = tr.view(v)
+    bad = [n for n in ref if not torch.equal(raw(ref[n]), raw(tensors[n]))]
+    check(not bad and sorted(ref) == sorted(tensors),
+          "%s: tensors differ from the view of v%d: %s" % (what, v, bad))
+
+
+def test_two_phases(tr, kind):
+    tr.step()
+    tensors, ad = tr.engine()
+    ad.apply()
+    check(ad.version == 1, "%s: at v%d after the first apply" % (kind, ad.version))
+    v = tr.step()
+    snap = snapshot(tensors)
+    got = ad.prepare()
+    check(got == v and ad.prepared() == v,
+          "%s: prepared %s (waiting %s), want v%d" % (kind, got, ad.prepared(), v))
+    check(not changed(tensors, snap),
+          "%s: prepare wrote into %s" % (kind, changed(tensors, snap)))
+    check(ad.version == 1, "%s: prepare moved the version to %d" % (kind, ad.version))
+    st = ad.last_stats
+    check(st["steps"] == 1 and st["changes"] > 0 and st["prepare_s"] > 0
+          and st["undo_bytes"] > 0,
+          "%s: prepare stats %s" % (kind, st))
+    pause = ad.commit()
+    check(pause > 0 and ad.version == v and ad.prepared() is None,
+          "%s: commit paused %.6f s, at v%d" % (kind, pause, ad.version))
+    check("prepare_s" in ad.last_stats and ad.last_stats["pause_s"] == pause,
+          "%s: commit stats %s" % (kind, ad.last_stats))
+    same_as_view(tr, tensors, v, "%s: prepare + commit" % kind)
+    raises(ad.commit, "EINVAL", "nothing is prepared", "%s: a second commit" % kind)
+    return tensors, ad
+
+
+def test_catch_up(tr, tensors, ad):
+    """A lagging engine: several steps, composed into one list."""
+    lag = {n: t.clone() for n, t in tensors.items()}
+    lad = EngineAdapter(lag, tr.store, tr.pub)
+    was = lad.version
+    for _ in range(3):
+        v = tr.step()
+    lad.prepare()
+    check(lad.last_stats["steps"] >= 2,
+          "catch-up: %d steps from v%d to v%d" % (lad.last_stats["steps"], was, v))
+    lad.commit()
+    same_as_view(tr, lag, v, "catch-up from v%d" % was)
+    ad.apply()
+    same_as_view(tr, tensors, v, "apply() after three versions")
+
+
+def test_refusals(tr, tensors, ad):
+    v = tr.step()
+    # A wrong base: "pos" altered while the adapter claims its version.
+    good = tensors["pos"].clone()
+    tensors["pos"].view(torch.uint8)[3] ^= 0x40
+    snap = snapshot(tensors)
+    try:
+        ad.prepare()
+        check(False, "refusal: a wrong base was prepared")
+    except DigestMismatch as e:
+        check(e.tensors == ["pos"] and "'pos'" in str(e),
+              "refusal: mismatch names %s: %s" % (e.tensors, e))
+    check(not changed(tensors, snap),
+          "refusal: a refused prepare changed %s" % changed(tensors, snap))
+    check(ad.prepared() is None and ad.version == v - 1,
+          "refusal: waiting %s at v%d" % (ad.prepared(), ad.version))
+    raises(ad.commit, "EINVAL", "nothing is prepared", "commit without prepare")
+    tensors["pos"].copy_(good)
+
+    # An in-place write between the phases (torch counts it).
+    ad.prepare()
+    tensors["up.weight"].add_(0)
+    snap = snapshot(tensors)
+    raises(ad.commit, "EMISMATCH", "changed since prepare()",
+           "commit after an in-place write")
+    check(not changed(tensors, snap) and ad.version == v - 1,
+          "generation: a refused commit wrote %s, at v%d"
+          % (changed(tensors, snap), ad.version))
+    raises(ad.commit, "EINVAL", "nothing is prepared",
+           "a commit after a refused one")
+    # New storage under a tensor (its address moved).
+    ad.prepare()
+    tensors["head.weight"].data = tensors["head.weight"].data.clone()
+    snap = snapshot(tensors)
+    raises(ad.commit, "EMISMATCH", "changed since prepare()",
+           "commit after a storage swap")
+    check(not changed(tensors, snap), "generation: a swap was written to")
+    ad.apply()  # the adapter follows the tensor object, new storage and all
+    same_as_view(tr, tensors, v, "apply after the refusals")
+
+
+def test_mid_commit(tr, tensors, ad):
+    """A failure in the third tensor's write, after half of it was written:
+    every tensor is back as it was, the version too."""
+    v = tr.step()
+    ad.prepare()
+    n = len(ad._prepared.changes)
+    check(n >= 3, "mid-commit: only %d tensors change" % n)
+    snap = snapshot(tensors)
+    calls = []
+    real = ad._scatter
+
+    def failing(c, old=False):
+        # The first listed change after two tensors or more: half of it
+        # is written, then the failure.
+        if not old:
+            calls.append("whole" if c.pos is None else "list")
+            if len(calls) >= 3 and c.pos is not None:
+                h = c.pos.numel() // 2
+                c.target.flat_bytes().view(c.val.dtype)[c.pos[:h]] = c.val[:h]
+                raise RuntimeError("injected after %d tensors" % (len(calls) - 1))
+        return real(c, old)
+
+    ad._scatter = failing
+    try:
+        ad.commit()
+        check(False, "mid-commit: the injected failure did not raise")
+    except RuntimeError as e:
+        check("injected" in str(e), "mid-commit: raised %s" % e)
+    del ad._scatter
+    check(len(calls) >= 3, "mid-commit: %d writes before the failure"
+          % (len(calls) - 1))
+    print("test_engine: mid-commit: failed after %s" % calls[:-1])
+    check(not changed(tensors, snap),
+          "mid-commit: not restored: %s" % changed(tensors, snap))
+    check(ad.version == v - 1, "mid-commit: at v%d" % ad.version)
+    ad.apply()
+    same_as_view(tr, tensors, v, "apply after a failed commit")
+
+
+def test_stale(tr, tensors, ad):
+    """The store moves on between the phases: the commit brings the
+    prepared version, and the next one is pending."""
+    v = tr.step()
+    ad.prepare()
+    tr.step()
+    ad.commit()
+    check(ad.version == v and ad.pending() == v + 1,
+          "stale: at v%d, pending %s" % (ad.version, ad.pending()))
+    same_as_view(tr, tensors, v, "a stale prepare committed")
+    # Preparing twice replaces the first; the held version prepares nothing.
+    ad.prepare(v + 1)
+    ad.prepare(v + 1)
+    ad.commit()
+    ad.prepare()
+    check(ad.last_stats["steps"] == 0, "stale: the held version took steps")
+    ad.commit()
+    same_as_view(tr, tensors, v + 1, "stale: the next version")
+
+
+def test_no_nbytes(tr):
+    """torch 1.13 has no Tensor.nbytes: the adapter must not need it."""
+    had = torch.Tensor.__dict__.get("nbytes")
+
+    def missing(self):
+        raise AttributeError("'Tensor' object has no attribute 'nbytes'")
+
+    torch.Tensor.nbytes = property(missing)
+    try:
+        tensors, ad = tr.engine()
+        ad.apply()
+        tr.step()
+        ad.apply()
+        check(ad.last_stats["undo_bytes"] > 0, "no nbytes: nothing kept")
+        same_as_view(tr, tensors, ad.version, "apply without Tensor.nbytes")
+    finally:
+        if had is None:
+            del torch.Tensor.nbytes
+        else:
+            torch.Tensor.nbytes = had
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="stitch-engine-")
+    try:
+        import stitch
+        stitch.keygen(os.path.join(tmp, "tr"))
+        tr = Trainer(tmp, "bf16")
+        tensors, ad = test_two_phases(tr, "bf16")
+        test_catch_up(tr, tensors, ad)
+        test_refusals(tr, tensors, ad)
+        test_mid_commit(tr, tensors, ad)
+        test_stale(tr, tensors, ad)
+        test_no_nbytes(tr)
+        for kind in ("fp8", "nvfp4"):
+            k = Trainer(tmp, kind)
+            test_two_phases(k, kind)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if FAILS:
+        print("test_engine: %d failure(s) (seed %d)" % (len(FAILS), SEED))
+        return 1
+    print("test_engine: OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -156,6 +156,15 @@ if(NOT STITCH_SANITIZE)
                    ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR})
   set_tests_properties(install_tree PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 60)
 endif()
+# The Debian package (cpack -G DEB), unpacked into a scratch root. Not under
+# the sanitizers, from which cpack makes no package; in a CUDA build it
+# skips (77): the package is made without CUDA (tools/package.sh).
+if(NOT STITCH_SANITIZE AND CMAKE_LIBRARY_ARCHITECTURE)
+  add_test(NAME deb
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/deb.sh ${CMAKE_BINARY_DIR}
+                   ${CMAKE_SOURCE_DIR} ${CMAKE_LIBRARY_ARCHITECTURE} ${STITCH_HAVE_CUDA})
+  set_tests_properties(deb PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)
+endif()
 if(STITCH_SANITIZE)
   set(STITCH_SYMBOLS_MODE sanitize)
 endif()

@@ -165,6 +165,16 @@ if(NOT STITCH_SANITIZE AND CMAKE_LIBRARY_ARCHITECTURE)
                    ${CMAKE_SOURCE_DIR} ${CMAKE_LIBRARY_ARCHITECTURE} ${STITCH_HAVE_CUDA})
   set_tests_properties(deb PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)
 endif()
+# pip install ./python in a fresh venv: the wheel builds its own libstitch
+# (CUDA off), so it runs in a CUDA build too; not under the sanitizers,
+# where it would only repeat the same plain build. pip fetches
+# scikit-build-core; about a minute.
+if(NOT STITCH_SANITIZE)
+  add_test(NAME pip_install
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/pip_install.sh
+                   ${CMAKE_SOURCE_DIR} $<TARGET_FILE:stitch-cli>)
+  set_tests_properties(pip_install PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+endif()
 if(STITCH_SANITIZE)
   set(STITCH_SYMBOLS_MODE sanitize)
 endif()

@@ -27,6 +27,10 @@ for h in "$src"/src/include/stitch/*.h; do
   [ -e "$p/include/stitch/${h##*/}" ] || fail "missing include/stitch/${h##*/}"
 done
 [ -x "$build/bin/stitch-sim" ] && { [ -x "$p/bin/stitch-sim" ] || fail "missing bin/stitch-sim"; }
+for m in "$build"/packaging/man/*.1.gz; do  # made where help2man is installed
+  [ -e "$m" ] || continue
+  [ -e "$p/share/man/man1/${m##*/}" ] || fail "missing share/man/man1/${m##*/}"
+done
 soname=$(objdump -p "$p/lib/libstitch.so" | awk '$1 == "SONAME" { print $2 }')
 [ "$soname" = libstitch.so.0 ] || fail "SONAME is '$soname', not libstitch.so.0"
 [ -e "$p/lib/$soname" ] || fail "missing lib/$soname"

@@ -156,6 +156,25 @@ if(NOT STITCH_SANITIZE)
                    ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR})
   set_tests_properties(install_tree PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 60)
 endif()
+# The Debian package (cpack -G DEB), unpacked into a scratch root. Not under
+# the sanitizers, from which cpack makes no package; in a CUDA build it
+# skips (77): the package is made without CUDA (tools/package.sh).
+if(NOT STITCH_SANITIZE AND CMAKE_LIBRARY_ARCHITECTURE)
+  add_test(NAME deb
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/deb.sh ${CMAKE_BINARY_DIR}
+                   ${CMAKE_SOURCE_DIR} ${CMAKE_LIBRARY_ARCHITECTURE} ${STITCH_HAVE_CUDA})
+  set_tests_properties(deb PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)
+endif()
+# pip install ./python in a fresh venv: the wheel builds its own libstitch
+# (CUDA off), so it runs in a CUDA build too; not under the sanitizers,
+# where it would only repeat the same plain build. pip fetches
+# scikit-build-core; about a minute.
+if(NOT STITCH_SANITIZE)
+  add_test(NAME pip_install
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/pip_install.sh
+                   ${CMAKE_SOURCE_DIR} $<TARGET_FILE:stitch-cli>)
+  set_tests_properties(pip_install PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+endif()
 if(STITCH_SANITIZE)
   set(STITCH_SYMBOLS_MODE sanitize)
 endif()

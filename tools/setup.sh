@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake pkg-config git zstd python3
           libuv1-dev libsodium-dev libzstd-dev libmsgpack-dev libjansson-dev
           libxxhash-dev libsimgrid-dev libhttp-parser-dev curl tcpdump
-          nftables)
+          nftables help2man)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

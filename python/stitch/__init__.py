@@ -1,19 +1,22 @@
 """Stitch for Python: a ctypes binding of libstitch, a Publisher for
 trainers, an EngineAdapter for inference engines, and TRL interop.
 
-    PYTHONPATH=python python3 -c 'import stitch'   # after the CMake build
+    pip install ./python                 # a wheel that carries libstitch
+    PYTHONPATH=python python3 -c 'import stitch'   # or, after the CMake build
 
-libstitch.so is found through STITCH_LIB, else build/lib (or a build-*/lib)
-of this repository. See docs/python.md.
+libstitch.so is found through STITCH_LIB, else beside this package (the
+wheel's), else build/lib (or a build-*/lib) of this repository, else
+pkg-config's stitch.pc or the dynamic linker (an installed libstitch). See
+docs/python.md.
 """
 from ._lib import StitchError
 from .binding import (Checkpoint, Patch, PublicKey, SecretKey, Store,
                       VersionInfo, build_view, keygen, publish, tensor_digest,
-                      tensor_digests, write_checkpoint)
+                      tensor_digests, version, write_checkpoint)
 
 __all__ = ["StitchError", "Checkpoint", "Patch", "PublicKey", "SecretKey",
            "Store", "VersionInfo", "build_view", "keygen", "publish",
-           "tensor_digest", "tensor_digests", "write_checkpoint",
+           "tensor_digest", "tensor_digests", "version", "write_checkpoint",
            "Publisher", "PublishResult", "EngineAdapter", "DigestMismatch",
            "tensors_for"]
 

@@ -7,6 +7,7 @@ stitch_diag line into a StitchError, so no error passes silently.
 """
 import ctypes
 import os
+import subprocess
 from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int,
                     c_size_t, c_uint, c_uint8, c_uint32, c_uint64, c_void_p)
 
@@ -152,6 +153,7 @@ _D = POINTER(Diag)
 
 # name: (restype, argtypes)
 _PROTOS = {
+    "stitch_version": (c_char_p, []),
     "stitch_strerror": (c_char_p, [c_int]),
     "stitch_errname": (c_char_p, [c_int]),
     "stitch_dtype_size": (c_size_t, [c_int]),
@@ -236,16 +238,42 @@ _PROTOS = {
 }
 
 
+SONAME = "libstitch.so.0"
+
+
+def _pkg_config_libdir():
+    """libstitch's libdir as pkg-config says (an installed tree or the
+    .deb), or None where pkg-config or stitch.pc is not there."""
+    try:
+        out = subprocess.run(["pkg-config", "--variable=libdir", "stitch"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() or None
+
+
 def _find_library():
-    """STITCH_LIB (a file) wins; otherwise build/lib beside this package's
-    repository root, then the build-* folders there, newest first."""
+    """The library to load, first found of:
+    1. STITCH_LIB (a file): an explicit choice wins over every default;
+    2. libstitch.so.0 beside this module: what pip install ./python puts in
+       the wheel;
+    3. build/lib of this package's repository (a checkout), then its
+       build-*/lib folders, newest first;
+    4. the libdir of pkg-config's stitch.pc (cmake --install, the .deb);
+    5. the dynamic linker's own search for the SONAME (ld.so.cache,
+       LD_LIBRARY_PATH)."""
     env = os.environ.get("STITCH_LIB")
     if env:
         if not os.path.isfile(env):
             raise OSError("STITCH_LIB=%s: no such file" % env)
         return env
-    root = os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))))
+    here = os.path.dirname(os.path.abspath(__file__))
+    beside = os.path.join(here, SONAME)
+    if os.path.isfile(beside):
+        return beside
+    root = os.path.dirname(os.path.dirname(here))
     cands = [os.path.join(root, "build", "lib", "libstitch.so")]
     try:
         extra = [os.path.join(root, e, "lib", "libstitch.so")
@@ -257,19 +285,31 @@ def _find_library():
     for c in cands:
         if os.path.isfile(c):
             return c
-    raise OSError("libstitch.so not found: build it (cmake --build build) or "
-                  "set STITCH_LIB to its path (looked in %s)" % cands[0])
+    libdir = _pkg_config_libdir()
+    if libdir and os.path.isfile(os.path.join(libdir, SONAME)):
+        return os.path.normpath(os.path.join(libdir, SONAME))
+    return SONAME  # CDLL asks the dynamic linker; _load says if it fails
 
 
 def _load():
-    lib = ctypes.CDLL(_find_library())
+    """The loaded library and the path (or name) it was loaded from."""
+    path = _find_library()
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        if path != SONAME:
+            raise
+        raise OSError("libstitch not found: pip install ./python (a wheel "
+                      "that carries it), build it (cmake --build build), "
+                      "install it (cmake --install, the .deb) or set "
+                      "STITCH_LIB to its path (%s)" % e) from None
     for name, (res, args) in _PROTOS.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
-    return lib
+    return lib, path
 
 
-lib = _load()
+lib, lib_path = _load()
 
 
 def errname(code):

@@ -24,6 +24,12 @@ VIEW_KINDS = ("bf16", "fp8", "nvfp4")
 OBJ_KINDS = {1: "delta", 2: "anchor", 3: "cumulative"}
 
 
+def version():
+    """The loaded libstitch's version, "0.2.0 (wire protocol 2)"
+    (stitch_version()); stitch._lib.lib_path says which file it is."""
+    return lib.stitch_version().decode()
+
+
 def dtype_name(code):
     return lib.stitch_dtype_name(code).decode()
 
@@ -610,7 +616,7 @@ class Prepared:
         self._write(lib.stitch_prepared_revert, ptrs, threads)
 
 
-__all__ = ["StitchError", "PublicKey", "SecretKey", "keygen", "Checkpoint",
-           "write_checkpoint", "build_view", "tensor_digest",
+__all__ = ["version", "StitchError", "PublicKey", "SecretKey", "keygen",
+           "Checkpoint", "write_checkpoint", "build_view", "tensor_digest",
            "tensor_digests", "tensor_digests_patched", "publish", "publish_opts",
            "Store", "Patch", "Prepared", "VersionInfo"]

@@ -747,6 +747,49 @@ static void scenario_sweep(void) {
     }
 }
 
+/* A dial the driver reports failed (refused: nothing listens there) is
+ * tried again after the backoff, 2 s then 4 s, not after the 5 s connect
+ * timeout the core waits out when it hears nothing. The test plays the
+ * driver: it answers each CONNECT to "nowhere" with
+ * stitch_swarm_dial_failed and records when the CONNECTs come. */
+static void scenario_dial_failed(void) {
+  sn_net net;
+  build(&net, &default_params, 1);
+  sn_node *n = &net.node[1];
+  sn_start(&net, n, NULL, 0);
+  stitch_diag d = {{0}};
+  ASSERT_OK(stitch_swarm_add_peer_addr(n->sw, "nowhere", "eu"), d);
+  stitch_swarm_dial_failed(n->sw, "nowhere", 0);   /* not being dialed */
+  stitch_swarm_dial_failed(n->sw, "elsewhere", 0); /* unknown */
+  stitch_swarm_dial_failed(n->sw, NULL, 0);
+  uint64_t at[4];
+  size_t k = 0;
+  for (uint64_t t = 0; t <= 20000 && k < 4; t += 50) {
+    stitch_swarm_tick(n->sw, t);
+    stitch_swarm_action a;
+    for (stitch_swarm_next_action(n->sw, &a); a.kind != STITCH_SWARM_NONE;
+         stitch_swarm_next_action(n->sw, &a)) {
+      if (a.kind == STITCH_SWARM_CONNECT && strcmp(a.addr, "nowhere") == 0) {
+        at[k++] = t;
+        stitch_swarm_dial_failed(n->sw, a.addr, t);
+      }
+    }
+  }
+  printf("dial_failed: CONNECTs at");
+  for (size_t i = 0; i < k; i++)
+    printf(" %" PRIu64, at[i]);
+  printf(" ms\n");
+  ASSERT_EQ(k, 4);
+  /* Each retry waits its backoff (2, 4, 8 s), give or take one
+   * neighbour-upkeep beat (1 s), and well under timeout + backoff. */
+  for (size_t i = 1; i < 4; i++) {
+    uint64_t wait = 1000ull << i, gap = at[i] - at[i - 1];
+    ASSERT(gap >= wait && gap <= wait + 1100);
+  }
+  ASSERT(at[1] - at[0] < 5000);
+  sn_free(&net);
+}
+
 static const sw_scenario scenarios[] = {
     {"fanout", scenario_fanout_once},
     {"corrupt", scenario_corrupt},
@@ -764,6 +807,7 @@ static const sw_scenario scenarios[] = {
     {"behind_first", scenario_behind_first},
     {"lowat", scenario_lowat},
     {"determinism", scenario_determinism},
+    {"dial_failed", scenario_dial_failed},
     {"sweep", scenario_sweep},
 };
 

@@ -392,9 +392,10 @@ static void on_connect(uv_connect_t *req, int status) {
   if (p->state != PEER_DIALING)
     return; /* closed while dialing */
   if (status < 0) {
-    /* Nothing to tell the core: it times its CONNECT out itself. */
     net_log(n, "connect %s: %s", p->addr, uv_strerror(status));
+    stitch_swarm_dial_failed(n->swarm, p->addr, now_ms(n));
     peer_drop(p, 0);
+    pump(n);
     return;
   }
   peer_opened(p, 1);
@@ -413,6 +414,7 @@ static void dial_to(stitch_net *n, const char *addr,
   int rc = uv_tcp_connect(&p->conn, &p->tcp, sa, on_connect);
   if (rc != 0) {
     net_log(n, "connect %s: %s", addr, uv_strerror(rc));
+    stitch_swarm_dial_failed(n->swarm, addr, now_ms(n));
     peer_drop(p, 0);
   }
 }
@@ -423,8 +425,10 @@ static void on_resolved(uv_getaddrinfo_t *req, int status,
   stitch_net *n = r->net;
   if (status == 0 && !n->closing)
     dial_to(n, r->addr, res->ai_addr);
-  else if (status != 0 && status != UV_ECANCELED)
+  else if (status != 0 && status != UV_ECANCELED) {
     net_log(n, "connect %s: %s", r->addr, uv_strerror(status));
+    stitch_swarm_dial_failed(n->swarm, r->addr, now_ms(n));
+  }
   uv_freeaddrinfo(res);
   free(r);
   net_release(n);

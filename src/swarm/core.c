@@ -360,6 +360,13 @@ static addr_entry *find_addr(stitch_swarm *s, const char *a) {
   return NULL;
 }
 
+/* A dial to E failed, or its link closed too soon: try it again later
+ * and later (2 s, doubling, at most 64 s). */
+static void addr_failed(addr_entry *e, uint64_t now_ms) {
+  e->failures++;
+  e->next_try_ms = now_ms + (1000ull << (e->failures < 6 ? e->failures : 6));
+}
+
 /* STITCH_ENOMEM when the address could not be kept (peer exchange will
  * tell it again; the agent's own addresses must not vanish unreported). */
 static int learn_addr(stitch_swarm *s, const char *a, const char *region) {
@@ -431,8 +438,7 @@ static void maintain(stitch_swarm *s) {
     s->far_known += far_region(s, e->region);
     if (e->connecting && s->now_ms - e->connect_ms >= CORE_CONNECT_MS) {
       e->connecting = 0; /* never answered: count as a failure */
-      e->failures++;
-      e->next_try_ms = s->now_ms + (1000ull << (e->failures < 6 ? e->failures : 6));
+      addr_failed(e, s->now_ms);
     }
     pending += e->connecting;
     pending_same += e->connecting && !far_region(s, e->region);
@@ -705,13 +711,22 @@ void stitch_swarm_peer_close(stitch_swarm *s, uint32_t id, uint64_t now_ms) {
   addr_entry *e = p->outbound ? find_addr(s, p->addr) : NULL;
   if (e != NULL && (p->state == PEER_HELLO ||
                     now_ms - p->opened_ms < CORE_SHORT_LINK_MS)) {
-    e->failures++;
-    e->next_try_ms = now_ms + (1000ull << (e->failures < 6 ? e->failures : 6));
+    addr_failed(e, now_ms);
   } else if (e != NULL) {
     e->failures = 0;
   }
   peer_reset(s, p);
   fetch_schedule(s);
+}
+
+void stitch_swarm_dial_failed(stitch_swarm *s, const char *addr,
+                              uint64_t now_ms) {
+  s->now_ms = now_ms;
+  addr_entry *e = addr != NULL ? find_addr(s, addr) : NULL;
+  if (e == NULL || !e->connecting)
+    return;
+  e->connecting = 0;
+  addr_failed(e, now_ms);
 }
 
 /* ---- Manifests -------------------------------------------------------- */

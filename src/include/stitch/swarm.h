@@ -139,6 +139,12 @@ void stitch_swarm_peer_sent(stitch_swarm *s, uint32_t peer, size_t n);
 size_t stitch_swarm_lowat(size_t len);
 /* The transport is gone (either side closed it). */
 void stitch_swarm_peer_close(stitch_swarm *s, uint32_t peer, uint64_t now_ms);
+/* A CONNECT to ADDR failed before any transport existed (refused,
+ * unreachable, no such name): the core tries that address again later,
+ * backing off, instead of waiting out its connect timeout. Unknown
+ * addresses and addresses not being dialed are ignored. */
+void stitch_swarm_dial_failed(stitch_swarm *s, const char *addr,
+                              uint64_t now_ms);
 
 /* Timers: keepalives, request timeouts, neighbour refresh, re-planning.
  * stitch_swarm_wake gives the time (ms) the core next wants a tick. */

@@ -60,12 +60,15 @@ def _inplace_count(t):
 
 class _Change:
     """One tensor's prepared change: a list (pos int64, val and old at the
-    element width) or a whole copy (val; old None over version 0)."""
-    __slots__ = ("target", "pos", "val", "old", "w")
+    element width) or a whole copy (val; old None over version 0). For a
+    tensor with a host mirror, dpos and dval are the list on its device,
+    put there by prepare."""
+    __slots__ = ("target", "pos", "val", "old", "w", "dpos", "dval")
 
     def __init__(self, target, pos, val, old, w):
         self.target, self.pos, self.val, self.old, self.w = \
             target, pos, val, old, w
+        self.dpos = self.dval = None
 
     def nbytes(self):
         n = 0
@@ -94,10 +97,15 @@ class _Prepared:
 
 class _Target:
     """One engine tensor. Its address is read at each use, so an engine
-    that swaps a tensor's storage never has a stale pointer written to."""
-    __slots__ = ("name", "tensor", "dtype", "shape")
+    that swaps a tensor's storage never has a stale pointer written to.
+    A tensor off the CPU (or any, with host_mirror) is read through a host
+    mirror: a copy that prepare decodes and digests against, refreshed
+    from the tensor when its address or torch's count of its in-place
+    writes moved since the mirror last matched it."""
+    __slots__ = ("name", "tensor", "dtype", "shape", "mirrored", "mirror",
+                 "mirror_of", "mirror_copies")
 
-    def __init__(self, name, t):
+    def __init__(self, name, t, mirrored=None):
         import torch
         if not isinstance(t, torch.Tensor):
             raise TypeError("%s: expected a torch tensor, got %s"
@@ -105,25 +113,46 @@ class _Target:
         self.name, self.tensor = name, t
         self.dtype = B.st_dtype(t.dtype)
         self.shape = tuple(t.shape)
+        self.mirrored = (t.device.type != "cpu" if mirrored is None
+                         else mirrored)
+        self.mirror, self.mirror_of, self.mirror_copies = None, None, 0
         self.check()
 
     def check(self):
         t = self.tensor
-        if t.device.type != "cpu":
-            raise ValueError("%s: on %s; the adapter patches CPU tensors "
-                             "(the GPU path has its own kernels)"
-                             % (self.name, t.device))
+        if t.device.type not in ("cpu", "cuda"):
+            raise ValueError("%s: on %s; the adapter patches CPU and CUDA "
+                             "tensors" % (self.name, t.device))
         if not t.is_contiguous() or tuple(t.shape) != self.shape:
             raise ValueError("%s: not contiguous or reshaped; patching writes "
                              "its bytes in place" % self.name)
 
+    def _stamp(self):
+        return (self.tensor.data_ptr(), _inplace_count(self.tensor))
+
+    def host(self):
+        """The tensor prepare reads: itself on the CPU, else its mirror,
+        copied from the device first when it no longer matches."""
+        if not self.mirrored:
+            return self.tensor
+        if self.mirror is None or self.mirror_of != self._stamp():
+            import torch
+            pin = self.tensor.device.type == "cuda"
+            self.mirror = torch.empty(self.shape, dtype=self.tensor.dtype,
+                                      pin_memory=pin)
+            self.mirror.copy_(self.tensor)
+            self.mirror_of = self._stamp()
+            self.mirror_copies += 1
+        return self.mirror
+
     @property
     def ptr(self):
-        return self.tensor.data_ptr()
+        return self.host().data_ptr()
 
-    def flat_bytes(self):
+    def flat_bytes(self, t=None):
         import torch
-        return self.tensor.reshape(-1).view(torch.uint8)
+        t = self.tensor if t is None else t
+        return t.reshape(-1).view(torch.uint8)
 
 
 def tensors_for(store_dir, swarm_pub, version=None):
@@ -143,22 +172,26 @@ class EngineAdapter:
     """EngineAdapter(named_tensors, store_dir, swarm_pub, version=None,
     threads=0)
 
-    named_tensors: name -> CPU torch tensor, dtypes as the served view has
-    them (bfloat16; float8_e4m3fn plus float32 NAME_scale for fp8; uint8
-    packed NVFP4 plus NAME_scale and NAME_scale_2). Tensors the manifest
-    does not name are left alone.
+    named_tensors: name -> CPU or CUDA torch tensor, dtypes as the served
+    view has them (bfloat16; float8_e4m3fn plus float32 NAME_scale for
+    fp8; uint8 packed NVFP4 plus NAME_scale and NAME_scale_2). Tensors the
+    manifest does not name are left alone.
     version: what the tensors hold. None: identified by their digests among
     the store's versions, else 0 (nothing: the first apply starts from an
     anchor, which writes every byte).
     threads: for prepare's decoding and digests (0: every CPU).
+    host_mirror: None reads tensors off the CPU through a host mirror (see
+    the module's doc) and CPU tensors in place; True mirrors every tensor
+    (the tests run the GPU path's logic on CPU tensors so).
     """
 
     def __init__(self, named_tensors, store_dir, swarm_pub, version=None,
-                 threads=0):
+                 threads=0, host_mirror=None):
         self.store_dir = store_dir
         self.swarm = B.PublicKey.of(swarm_pub)
         self.threads = threads
-        self.targets = {n: _Target(n, t) for n, t in named_tensors.items()}
+        self.targets = {n: _Target(n, t, host_mirror)
+                        for n, t in named_tensors.items()}
         self.version, self.id = 0, None
         self.last_pause_s = 0.0
         self.last_stats = {}
@@ -290,9 +323,12 @@ class EngineAdapter:
                                    if whole_old else None, 1))
             elif n:
                 dt = _int_dtype(w)
-                out.append(_Change(t, _wrap(pos, n * 8, torch.int64),
-                                   _wrap(val, n * w, dt), _wrap(old, n * w, dt),
-                                   w))
+                c = _Change(t, _wrap(pos, n * 8, torch.int64),
+                            _wrap(val, n * w, dt), _wrap(old, n * w, dt), w)
+                if t.mirrored:  # the list goes to the device now, not in
+                    dev = t.tensor.device  # the pause
+                    c.dpos, c.dval = c.pos.to(dev), c.val.to(dev)
+                out.append(c)
         return out
 
     def discard(self):
@@ -305,16 +341,27 @@ class EngineAdapter:
         """The version prepared and waiting for commit(), else None."""
         return self._prepared.to if self._prepared is not None else None
 
-    def _scatter(self, c, old=False):
+    def _scatter(self, c, old=False, into=None):
         """Writes change C (or, with OLD, what it replaces) into its tensor,
-        on the tensor's device."""
-        flat = c.target.flat_bytes()
+        on the tensor's device (or into INTO, its host mirror)."""
+        flat = c.target.flat_bytes(into)
         src = c.old if old else c.val
         if c.pos is None:
             flat.copy_(src)
-        else:  # scatter_: 2-3x quicker than index_put_ on CPU tensors
-            dev = flat.device
-            flat.view(_int_dtype(c.w)).scatter_(0, c.pos.to(dev), src.to(dev))
+            return
+        dev = flat.device  # scatter_: 2-3x quicker than index_put_ on CPU
+        if c.dpos is not None and not old and into is None:
+            pos, src = c.dpos, c.dval
+        else:
+            pos, src = c.pos.to(dev), src.to(dev)
+        flat.view(_int_dtype(c.w)).scatter_(0, pos, src)
+
+    @staticmethod
+    def _sync(changes):
+        """Waits for the device's writes: the pause ends when they land."""
+        import torch
+        if any(c.target.tensor.device.type == "cuda" for c in changes):
+            torch.cuda.synchronize()
 
     def commit(self):
         """The pause: writes the prepared changes into the tensors, after
@@ -345,19 +392,38 @@ class EngineAdapter:
                     for c in pr.changes:
                         done.append(c)  # before the write: a partial one too
                         self._scatter(c)
+                    self._sync(pr.changes)
             except BaseException:
                 with torch.no_grad():
                     for c in reversed(done):
                         if c.old is not None:  # None: the tensors held nothing
                             self._scatter(c, old=True)
+                    self._sync(done)
                 raise
+            self.last_pause_s = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            self._follow_mirrors(pr)
+            mirror_s = time.perf_counter() - t1
         finally:
             pr.close()
         self.version, self.id = pr.to, pr.to_id
         self._generation += 1
-        self.last_pause_s = time.perf_counter() - t0
-        self.last_stats = dict(pr.stats, pause_s=self.last_pause_s)
+        self.last_stats = dict(pr.stats, pause_s=self.last_pause_s,
+                               mirror_s=mirror_s)
         return self.last_pause_s
+
+    def _follow_mirrors(self, pr):
+        """After the pause: each host mirror takes the same change, so the
+        next prepare reads it without a copy from the device."""
+        import torch
+        with torch.no_grad():
+            for c in pr.changes:
+                t = c.target
+                if t.mirror is not None and t.mirror_of is not None:
+                    self._scatter(c, into=t.mirror)
+            for t in pr.targets:
+                if t.mirror is not None:
+                    t.mirror_of = t._stamp()
 
     def apply(self, version=None):
         """prepare(VERSION) then commit(): brings the tensors to VERSION

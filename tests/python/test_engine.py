@@ -6,7 +6,11 @@ with the tensors untouched; tensors that moved since prepare() are refused
 at commit(); a failure midway through commit() restores the tensors
 exactly; commit() without prepare() or twice is refused; a prepared version
 the store moved past still commits; apply() is the two in a row; nothing
-uses Tensor.nbytes (missing in torch 1.13).
+uses Tensor.nbytes (missing in torch 1.13). All of it twice: with the
+tensors read in place, and through host mirrors (host_mirror=True, the
+path of tensors on a GPU, run here on CPU tensors), where the mirrors
+follow each commit without a copy from the tensors and refresh after an
+in-place write.
 
 Plain script (ctest runs it): exit 0 pass, 1 fail, 77 skip (no torch or
 safetensors). STITCH_SEED=N replays a run; the seed is printed.
@@ -32,6 +36,7 @@ print("test_engine: Seed = %d" % SEED)
 torch.manual_seed(SEED)
 torch.set_num_threads(1)
 FAILS = []
+MIRROR = {"host_mirror": None}  # the adapters' option, per pass
 
 
 def check(cond, what):
@@ -82,8 +87,8 @@ class Tiny(torch.nn.Module):
 
 
 class Trainer:
-    def __init__(self, tmp, kind):
-        self.store = os.path.join(tmp, "store-" + kind)
+    def __init__(self, tmp, kind, tag=""):
+        self.store = os.path.join(tmp, "store-" + kind + tag)
         self.pub = os.path.join(tmp, "tr.pub")
         self.model = Tiny()
         # BF16 at 1e-5 changes a few percent of the elements per step, so
@@ -113,7 +118,7 @@ class Trainer:
     def engine(self):
         """Zeroed tensors and an adapter over them (at version 0)."""
         t = tensors_for(self.store, self.pub)
-        return t, EngineAdapter(t, self.store, self.pub)
+        return t, EngineAdapter(t, self.store, self.pub, **MIRROR)
 
 
 def same_as_view(tr, tensors, v, what):
@@ -153,7 +158,7 @@ def test_two_phases(tr, kind):
 def test_catch_up(tr, tensors, ad):
     """A lagging engine: several steps, composed into one list."""
     lag = {n: t.clone() for n, t in tensors.items()}
-    lad = EngineAdapter(lag, tr.store, tr.pub)
+    lad = EngineAdapter(lag, tr.store, tr.pub, **MIRROR)
     was = lad.version
     for _ in range(3):
         v = tr.step()
@@ -288,21 +293,53 @@ def test_no_nbytes(tr):
             torch.Tensor.nbytes = had
 
 
+def test_mirrors(tr, tensors, ad):
+    """Host mirrors: a commit leaves them in step (no copy at the next
+    prepare); an in-place write to a tensor makes its mirror copy again,
+    and a mirror that does not match fails no digest it should pass."""
+    copies = {n: t.mirror_copies for n, t in ad.targets.items()}
+    check(all(t.mirror is not None for t in ad.targets.values()),
+          "mirrors: not every tensor has one")
+    v = tr.step()
+    ad.apply()
+    same_as_view(tr, tensors, v, "mirrors: apply")
+    again = [n for n, t in ad.targets.items() if t.mirror_copies != copies[n]]
+    check(not again, "mirrors: copied again after a commit: %s" % again)
+    bad = [n for n, t in ad.targets.items()
+           if not torch.equal(raw(t.mirror), raw(tensors[n]))]
+    check(not bad, "mirrors: out of step after a commit: %s" % bad)
+    tensors["down.weight"].mul_(1)  # an in-place write, same bytes
+    v = tr.step()
+    ad.apply()
+    same_as_view(tr, tensors, v, "mirrors: apply after an in-place write")
+    check(ad.targets["down.weight"].mirror_copies ==
+          copies["down.weight"] + 1,
+          "mirrors: down.weight copied %d times, want %d"
+          % (ad.targets["down.weight"].mirror_copies,
+             copies["down.weight"] + 1))
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="stitch-engine-")
     try:
         import stitch
         stitch.keygen(os.path.join(tmp, "tr"))
-        tr = Trainer(tmp, "bf16")
-        tensors, ad = test_two_phases(tr, "bf16")
-        test_catch_up(tr, tensors, ad)
-        test_refusals(tr, tensors, ad)
-        test_mid_commit(tr, tensors, ad)
-        test_stale(tr, tensors, ad)
-        test_no_nbytes(tr)
-        for kind in ("fp8", "nvfp4"):
-            k = Trainer(tmp, kind)
-            test_two_phases(k, kind)
+        for mirror in (None, True):
+            MIRROR["host_mirror"] = mirror
+            print("test_engine: host_mirror=%s" % mirror)
+            tr = Trainer(tmp, "bf16", "-%s" % mirror)
+            tensors, ad = test_two_phases(tr, "bf16")
+            test_catch_up(tr, tensors, ad)
+            test_refusals(tr, tensors, ad)
+            test_mid_commit(tr, tensors, ad)
+            test_stale(tr, tensors, ad)
+            if mirror:
+                test_mirrors(tr, tensors, ad)
+            else:
+                test_no_nbytes(tr)
+            for kind in ("fp8", "nvfp4"):
+                k = Trainer(tmp, kind, "-%s" % mirror)
+                test_two_phases(k, kind)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if FAILS:

@@ -4,14 +4,16 @@ phases (issue 38, docs/python.md "Two phases"). A benchmark, not a test.
 
   STITCH_LIB=build/lib/libstitch.so PYTHONPATH=python \\
     python3 tools/bench/pause_bench.py [--size 1G[,200M...]] \\
-        [--densities 0.01,0.001,0.05] [--tensor-mb 16] [--work DIR]
+        [--densities 0.01,0.001,0.05] [--tensor-mb 16] [--work DIR] \\
+        [--device cpu|cuda]
 
 For each size: a synthetic BF16 model of SIZE bytes (tensors of TENSOR_MB,
 values ~N(0, 0.02)) is published as version 1, then one version per
 density, each moving that fraction of the elements by one BF16 ulp from
 the one before (what an Adam step does to a served view), published as
-plain deltas. Two engines hold version 1 in CPU tensors and follow each
-version:
+plain deltas. Two engines hold version 1 and follow each version (the
+two-phase one on --device: with cuda, its tensors are on the GPU and
+prepare reads them through host mirrors, docs/python.md):
   - one-shot: the apply of the previous release (kept below, as it was:
     decode, write with undo, digest every tensor, all in the pause);
   - two phases: EngineAdapter.prepare() (engine serving) then commit()
@@ -147,8 +149,8 @@ def publish(model, work, store, key, version):
 
 
 def same(a, b):
-    return all(torch.equal(a[n].view(torch.int16), b[n].view(torch.int16))
-               for n in a)
+    return all(torch.equal(a[n].cpu().view(torch.int16),
+                           b[n].cpu().view(torch.int16)) for n in a)
 
 
 def run_size(nbytes, args, work):
@@ -162,7 +164,7 @@ def run_size(nbytes, args, work):
     print("# %d MB, %d tensors: anchor published in %.1f s"
           % (nbytes >> 20, len(model), time.perf_counter() - t0), flush=True)
     one = {n: t.clone() for n, t in model.items()}
-    two = {n: t.clone() for n, t in model.items()}
+    two = {n: t.clone().to(args.device) for n, t in model.items()}
     ad = stitch.EngineAdapter(two, store, pub, version=1)
     held, held_id = 1, ad.id
     rows = []
@@ -210,12 +212,15 @@ def main():
     ap.add_argument("--densities", default="0.01,0.001,0.05")
     ap.add_argument("--tensor-mb", type=int, default=16)
     ap.add_argument("--work", default=None, help="scratch directory")
+    ap.add_argument("--device", default="cpu",
+                    help="where the two-phase engine's tensors live")
     args = ap.parse_args()
     args.densities = [float(x) for x in args.densities.split(",")]
     sizes = [parse_size(x) for x in args.size.split(",")]
     work = tempfile.mkdtemp(prefix="pause-bench-", dir=args.work)
-    print("# pause_bench: torch %s, %d torch threads, %d CPUs"
-          % (torch.__version__, torch.get_num_threads(), os.cpu_count()))
+    print("# pause_bench: torch %s, %d torch threads, %d CPUs, engine on %s"
+          % (torch.__version__, torch.get_num_threads(), os.cpu_count(),
+             args.device))
     # torch's first indexed write starts its thread pool: not a pause.
     w = torch.zeros(1 << 16, dtype=torch.int16)
     w[torch.arange(0, 1 << 16, 7)] = 1

@@ -7,17 +7,31 @@ tests/e2e_trainer_engine.sh that holds a model's served tensors in torch
 
 DIR is the stitchd node's --data store. The engine starts empty: its
 tensors are allocated (zeroed, the layout of the first version it is told
-to load) at the first reload, and never reallocated after that.
+to load) at the first prepare or reload, and never reallocated after that.
+Its hooks follow docs/stitchd.md's contract:
 
-  POST /reload          {"version": v, "weights": FILE} (stitchd's reload
-                        hook): EngineAdapter.apply(v) over DIR, in place;
-                        200 {"version", "pause_s", "stats"}, else 500
+  POST /prepare         {"version": v, "weights": FILE} (stitchd's
+                        --engine-prepare hook, called while the engine
+                        serves): EngineAdapter.prepare(v) over DIR, writing
+                        nothing the completions read; 200 {"version",
+                        "prepare_s", "stats"}, else 500
+  POST /commit          {"version": v, ...} (--engine-reload with a prepare
+                        hook: the pause): EngineAdapter.commit() of what
+                        was prepared for v, in place; 200 {"version",
+                        "pause_s", "stats"}; 409 when nothing is prepared
+                        for v or the tensors moved since (EMISMATCH:
+                        nothing written, prepare again); else 500
+  POST /reload          {"version": v, "weights": FILE} (the single hook,
+                        without --engine-prepare): EngineAdapter.apply(v),
+                        prepare and commit in one call; as /commit
   POST /v1/completions  a completion whose body names the version the
                         tensors hold ("version") and their digests
                         ("tensor_digests", name -> hex, with the binding's
                         tensor digest), plus "in_place" (every tensor still
                         at the address it was allocated at)
-  GET  /state           {"version", "reloads"}
+  GET  /state           {"version", "reloads": [{"version", "pause_s",
+                        "stats"}, ...] (one per commit or reload),
+                        "prepares": [{"version", "prepare_s"}, ...]}
 
 Every request is logged on stderr.
 """
@@ -31,28 +45,67 @@ import stitch
 from engine_http import JsonHandler, serve
 
 
+class Stale(Exception):
+    """The commit hook's 409: nothing prepared for that version, or the
+    tensors moved since the prepare; nothing was written."""
+
+
 class Engine:
+    # Locks, always taken in this order: `adapter_lock` (one prepare,
+    # commit or reload at a time), then `lock` (the tensors: completions
+    # read them under it, a commit writes them under it). A prepare holds
+    # only the first, so completions go on while it decodes.
     def __init__(self, store, swarm):
         self.store, self.swarm = store, swarm
+        self.adapter_lock = threading.Lock()
         self.lock = threading.Lock()
         self.tensors = None   # name -> CPU tensor: the live weights
         self.ptrs = None      # their addresses at allocation
         self.adapter = None
         self.reloads = []
+        self.prepares = []
+
+    def _ensure(self, version):
+        """Allocates the tensors at the first call (under self.lock)."""
+        if self.tensors is None:
+            self.tensors = stitch.tensors_for(self.store, self.swarm,
+                                              version=version)
+            self.ptrs = {n: t.data_ptr() for n, t in self.tensors.items()}
+            self.adapter = stitch.EngineAdapter(self.tensors, self.store,
+                                                self.swarm, version=0)
+
+    def _committed(self, pause):
+        stats = dict(self.adapter.last_stats)
+        self.reloads.append({"version": self.adapter.version,
+                             "pause_s": pause, "stats": stats})
+        return self.adapter.version, pause, stats
+
+    def prepare(self, version):
+        with self.adapter_lock:
+            with self.lock:
+                self._ensure(version)
+            got = self.adapter.prepare(version=version)  # serving meanwhile
+            stats = dict(self.adapter.last_stats)
+            self.prepares.append({"version": got,
+                                  "prepare_s": stats["prepare_s"]})
+            return got, stats
+
+    def commit(self, version):
+        with self.adapter_lock, self.lock:
+            if self.adapter is None or self.adapter.prepared() != version:
+                raise Stale("nothing prepared for version %d" % version)
+            try:
+                pause = self.adapter.commit()
+            except stitch.StitchError as e:
+                if e.name == "EMISMATCH":
+                    raise Stale(str(e)) from None
+                raise
+            return self._committed(pause)
 
     def reload(self, version):
-        with self.lock:
-            if self.tensors is None:
-                self.tensors = stitch.tensors_for(self.store, self.swarm,
-                                                  version=version)
-                self.ptrs = {n: t.data_ptr() for n, t in self.tensors.items()}
-                self.adapter = stitch.EngineAdapter(self.tensors, self.store,
-                                                    self.swarm, version=0)
-            pause = self.adapter.apply(version=version)
-            stats = dict(self.adapter.last_stats)
-            self.reloads.append({"version": self.adapter.version,
-                                 "pause_s": pause, "stats": stats})
-            return self.adapter.version, pause, stats
+        with self.adapter_lock, self.lock:
+            self._ensure(version)
+            return self._committed(self.adapter.apply(version=version))
 
     def snapshot(self):
         with self.lock:
@@ -77,7 +130,8 @@ class Handler(JsonHandler):
         if self.path == "/state":
             with eng.lock:
                 v = eng.adapter.version if eng.adapter else 0
-                self.reply(200, {"version": v, "reloads": eng.reloads})
+                self.reply(200, {"version": v, "reloads": eng.reloads,
+                                 "prepares": eng.prepares})
         else:
             self.not_found()
 
@@ -97,17 +151,27 @@ class Handler(JsonHandler):
                 "version": version,
                 "tensor_digests": digests,
                 "in_place": in_place})
-        elif self.path == "/reload":
+        elif self.path in ("/prepare", "/commit", "/reload"):
+            hook = self.path[1:]
             try:
                 version = int(req["version"])
-                got, pause, stats = eng.reload(version)
+                if hook == "prepare":
+                    got, stats = eng.prepare(version)
+                    out = {"version": got, "prepare_s": stats["prepare_s"],
+                           "stats": stats}
+                else:
+                    got, pause, stats = (eng.commit if hook == "commit"
+                                         else eng.reload)(version)
+                    out = {"version": got, "pause_s": pause, "stats": stats}
+            except Stale as e:
+                self.reply(409, {"error": "%s: stale: %s" % (hook, e)})
+                return
             except (KeyError, ValueError, TypeError,
                     stitch.StitchError) as e:
-                self.reply(500, {"error": "reload: %s: %s"
-                                 % (type(e).__name__, e)})
+                self.reply(500, {"error": "%s: %s: %s"
+                                 % (hook, type(e).__name__, e)})
                 return
-            self.reply(200, {"version": got, "pause_s": pause,
-                             "stats": stats})
+            self.reply(200, out)
         else:
             self.not_found()
 

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Issue 6 end to end: a training loop publishes, stitchd spreads, an engine
-# patches its torch tensors in place, the sidecar stamps the versions.
+# patches its torch tensors in place, the sidecar stamps the versions. The
+# sidecar applies in two phases (issue 38): the engine's /prepare hook
+# (EngineAdapter.prepare) while it serves, its /commit (commit()) in the
+# pause.
 #
 #   trainer (tests/e2e_trainer.py: MLP + Adam + Publisher.hook, BF16 view)
 #     -> store S <- stitchd seed -> stitchd node (--data D --weights W)
@@ -54,7 +57,8 @@ ticket="$(admit "$work/data")"
   --ticket "$ticket" \
   --status "$work/node.json" --threads 1 \
   --http 127.0.0.1:0 --engine "http://127.0.0.1:$eport" \
-  --engine-reload /reload >"$work/node.out" 2>"$work/node.log" &
+  --engine-prepare /prepare --engine-reload /commit \
+  >"$work/node.out" 2>"$work/node.log" &
 node=$!
 pids+=($node)
 port="$(wait_line "$work/node.out" '^stitchd: http on port ')"
@@ -144,10 +148,12 @@ for v in ("2", "3"):
     assert vs[v]["changed_fraction"] > 0, "version %s changed nothing" % v
 r1, r3 = eng["reloads"]
 assert [r1["version"], r3["version"]] == [1, 3], eng["reloads"]
+assert [p["version"] for p in eng["prepares"]] == [1, 3], eng["prepares"]
 print("e2e_trainer_engine: ok: params %d, versions 1..3 (%s), view %d B, "
       "published %s B, changed %s; node held 3, bytes_down %d "
-      "(from seed %d); engine applies 0->1 pause %d ms (%d B, sidecar "
-      "pause_ms %d), 1->3 pause %d ms (%d steps, %d B, undo %d B, sidecar "
+      "(from seed %d); engine applies 0->1 prepare %d ms, pause %d ms "
+      "(%d B, sidecar prepare_ms %d, pause_ms %d), 1->3 prepare %d ms, "
+      "pause %d ms (%d steps, %d B, undo %d B, sidecar prepare_ms %d, "
       "pause_ms %d); stamps = engine versions = 1, 3; engine tensors and "
       "weights file bit-exact with the trainer's views; 409 above applied"
       % (tr["params"], "+".join("/".join(vs[v]["objects"]) for v in "123"),
@@ -155,9 +161,11 @@ print("e2e_trainer_engine: ok: params %d, versions 1..3 (%s), view %d B, "
          "/".join(str(vs[v]["object_bytes"]) for v in "123"),
          "/".join("%.3f" % vs[v]["changed_fraction"] for v in "23"),
          node["bytes_down"], node["bytes_from_seed"],
-         r1["pause_s"] * 1e3, r1["stats"]["bytes"], a1["pause_ms"],
-         r3["pause_s"] * 1e3, r3["stats"]["steps"], r3["stats"]["bytes"],
-         r3["stats"]["undo_bytes"], a3["pause_ms"]))
+         r1["stats"]["prepare_s"] * 1e3, r1["pause_s"] * 1e3,
+         r1["stats"]["bytes"], a1["prepare_ms"], a1["pause_ms"],
+         r3["stats"]["prepare_s"] * 1e3, r3["pause_s"] * 1e3,
+         r3["stats"]["steps"], r3["stats"]["bytes"],
+         r3["stats"]["undo_bytes"], a3["prepare_ms"], a3["pause_ms"]))
 EOF
 kill -TERM "$node"
 rc=0

@@ -83,6 +83,13 @@ if(TARGET stitchd AND TARGET stitch-synth)
   add_test(NAME sidecar
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/sidecar.sh ${STITCH_BIN})
   set_tests_properties(sidecar PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+  # Its two phases (issue 38): the prepare hook while the engine serves,
+  # the commit in the gate; a failed prepare, a stale commit, auto retries.
+  add_test(NAME sidecar_prepare
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/sidecar_prepare.sh
+                   ${STITCH_BIN})
+  set_tests_properties(sidecar_prepare PROPERTIES
+    SKIP_RETURN_CODE 77 TIMEOUT 300)
   # A closed swarm of real processes: tickets, refusals, revocation.
   add_test(NAME admission
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/admission.sh ${STITCH_BIN})

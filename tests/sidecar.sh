@@ -5,7 +5,8 @@
 # Checks /v1/status, /metrics as Prometheus text, the X-Stitch-Version
 # stamp, a 409 after X-Stitch-Wait-Ms, a waiting request released by
 # POST /v1/apply (and a request at the engine finishing under the old
-# version first), and that malformed requests get a 4xx and the sidecar
+# version first; with one hook, no --engine-prepare, its reload is all in
+# the pause and prepare_ms is 0), and that malformed requests get a 4xx and the sidecar
 # keeps serving; streamed responses (server-sent events, chunked, until
 # close, and a large body to a slow reader). Skips (77) without curl or
 # python3.
@@ -86,6 +87,7 @@ for k, v in want.items():
 for k in ("stitch_bytes_up_total", "stitch_verify_failures_total",
           "stitch_chunks_twice_total",
           "stitch_bans_total", "stitch_peers", "stitch_apply_pause_seconds",
+          "stitch_apply_prepare_seconds",
           'stitch_bytes_down_total{source="same_region"}',
           'stitch_bytes_down_total{source="other_region"}'):
     assert k in values, "no " + k
@@ -201,8 +203,10 @@ sleep 0.3
 curl -sf -o "$work/apply.json" -X POST "$url/v1/apply" || fail "POST /v1/apply"
 [ "$(json applied_version <"$work/apply.json")" = 2 ] ||
   fail "apply: $(cat "$work/apply.json")"
-python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["pause_ms"] >= 100' \
-  "$work/apply.json" || fail "pause_ms below the engine's reload: $(cat "$work/apply.json")"
+python3 -c 'import json, sys; j = json.load(open(sys.argv[1]))
+assert j["pause_ms"] >= 100 and j["prepare_ms"] == 0' \
+  "$work/apply.json" ||
+  fail "pause_ms below the engine's reload, or a prepare_ms with one hook: $(cat "$work/apply.json")"
 wait "$waiter" || fail "the waiting request"
 wait "$slow" || fail "the slow request"
 python3 - "$work/waiting.json" "$work/b3" "$work/h3" "$work/w.st" <<'EOF' ||
@@ -222,6 +226,7 @@ curl -sf -D "$work/h4" -o /dev/null -X POST "$url/v1/completions" \
 grep -qi '^X-Stitch-Version: 2' "$work/h4" || fail "stamp after apply"
 again="$(curl -sf -X POST "$url/v1/apply")" || fail "second /v1/apply"
 [ "$(json pause_ms <<<"$again")" = 0 ] || fail "nothing new, yet: $again"
+[ "$(status | json phase)" = idle ] || fail "phase after the applies: $(status)"
 [ "$(curl -sf "http://127.0.0.1:$eport/state" | json reloads)" = "[2]" ] ||
   fail "engine reloads: $(curl -s "http://127.0.0.1:$eport/state")"
 

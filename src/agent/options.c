@@ -24,7 +24,8 @@ static const opt opt_spec[O_COUNT] = {
     {"config", N | S, NULL},    {"http", N, NULL},
     {"engine", N, NULL},        {"engine-reload", N, NULL},
     {"apply", N, NULL},         {"ticket", N, NULL},
-    {"open", S, NULL},          {"http-head-ms", N, NULL}};
+    {"open", S, NULL},          {"http-head-ms", N, NULL},
+    {"engine-prepare", N, NULL}};
 #undef N
 #undef S
 
@@ -35,7 +36,8 @@ const char opt_usage[] =
     "                    [--status FILE] [--max-peers N] [--threads N]\n"
     "                    [--advertise ADDR] [--config FILE]\n"
     "                    [--http ADDR [--engine http://HOST:PORT]\n"
-    "                     [--engine-reload PATH] [--apply manual|auto]\n"
+    "                     [--engine-reload PATH [--engine-prepare PATH]]\n"
+    "                     [--apply manual|auto]\n"
     "                     [--http-head-ms MS]]\n"
     "       " PROG " seed --key PREFIX.key --listen ADDR --store DIR\n"
     "                    [--peers ADDR,...] [--region R] [--status FILE]\n"

@@ -19,12 +19,18 @@
  * asks for a version not applied yet is parked: no timer but its own,
  * rechecked after every apply.
  *
- * An apply with a reload hook is a round: new proxied requests park (the
- * gate), requests already at the engine finish (so each response was
- * generated under exactly one version), the hook is called, and when it
- * answers 2xx the applied version moves and the gate opens. pause_ms is
- * the time the gate was closed. One round at a time; /v1/apply calls that
- * come during a round are answered by the next one.
+ * An apply with a reload hook is a round of up to two phases. With a
+ * prepare hook, the round first calls it while requests still flow: the
+ * engine readies the version (decodes, verifies) without serving it. A
+ * failed prepare ends the round with no gate closed. Then the commit
+ * phase: new proxied requests park (the gate), requests already at the
+ * engine finish (so each response was generated under exactly one
+ * version), the reload hook (the commit) is called, and when it answers
+ * 2xx the applied version moves and the gate opens. A commit that answers
+ * 409 says its prepared patch went stale: the gate opens and the round
+ * prepares again (SC_STALE_MAX times). pause_ms is the time the gate was
+ * closed, prepare_ms the prepare calls'. One round at a time; /v1/apply
+ * calls that come during a round are answered by the next one.
  *
  * Every buffer has its cap when it is made, and grows only with bytes
  * received (SC_HEADER_MAX, SC_BODY_MAX). */
@@ -63,9 +69,14 @@
 #define SC_BODY_BYTES_PER_MS 64
 #define SC_WAIT_MS 30000      /* X-Stitch-Wait-Ms: default ... */
 #define SC_WAIT_MAX_MS 600000 /* ... and cap */
-#define SC_ENGINE_MS 600000   /* a proxied request; a round, drain included */
+#define SC_ENGINE_MS 600000   /* a proxied request; a gate, drain included */
 #define SC_LINGER_MS 2000
-#define SC_RETRY_MS 5000 /* --apply auto: after a failed reload */
+#define SC_PREPARE_MS 600000 /* the prepare hook's answer */
+#define SC_STALE_MAX 3 /* prepares again after a stale commit, per round */
+#define SC_RETRY_MIN_MS 1000  /* --apply auto: after a failed round, ... */
+#define SC_RETRY_MAX_MS 32000 /* ... doubling up to this */
+#define SC_ERR_MAX 320        /* a failed round's line */
+#define SC_HOOK_SAID_MAX 160  /* of a failed hook's answer, in that line */
 #define SC_BACKLOG 128
 #define SC_STREAM_HIGH (1u << 20) /* queued to a client: pause the engine */
 #define SC_STREAM_LOW (256u << 10) /* ... and resume below this */
@@ -82,6 +93,13 @@ typedef enum cstate {
                sends, so that closing does not reset the answer away */
   C_CLOSING
 } cstate;
+
+typedef enum phase {
+  PH_IDLE,
+  PH_PREPARE, /* the prepare hook runs; requests flow */
+  PH_COMMIT   /* the gate is closed: requests park, those at the engine
+                 finish, then the reload (commit) hook */
+} phase;
 
 typedef struct conn {
   uv_tcp_t tcp;
@@ -109,7 +127,7 @@ struct sidecar {
   uv_tcp_t listener;
   uv_timer_t apply_timer;
   sidecar_hooks hooks;
-  char *weights, *reload, *engine_url;
+  char *weights, *reload, *prepare, *engine_url;
   int manual, has_engine, port, closing;
   upstream_env engine;
   conn *conns;
@@ -117,10 +135,18 @@ struct sidecar {
   unsigned n_open;        /* connections not closing: the cap counts these */
   uint64_t head_ms;
   uint64_t applied, target, round;
-  int applying;      /* a round is running: the gate is closed */
+  phase phase;       /* of the round running (PH_IDLE: none) */
   unsigned inflight; /* proxied requests at the engine */
-  upstream *reload_up;
-  uint64_t t0_ns, last_pause_ms, last_weights_ms;
+  upstream *hook_up; /* the prepare or commit call in flight */
+  uint64_t t0_ns;    /* the phase's start */
+  uint64_t prepare_ns, pause_ns; /* the round's, over all its phases */
+  unsigned stale;                /* commits answered stale this round */
+  unsigned failures;             /* failed rounds in a row: the backoff */
+  int retry_pending;             /* apply_timer holds a retry */
+  char last_error[SC_ERR_MAX];   /* the last failed round's; "" after a
+                                    success */
+  uint64_t last_pause_ms, last_prepare_ms, last_weights_ms;
+  uint64_t prepare_failures, stale_commits;
   uint64_t applies, proxied, conflicts, refused, evicted;
   char rbuf[SC_READ_BUF]; /* every read lands here first */
 };
@@ -154,6 +180,7 @@ static void sc_release(sidecar *sc) {
   if (--sc->live == 0 && sc->closing) {
     free(sc->weights);
     free(sc->reload);
+    free(sc->prepare);
     free(sc->engine_url);
     free(sc);
   }
@@ -435,7 +462,7 @@ static void on_conn_closed(uv_handle_t *h) {
   sc_release(sc);
 }
 
-static void reload_maybe(sidecar *sc);
+static void commit_maybe(sidecar *sc);
 
 static void conn_close(conn *c) {
   if (c->state == C_CLOSING)
@@ -446,7 +473,7 @@ static void conn_close(conn *c) {
     upstream_abort(c->up);
     c->up = NULL;
     c->sc->inflight--;
-    reload_maybe(c->sc);
+    commit_maybe(c->sc);
   }
   uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
   uv_close((uv_handle_t *)&c->timer, on_conn_closed);
@@ -454,10 +481,14 @@ static void conn_close(conn *c) {
 
 /* ---- Applying ------------------------------------------------------------ */
 
+/* The gate is closed: new proxied requests park. Only the commit phase
+ * closes it; the prepare phase runs while the engine serves. */
+static int gated(const sidecar *sc) { return sc->phase == PH_COMMIT; }
+
 static void apply_begin(sidecar *sc);
 
 static void answer_applies(sidecar *sc, uint64_t round, const char *err,
-                           uint64_t pause_ms) {
+                           uint64_t pause_ms, uint64_t prepare_ms) {
   for (conn *c = sc->conns; c != NULL; c = c->next) {
     if (c->state != C_APPLY || c->round > round)
       continue;
@@ -470,8 +501,8 @@ static void answer_applies(sidecar *sc, uint64_t round, const char *err,
     if (sb_printf(&b,
                   "{\"applied_version\": %" PRIu64
                   ", \"held_version\": %" PRIu64 ", \"pause_ms\": %" PRIu64
-                  "}\n",
-                  sc->applied, sc_held(sc), pause_ms) != 0) {
+                  ", \"prepare_ms\": %" PRIu64 "}\n",
+                  sc->applied, sc_held(sc), pause_ms, prepare_ms) != 0) {
       sb_free(&b);
       conn_close(c);
     } else {
@@ -485,56 +516,106 @@ static void dispatch(conn *c);
 /* Parked requests whose version is live now, with the gate open. */
 static void release_parked(sidecar *sc) {
   for (conn *c = sc->conns; c != NULL; c = c->next)
-    if (c->state == C_PARKED && !sc->applying && sc->applied >= c->min_version)
+    if (c->state == C_PARKED && !gated(sc) && sc->applied >= c->min_version)
       dispatch(c);
 }
 
-static void on_apply_retry(uv_timer_t *t) { apply_begin(t->data); }
+static void on_apply_retry(uv_timer_t *t) {
+  sidecar *sc = t->data;
+  sc->retry_pending = 0;
+  apply_begin(sc);
+}
 
-static void apply_end(sidecar *sc, const char *err, uint64_t pause_ms) {
-  sc->applying = 0;
+/* --apply auto, after FAILURES failed rounds in a row: 1 s, doubling up
+ * to 32 s, so that an engine that keeps failing is asked about once in
+ * 32 s and one that failed once is asked again soon. */
+static uint64_t retry_ms(unsigned failures) {
+  unsigned shift = failures > 1 ? failures - 1 : 0;
+  if (shift > 5)
+    shift = 5;
+  uint64_t ms = (uint64_t)SC_RETRY_MIN_MS << shift;
+  return ms < SC_RETRY_MAX_MS ? ms : SC_RETRY_MAX_MS;
+}
+
+/* The round ends: applied moved (ERR NULL) or not. The gate opens. */
+static void apply_end(sidecar *sc, const char *err) {
+  uint64_t pause_ms = sc->pause_ns / 1000000;
+  uint64_t prepare_ms = sc->prepare_ns / 1000000;
+  sc->phase = PH_IDLE;
   uv_timer_stop(&sc->apply_timer);
-  if (err != NULL)
-    sc_log(sc, "apply of version %" PRIu64 " failed: %s", sc->target, err);
-  else
-    sc_log(sc, "engine serves version %" PRIu64 " (pause %" PRIu64 " ms)",
-           sc->applied, pause_ms);
-  answer_applies(sc, sc->round, err, pause_ms);
+  uint64_t retry = 0;
+  if (err != NULL) {
+    sc->failures++;
+    snprintf(sc->last_error, sizeof(sc->last_error), "%s", err);
+    if (!sc->manual && !sc->closing)
+      retry = retry_ms(sc->failures);
+    if (retry)
+      sc_log(sc,
+             "apply of version %" PRIu64 " failed: %s (%u in a row; "
+             "retry in %" PRIu64 " ms)",
+             sc->target, err, sc->failures, retry);
+    else
+      sc_log(sc, "apply of version %" PRIu64 " failed: %s", sc->target, err);
+  } else {
+    sc->failures = 0;
+    sc->last_error[0] = 0;
+    if (sc->prepare != NULL)
+      sc_log(sc,
+             "engine serves version %" PRIu64 " (prepare %" PRIu64
+             " ms, pause %" PRIu64 " ms)",
+             sc->applied, prepare_ms, pause_ms);
+    else
+      sc_log(sc, "engine serves version %" PRIu64 " (pause %" PRIu64 " ms)",
+             sc->applied, pause_ms);
+  }
+  answer_applies(sc, sc->round, err, pause_ms, prepare_ms);
   release_parked(sc);
   int waiting = 0;
   for (conn *c = sc->conns; c != NULL && !waiting; c = c->next)
     waiting = c->state == C_APPLY;
   if (waiting || (!sc->manual && err == NULL && sc_held(sc) > sc->applied))
     apply_begin(sc);
-  else if (!sc->manual && err != NULL && !sc->closing) /* auto: try again */
-    uv_timer_start(&sc->apply_timer, on_apply_retry, SC_RETRY_MS, 0);
+  else if (retry) { /* auto: try again; the retry takes the newest held */
+    sc->retry_pending = 1;
+    uv_timer_start(&sc->apply_timer, on_apply_retry, retry, 0);
+  }
 }
 
-static void reload_done(upstream *u, const char *err) {
-  sidecar *sc = u->owner;
-  sc->reload_up = NULL;
-  char msg[256];
-  if (err == NULL && u->p.status_code / 100 != 2) {
-    snprintf(msg, sizeof(msg), "the engine's reload hook answered %u",
-             u->p.status_code);
-    err = msg;
-  } else if (err != NULL) {
-    snprintf(msg, sizeof(msg), "the engine's reload hook: %s", err);
-    err = msg;
+/* A hook's failure as one line in MSG (with the start of the engine's
+ * answer, control bytes blanked), or NULL for a 2xx answer. */
+static const char *hook_error(const upstream *u, const char *err,
+                              const char *hook, char *msg, size_t n) {
+  if (err != NULL) {
+    snprintf(msg, n, "the engine's %s hook: %s", hook, err);
+    return msg;
   }
-  uint64_t pause = (uv_hrtime() - sc->t0_ns) / 1000000;
-  if (err == NULL) {
-    sc->applied = sc->target;
-    sc->last_pause_ms = pause;
-    sc->applies++;
+  unsigned st = u->p.status_code;
+  if (st / 100 == 2)
+    return NULL;
+  char said[SC_HOOK_SAID_MAX + 1];
+  size_t k = 0;
+  for (size_t i = 0; i < u->body.len && k < SC_HOOK_SAID_MAX; i++) {
+    unsigned char ch = (unsigned char)u->body.p[i];
+    said[k++] = ch < 0x20 || ch == 0x7f ? ' ' : (char)ch;
   }
-  apply_end(sc, err, pause);
+  while (k > 0 && said[k - 1] == ' ')
+    k--;
+  said[k] = 0;
+  snprintf(msg, n, "the engine's %s hook answered %u%s%s", hook, st,
+           k ? ": " : "", said);
+  return msg;
 }
 
-/* Calls the reload hook once the round's requests left the engine. */
-static void reload_maybe(sidecar *sc) {
-  if (!sc->applying || sc->closing || sc->reload_up != NULL || sc->inflight > 0)
-    return;
+/* The reload hook's name in what is logged and answered: with a prepare
+ * hook, it is the commit. */
+static const char *commit_name(const sidecar *sc) {
+  return sc->prepare != NULL ? "commit" : "reload";
+}
+
+/* POST PATH {"version": target, "weights": "/abs/FILE"} to the engine,
+ * DONE to hear the answer; NULL (and *ERR) when it cannot start. */
+static upstream *hook_call(sidecar *sc, const char *path,
+                           upstream_done_fn done, const char **err) {
   sbuf head, body;
   sb_init(&head, 4096);
   sb_init(&body, 8192);
@@ -549,52 +630,156 @@ static void reload_maybe(sidecar *sc) {
                       "POST %s HTTP/1.1\r\nHost: %s\r\n"
                       "Content-Type: application/json\r\n"
                       "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-                      sc->reload, sc->engine.host, body.len);
+                      path, sc->engine.host, body.len);
   if (rc != 0) {
     sb_free(&head);
     sb_free(&body);
-    apply_end(sc, "out of memory", 0);
+    *err = "out of memory";
+    return NULL;
+  }
+  upstream_cbs cbs = {.done = done};
+  upstream *u = sc_upstream(sc, &head, &body, 0, &cbs, sc);
+  if (u == NULL)
+    *err = "cannot connect to the engine";
+  return u;
+}
+
+static void on_apply_timeout(uv_timer_t *t);
+static void commit_maybe(sidecar *sc);
+
+/* The gate closes: requests already at the engine finish, then the
+ * commit (commit_maybe). */
+static void gate_close(sidecar *sc) {
+  sc->phase = PH_COMMIT;
+  sc->t0_ns = uv_hrtime();
+  uv_timer_start(&sc->apply_timer, on_apply_timeout, SC_ENGINE_MS, 0);
+  commit_maybe(sc);
+}
+
+static void prepare_done(upstream *u, const char *err) {
+  sidecar *sc = u->owner;
+  sc->hook_up = NULL;
+  sc->prepare_ns += uv_hrtime() - sc->t0_ns;
+  char msg[SC_ERR_MAX];
+  if ((err = hook_error(u, err, "prepare", msg, sizeof(msg))) != NULL) {
+    sc->prepare_failures++;
+    apply_end(sc, err); /* no gate was closed */
     return;
   }
-  static const upstream_cbs cbs = {.done = reload_done};
-  sc->reload_up = sc_upstream(sc, &head, &body, 0, &cbs, sc);
-  if (sc->reload_up == NULL)
-    apply_end(sc, "cannot connect to the engine", 0);
+  gate_close(sc);
+}
+
+/* The prepare phase: the engine readies the target while it serves. */
+static void prepare_start(sidecar *sc) {
+  sc->phase = PH_PREPARE;
+  sc->t0_ns = uv_hrtime();
+  uv_timer_start(&sc->apply_timer, on_apply_timeout, SC_PREPARE_MS, 0);
+  const char *err = NULL;
+  sc->hook_up = hook_call(sc, sc->prepare, prepare_done, &err);
+  if (sc->hook_up == NULL) {
+    sc->prepare_failures++;
+    apply_end(sc, err);
+  }
+}
+
+static void commit_done(upstream *u, const char *err) {
+  sidecar *sc = u->owner;
+  sc->hook_up = NULL;
+  sc->pause_ns += uv_hrtime() - sc->t0_ns;
+  char msg[SC_ERR_MAX];
+  if (err == NULL && u->p.status_code == 409 && sc->prepare != NULL) {
+    /* Stale: what the engine prepared no longer fits its tensors, and it
+     * wrote nothing. Open the gate, prepare again, a few times. */
+    sc->stale_commits++;
+    if (sc->stale < SC_STALE_MAX) {
+      sc->stale++;
+      sc_log(sc,
+             "commit of version %" PRIu64 ": the engine's prepared patch is "
+             "stale (409); preparing again (%u of %d)",
+             sc->target, sc->stale, SC_STALE_MAX);
+      sc->phase = PH_PREPARE;
+      release_parked(sc);
+      prepare_start(sc);
+      return;
+    }
+    snprintf(msg, sizeof(msg),
+             "the engine's commit hook answered 409 (stale) %d times in a "
+             "row, each after a new prepare",
+             SC_STALE_MAX + 1);
+    apply_end(sc, msg);
+    return;
+  }
+  if ((err = hook_error(u, err, commit_name(sc), msg, sizeof(msg))) == NULL) {
+    sc->applied = sc->target;
+    sc->last_pause_ms = sc->pause_ns / 1000000;
+    sc->last_prepare_ms = sc->prepare_ns / 1000000;
+    sc->applies++;
+  }
+  apply_end(sc, err);
+}
+
+/* Calls the reload (commit) hook once the gate is closed and the requests
+ * it let through left the engine. */
+static void commit_maybe(sidecar *sc) {
+  if (!gated(sc) || sc->closing || sc->hook_up != NULL || sc->inflight > 0)
+    return;
+  const char *err = NULL;
+  sc->hook_up = hook_call(sc, sc->reload, commit_done, &err);
+  if (sc->hook_up == NULL)
+    apply_end(sc, err);
 }
 
 static void on_apply_timeout(uv_timer_t *t) {
   sidecar *sc = t->data;
-  if (!sc->applying)
+  if (sc->phase == PH_IDLE)
     return;
-  upstream_abort(sc->reload_up);
-  sc->reload_up = NULL;
-  apply_end(sc, "the engine did not finish its requests and reload in 600 s",
-            0);
+  upstream_abort(sc->hook_up);
+  sc->hook_up = NULL;
+  char msg[SC_ERR_MAX];
+  if (sc->phase == PH_PREPARE) {
+    sc->prepare_ns += uv_hrtime() - sc->t0_ns;
+    sc->prepare_failures++;
+    snprintf(msg, sizeof(msg),
+             "the engine's prepare hook did not answer in %d s",
+             SC_PREPARE_MS / 1000);
+  } else {
+    sc->pause_ns += uv_hrtime() - sc->t0_ns;
+    snprintf(msg, sizeof(msg),
+             "the engine did not finish its requests and %s in %d s",
+             commit_name(sc), SC_ENGINE_MS / 1000);
+  }
+  apply_end(sc, msg);
 }
 
 /* Starts a round for the newest held version, or answers the waiting
  * /v1/apply calls at once when the engine already serves it. */
 static void apply_begin(sidecar *sc) {
-  if (sc->applying || sc->closing)
+  if (sc->phase != PH_IDLE || sc->closing)
     return;
   uint64_t held = sc_held(sc);
   if (held <= sc->applied) {
-    answer_applies(sc, UINT64_MAX, NULL, 0);
+    answer_applies(sc, UINT64_MAX, NULL, 0, 0);
     return;
+  }
+  if (sc->retry_pending) { /* asked for now: no need to wait */
+    sc->retry_pending = 0;
+    uv_timer_stop(&sc->apply_timer);
   }
   sc->round++;
   sc->target = held;
-  sc->t0_ns = uv_hrtime();
+  sc->prepare_ns = sc->pause_ns = 0;
+  sc->stale = 0;
   if (sc->reload == NULL) { /* nothing to tell: the engine follows */
     sc->applied = held;
-    sc->last_pause_ms = 0;
+    sc->last_pause_ms = sc->last_prepare_ms = 0;
     sc->applies++;
-    apply_end(sc, NULL, 0);
+    apply_end(sc, NULL);
     return;
   }
-  sc->applying = 1;
-  uv_timer_start(&sc->apply_timer, on_apply_timeout, SC_ENGINE_MS, 0);
-  reload_maybe(sc);
+  if (sc->prepare != NULL)
+    prepare_start(sc);
+  else
+    gate_close(sc);
 }
 
 /* ---- Proxying ------------------------------------------------------------ */
@@ -622,7 +807,7 @@ static void on_conn_timer(uv_timer_t *t) {
     c->up = NULL;
     c->sc->inflight--;
     conn_fail(c, 504, 0, "the engine sent nothing for 600 s");
-    reload_maybe(c->sc);
+    commit_maybe(c->sc);
     break;
   case C_READ:
     if (c->started) { /* past its deadline (or idle half-way) */
@@ -664,7 +849,7 @@ static void proxy_head(upstream *u) {
     c->sc->inflight--;
     conn_fail(c, 502, 0, "engine: its Connection header names over %d headers",
               HDR_CONN_TOKENS_MAX);
-    reload_maybe(c->sc);
+    commit_maybe(c->sc);
     return;
   }
   if (rc == 0 && !bodyless && sized)
@@ -725,7 +910,7 @@ static void proxy_done(upstream *u, const char *err) {
       conn_write(c, &end, &none, W_LAST); /* after every part: in order */
     }
   }
-  reload_maybe(sc);
+  commit_maybe(sc);
 }
 
 /* Sends the request as it came (less hop-by-hop headers) to the engine. */
@@ -779,7 +964,7 @@ static void route_proxy(conn *c) {
   }
   if (c->wait_ms > SC_WAIT_MAX_MS)
     c->wait_ms = SC_WAIT_MAX_MS;
-  if (!sc->applying && sc->applied >= c->min_version) {
+  if (!gated(sc) && sc->applied >= c->min_version) {
     dispatch(c);
     return;
   }
@@ -813,6 +998,11 @@ static void snapshot(sidecar *sc, sidecar_snapshot *r) {
   sc_stats(sc, &r->st);
   r->applied = sc->applied;
   r->last_pause_ms = sc->last_pause_ms;
+  r->last_prepare_ms = sc->last_prepare_ms;
+  r->prepare_failures = sc->prepare_failures;
+  r->stale_commits = sc->stale_commits;
+  r->failures = sc->failures;
+  r->last_error = sc->last_error[0] ? sc->last_error : NULL;
   r->last_weights_ms = sc->last_weights_ms;
   r->applies = sc->applies;
   r->proxied = sc->proxied;
@@ -822,7 +1012,9 @@ static void snapshot(sidecar *sc, sidecar_snapshot *r) {
   r->waiting = count_state(sc, C_PARKED);
   r->conns = sc->n_conns;
   r->manual = sc->manual;
-  r->applying = sc->applying;
+  r->phase = sc->phase == PH_PREPARE  ? "prepare"
+             : sc->phase == PH_COMMIT ? "commit"
+                                      : "idle";
   r->engine = sc->engine_url;
 }
 
@@ -850,7 +1042,7 @@ static void route_apply(conn *c) {
   c->state = C_APPLY;
   c->round = sc->round + 1; /* the round that starts now, or the next */
   uv_timer_stop(&c->timer);
-  if (!sc->applying)
+  if (sc->phase == PH_IDLE)
     apply_begin(sc);
 }
 
@@ -1008,6 +1200,7 @@ int sidecar_new(uv_loop_t *loop, const sidecar_config *cfg,
   sc->head_ms = cfg->head_ms ? cfg->head_ms : SC_HEAD_MS;
   sc->weights = strdup(cfg->weights ? cfg->weights : "");
   sc->reload = cfg->reload ? strdup(cfg->reload) : NULL;
+  sc->prepare = cfg->prepare ? strdup(cfg->prepare) : NULL;
   sc->engine_url = cfg->engine ? strdup(cfg->engine) : NULL;
   uv_tcp_init(loop, &sc->listener);
   uv_timer_init(loop, &sc->apply_timer);
@@ -1015,12 +1208,17 @@ int sidecar_new(uv_loop_t *loop, const sidecar_config *cfg,
   sc->live = 2;
   int rc = 0;
   if (sc->weights == NULL || (cfg->reload && !sc->reload) ||
-      (cfg->engine && !sc->engine_url))
+      (cfg->prepare && !sc->prepare) || (cfg->engine && !sc->engine_url))
     rc = fail_d(d, STITCH_ENOMEM, "out of memory");
   else if (cfg->reload != NULL &&
            (cfg->engine == NULL || cfg->reload[0] != '/'))
     rc = fail_d(d, STITCH_EINVAL,
                 "--engine-reload needs --engine and a path starting with /");
+  else if (cfg->prepare != NULL &&
+           (cfg->reload == NULL || cfg->prepare[0] != '/'))
+    rc = fail_d(d, STITCH_EINVAL,
+                "--engine-prepare needs --engine-reload (the commit) and a "
+                "path starting with /");
   if (rc == 0 && cfg->engine != NULL) {
     rc = upstream_env_init(&sc->engine, loop, cfg->engine, d);
     sc->engine.rbuf = sc->rbuf;
@@ -1054,7 +1252,7 @@ void sidecar_held(sidecar *sc, uint64_t version, uint64_t apply_ms) {
   if (sc == NULL || sc->closing)
     return;
   sc->last_weights_ms = apply_ms;
-  if (!sc->manual)
+  if (!sc->manual && !sc->retry_pending) /* a retry takes the newest */
     apply_begin(sc);
 }
 
@@ -1062,8 +1260,8 @@ void sidecar_close(sidecar *sc) {
   if (sc == NULL || sc->closing)
     return;
   sc->closing = 1;
-  upstream_abort(sc->reload_up);
-  sc->reload_up = NULL;
+  upstream_abort(sc->hook_up);
+  sc->hook_up = NULL;
   for (conn *c = sc->conns; c != NULL; c = c->next)
     conn_close(c);
   uv_close((uv_handle_t *)&sc->listener, on_sc_closed);

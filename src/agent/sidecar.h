@@ -13,7 +13,8 @@
  * "Held" is the weights file's version (the agent applied and verified
  * it); "applied" is the version the engine serves. The sidecar never
  * touches the weights: it only decides when the engine is told to switch
- * (its reload hook) and stamps responses with what it serves.
+ * (its prepare hook while it serves, then its reload hook, the commit, in
+ * a pause) and stamps responses with what it serves.
  *
  * Everything runs on the loop's thread. */
 #ifndef STITCHD_SIDECAR_H
@@ -29,7 +30,11 @@ typedef struct sidecar sidecar;
 typedef struct sidecar_config {
   const char *listen;  /* "host:port" (port 0 picks one) */
   const char *engine;  /* "http://host:port", or NULL: nothing to proxy */
-  const char *reload;  /* the engine's reload path ("/reload"), or NULL */
+  const char *reload;  /* the engine's reload path ("/reload"), or NULL;
+                          with PREPARE, the commit */
+  const char *prepare; /* the engine's prepare path ("/prepare"), called
+                          before the gate closes, or NULL: one hook, in
+                          the gate. Needs RELOAD */
   const char *weights; /* the weights file, named to the reload hook */
   int manual;          /* 1: the engine switches on POST /v1/apply only;
                           0: applied follows held */
@@ -42,7 +47,8 @@ typedef struct sidecar_hooks {
   void *user;
   /* The core's counters, read for every status and metrics request. */
   void (*stats)(void *user, stitch_swarm_stats *st);
-  /* One line worth logging (a failed reload, a refused connection). */
+  /* One line worth logging (a failed prepare or reload, a refused
+   * connection). */
   void (*log)(void *user, const char *line);
 } sidecar_hooks;
 
@@ -58,7 +64,8 @@ int sidecar_new(uv_loop_t *loop, const sidecar_config *cfg,
 /* The bound port. */
 int sidecar_port(const sidecar *sc);
 /* The agent applied VERSION to the weights file in APPLY_MS: with
- * manual == 0 the engine is switched to it now. */
+ * manual == 0 the engine is switched to it now (after the round running,
+ * or at the retry a failed round is waiting for). */
 void sidecar_held(sidecar *sc, uint64_t version, uint64_t apply_ms);
 /* Closes the listener and every connection (waiting requests and one
  * being proxied are dropped). The sidecar frees itself once libuv closed

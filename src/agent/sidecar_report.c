@@ -3,6 +3,7 @@
 #include "sidecar_report.h"
 
 #include <inttypes.h>
+#include <string.h>
 
 int sidecar_status_json(const sidecar_snapshot *r, sbuf *b) {
   const stitch_swarm_stats *s = &r->st;
@@ -12,11 +13,17 @@ int sidecar_status_json(const sidecar_snapshot *r, sbuf *b) {
       ", \"latest_version\": %" PRIu64 ", \"fetching_version\": %" PRIu64
       ", \"fetch_done\": %" PRIu64 ", \"fetch_total\": %" PRIu64
       ", \"peers\": %" PRIu32 ", \"apply\": \"%s\", \"applying\": %s"
-      ", \"last_apply_pause_ms\": %" PRIu64 ", \"waiting\": %u"
-      ", \"engine\": ",
+      ", \"phase\": \"%s\", \"last_apply_pause_ms\": %" PRIu64
+      ", \"last_apply_prepare_ms\": %" PRIu64 ", \"apply_failures\": %u"
+      ", \"waiting\": %u, \"last_apply_error\": ",
       s->held_version, r->applied, s->latest_version, s->fetching_version,
       s->fetch_done, s->fetch_total, s->peers, r->manual ? "manual" : "auto",
-      r->applying ? "true" : "false", r->last_pause_ms, r->waiting);
+      strcmp(r->phase, "idle") != 0 ? "true" : "false", r->phase,
+      r->last_pause_ms, r->last_prepare_ms, r->failures, r->waiting);
+  rc = rc                ? rc
+       : r->last_error ? sb_json_str(b, r->last_error)
+                       : sb_add(b, "null", 4);
+  rc = rc ? rc : sb_add(b, ", \"engine\": ", 12);
   rc = rc ? rc : r->engine ? sb_json_str(b, r->engine) : sb_add(b, "null", 4);
   return rc ? rc : sb_add(b, "}\n", 2);
 }
@@ -79,8 +86,19 @@ int sidecar_metrics_text(const sidecar_snapshot *r, sbuf *out) {
   ONE("stitch_engine_applies_total", "counter",
       "Versions the engine switched to", r->applies);
   ONE("stitch_apply_pause_seconds", "gauge",
-      "Requests held back during the last engine apply",
+      "Requests held back during the last engine apply (its commit)",
       (double)r->last_pause_ms / 1000.0);
+  ONE("stitch_apply_prepare_seconds", "gauge",
+      "The engine's prepare for the last apply, while it served",
+      (double)r->last_prepare_ms / 1000.0);
+  ONE("stitch_engine_prepare_failures_total", "counter",
+      "Prepare calls to the engine that failed (no gate was closed)",
+      r->prepare_failures);
+  ONE("stitch_engine_commits_stale_total", "counter",
+      "Commits the engine answered 409: its prepared patch was stale",
+      r->stale_commits);
+  ONE("stitch_engine_apply_failures", "gauge",
+      "Engine applies failed in a row (0 after a success)", r->failures);
   ONE("stitch_weights_apply_seconds", "gauge",
       "Time of the last apply to the weights file",
       (double)r->last_weights_ms / 1000.0);

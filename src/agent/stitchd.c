@@ -716,13 +716,15 @@ static void sidecar_log(void *user, const char *line) {
 /* The sidecar's flags, checked before anything is opened. */
 static int sidecar_flags(opt *o, int *manual) {
   const char *apply = o[O_APPLY].value;
-  if (o[O_HTTP].value == NULL && (o[O_ENGINE].value ||
-                                 o[O_ENGINE_RELOAD].value || apply ||
-                                 o[O_HTTP_HEAD_MS].value))
-    return fail("--engine, --engine-reload, --apply and --http-head-ms need "
-                "--http");
+  if (o[O_HTTP].value == NULL &&
+      (o[O_ENGINE].value || o[O_ENGINE_RELOAD].value ||
+       o[O_ENGINE_PREPARE].value || apply || o[O_HTTP_HEAD_MS].value))
+    return fail("--engine, --engine-reload, --engine-prepare, --apply and "
+                "--http-head-ms need --http");
   if (o[O_ENGINE_RELOAD].value && !o[O_ENGINE].value)
     return fail("--engine-reload needs --engine");
+  if (o[O_ENGINE_PREPARE].value && !o[O_ENGINE_RELOAD].value)
+    return fail("--engine-prepare needs --engine-reload (the commit hook)");
   if (apply && strcmp(apply, "manual") != 0 && strcmp(apply, "auto") != 0)
     return fail("--apply: '%s' is not manual or auto", apply);
   /* With an engine, it switches when told; without, nothing to wait for. */
@@ -731,8 +733,12 @@ static int sidecar_flags(opt *o, int *manual) {
 }
 
 static int start_sidecar(agent *a, opt *o, int manual) {
-  sidecar_config sc = {o[O_HTTP].value, o[O_ENGINE].value,
-                       o[O_ENGINE_RELOAD].value, a->weights, manual, 0};
+  sidecar_config sc = {.listen = o[O_HTTP].value,
+                       .engine = o[O_ENGINE].value,
+                       .reload = o[O_ENGINE_RELOAD].value,
+                       .prepare = o[O_ENGINE_PREPARE].value,
+                       .weights = a->weights,
+                       .manual = manual};
   if (o[O_HTTP_HEAD_MS].value &&
       opt_uint(o[O_HTTP_HEAD_MS].value, "http-head-ms", 1, 3600000,
                &sc.head_ms) != 0)

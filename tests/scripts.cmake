@@ -63,12 +63,13 @@ if r["all_bit_exact"] is not True or r["bit_exact_nodes"] != 8:
   set_tests_properties(swarm_demo_full_seed PROPERTIES TIMEOUT 300)
 endif()
 # The Python binding (python/stitch) over libstitch.so: publisher, engine
-# adapter, TRL interop. Skip with exit 77 when torch or safetensors cannot be
-# imported; PYTHON overrides the interpreter.
+# adapter, TRL interop, the vLLM and SGLang extensions (against stand-in
+# workers; neither engine is needed). Skip with exit 77 when torch or
+# safetensors cannot be imported; PYTHON overrides the interpreter.
 # Not under the sanitizers: python cannot load an ASan-instrumented library
 # without preloading the runtime.
 if(TARGET stitch_shared AND NOT STITCH_SANITIZE)
-  foreach(t binding trl engine)
+  foreach(t binding trl engine engines_ext)
     add_test(NAME python_${t}
              COMMAND sh -c "exec \"\${PYTHON:-python3}\" \"$0\""
                      ${CMAKE_CURRENT_SOURCE_DIR}/python/test_${t}.py)

@@ -18,7 +18,7 @@ __all__ = ["StitchError", "Checkpoint", "Patch", "PublicKey", "SecretKey",
            "Store", "VersionInfo", "build_view", "keygen", "publish",
            "tensor_digest", "tensor_digests", "version", "write_checkpoint",
            "Publisher", "PublishResult", "EngineAdapter", "DigestMismatch",
-           "tensors_for"]
+           "tensors_for", "ModelAdapter"]
 
 
 def __getattr__(name):
@@ -30,4 +30,7 @@ def __getattr__(name):
     if name in ("EngineAdapter", "DigestMismatch", "tensors_for"):
         from . import engine
         return getattr(engine, name)
+    if name == "ModelAdapter":  # stitch.vllm and stitch.sglang build on it
+        from . import model_adapter
+        return model_adapter.ModelAdapter
     raise AttributeError("module 'stitch' has no attribute %r" % name)

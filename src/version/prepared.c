@@ -29,6 +29,7 @@
 #include "version/store_patch.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,6 +57,7 @@ struct stitch_prepared {
  * engine's, or nothing for a whole tensor (decoded in place). */
 typedef struct block_out {
   size_t ti;
+  int failed; /* its decode failed */
   uint64_t e0, e1, n;
   uint64_t *pos;
   uint8_t *val, *old;
@@ -158,9 +160,13 @@ static int decode_block(void *ctx, size_t k, uint8_t *scratch,
   ptensor *t = &j->p->t[ti];
   block_out *o = &j->out[k];
   o->ti = ti;
-  if (t->whole != NULL) /* blocks are disjoint: in place */
-    return stitch_patch_decode_block(j->patch, k, t->whole + b.byte_off,
-                                     scratch, d);
+  o->failed = 1; /* until it decodes */
+  if (t->whole != NULL) { /* blocks are disjoint: in place */
+    CHECK_RC(stitch_patch_decode_block(j->patch, k, t->whole + b.byte_off,
+                                       scratch, d));
+    o->failed = 0;
+    return 0;
+  }
   uint32_t w = t->w; /* the block is aligned to it (checked) */
   uint64_t e0 = b.byte_off / w, e1 = (b.byte_off + b.byte_len) / w;
   uint8_t *buf = scratch + j->scratch;
@@ -170,6 +176,7 @@ static int decode_block(void *ctx, size_t k, uint8_t *scratch,
   for (uint64_t i = lo; i < t->n && t->pos[i] < e1; i++)
     memcpy(buf + (t->pos[i] - e0) * w, t->val + i * w, w);
   CHECK_RC(stitch_patch_decode_block(j->patch, k, buf, scratch, d));
+  o->failed = 0;
   uint64_t ne = e1 - e0, n = diff(buf, live, ne, w, e0, NULL, NULL, NULL);
   o->e0 = e0;
   o->e1 = e1;
@@ -266,9 +273,36 @@ static int map_tensors(const stitch_manifest *to, const stitch_manifest *m,
   return 0;
 }
 
+/* A block that does not decode, its chunks verified: the bytes it was
+ * decoded against are not the delta's base (or the delta is damaged).
+ * Reported as the digests would report it (STITCH_EDIGEST, BAD marking
+ * the tensors), with the decoder's reason. */
+static int undecodable(const stitch_prepared *p, const block_out *out,
+                       uint64_t nb, uint64_t version, uint8_t *bad,
+                       stitch_diag *d) {
+  char why[STITCH_DIAG_MAX];
+  snprintf(why, sizeof(why), "%s", d->msg);
+  size_t first = SIZE_MAX;
+  for (uint64_t k = 0; k < nb; k++) {
+    if (!out[k].failed)
+      continue;
+    if (first == SIZE_MAX)
+      first = out[k].ti;
+    if (bad != NULL)
+      bad[out[k].ti] = 1;
+  }
+  return stitch_diag_set(
+      d, STITCH_EDIGEST,
+      "version %llu: tensor '%s' does not decode against the engine's bytes "
+      "(%.120s): the tensors do not hold version %llu as claimed, or the "
+      "delta is damaged. Nothing was written",
+      (ull)version, first != SIZE_MAX ? p->t[first].mt->name : "?", why,
+      (ull)p->info.from);
+}
+
 static int prepare_step(stitch_prepared *p, const stitch_store *s,
                         const stitch_manifest *to, const stitch_plan_step *st,
-                        unsigned threads, stitch_diag *d) {
+                        unsigned threads, uint8_t *bad, stitch_diag *d) {
   const stitch_vref *vr = stitch_store_find(s, st->version);
   RETURN_IF(vr == NULL, d, STITCH_ENOTFOUND, "the store holds no version %llu",
             (ull)st->version);
@@ -299,6 +333,8 @@ static int prepare_step(stitch_prepared *p, const stitch_store *s,
     step_job j = {p, sp.p, map, out, stitch_patch_scratch_bytes(sp.p)};
     rc = stitch_parallel_diag((size_t)nb, threads, j.scratch + (size_t)big,
                               decode_block, &j, d);
+    if (rc != 0 && rc != STITCH_ENOMEM)
+      rc = undecodable(p, out, nb, st->version, bad, d);
   }
   if (rc == 0)
     qsort(out, (size_t)nb, sizeof(*out), cmp_out);
@@ -386,6 +422,8 @@ static int prepare(stitch_prepared *p, const stitch_store *s, uint64_t held,
             (ull)to);
   const stitch_manifest *m = tv->m;
   size_t n = (size_t)m->n_tensors;
+  if (bad != NULL)
+    memset(bad, 0, n);
   p->info.from = held;
   p->info.to = to;
   p->info.to_id = tv->id;
@@ -419,7 +457,7 @@ static int prepare(stitch_prepared *p, const stitch_store *s, uint64_t held,
   for (size_t i = 0; p->held_nothing && i < n; i++)
     CHECK_RC(make_whole(&p->t[i], 0, d));
   for (size_t k = 0; k < plan.n; k++)
-    CHECK_RC(prepare_step(p, s, m, &plan.step[k], threads, d));
+    CHECK_RC(prepare_step(p, s, m, &plan.step[k], threads, bad, d));
   CHECK_RC(check_digests(p, m, threads, bad, d));
   for (size_t i = 0; i < n; i++) {
     const ptensor *t = &p->t[i];

@@ -190,6 +190,26 @@ def test_refusals(tr, tensors, ad):
     raises(ad.commit, "EINVAL", "nothing is prepared", "commit without prepare")
     tensors["pos"].copy_(good)
 
+    # A wrong base in every element of a tensor the step changes: its
+    # blocks no longer decode (the coder's change count disagrees), which
+    # is the same refusal as a digest's, naming the tensor.
+    flat = tensors["emb.weight"].view(-1).view(torch.int16)
+    keep = flat.clone()
+    flat.add_(3)
+    snap = snapshot(tensors)
+    try:
+        ad.prepare()
+        check(False, "refusal: a wrong base in changed blocks was prepared")
+    except DigestMismatch as e:
+        check(e.tensors == ["emb.weight"],
+              "refusal: the mismatch names %s: %s" % (e.tensors, e))
+    except StitchError as e:
+        check(False, "refusal: a wrong base in changed blocks gave %s: %s"
+              % (e.name, e))
+    check(not changed(tensors, snap),
+          "refusal: a refused prepare changed %s" % changed(tensors, snap))
+    flat.copy_(keep)
+
     # An in-place write between the phases (torch counts it).
     ad.prepare()
     tensors["up.weight"].add_(0)

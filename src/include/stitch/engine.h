@@ -65,10 +65,11 @@ typedef struct stitch_prepared_tensor {
  * (STITCH_EMISMATCH). DATA is only read, on up to THREADS threads (0: one
  * per online CPU); it must not change until the commit.
  * A bad chunk fails as stitch_store_apply's do. A result whose digest is not
- * the manifest's is STITCH_EDIGEST, and BAD (NULL, or TO's tensor count of
- * bytes) gets 1 for each such tensor, 0 for the others: the tensors did not
- * hold HELD. S may be closed once this returns; *out owns its memory and
- * is NULL on error. */
+ * the manifest's, or a block of verified chunks that does not decode
+ * against the engine's bytes, is STITCH_EDIGEST, and BAD (NULL, or TO's
+ * tensor count of bytes) gets 1 for each such tensor, 0 for the others:
+ * the tensors did not hold HELD. S may be closed once this
+ * returns; *out owns its memory and is NULL on error. */
 int stitch_prepared_new(const stitch_store *s, uint64_t held,
                         const stitch_digest *held_id, uint64_t to,
                         const uint8_t *const *data, const uint64_t *nbytes,

@@ -24,7 +24,10 @@ if [ ! -x "$tmp/venv/bin/pip" ]; then
 fi
 vpy=$tmp/venv/bin/python
 start=$(date +%s)
-"$vpy" -m pip install "$src/python" >"$tmp/pip.log" 2>&1 ||
+# The wheel's library builds with every CPU (scikit-build-core's CMake
+# build is otherwise one job at a time: minutes on a busy 2-core machine).
+CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
+  "$vpy" -m pip install "$src/python" >"$tmp/pip.log" 2>&1 ||
   { tail -n 40 "$tmp/pip.log" >&2; fail "pip install $src/python failed (all of it above)"; }
 echo "pip_install: pip install took $(($(date +%s) - start)) s"
 

@@ -586,6 +586,64 @@ static void test_sweep(void) {
   remove(other);
 }
 
+/* Reading a store another process writes (what stitchd's seed watches):
+ * stitch_store_scan lists the manifests above a version up to `latest`,
+ * ascending, and stitch_store_read_manifest gives their signed bytes. */
+static void test_scan(void) {
+  const char *dir = at("s-scan");
+  copy_store(at("store"), dir);
+  stitch_diag d = {{0}};
+  stitch_store *s;
+  ASSERT_OK(stitch_store_open(dir, &pk, 0, &s, &d), d);
+  stitch_store_entry *e;
+  size_t n;
+  uint64_t latest;
+  ASSERT_OK(stitch_store_scan(dir, 2, &e, &n, &latest, &d), d);
+  ASSERT_UEQ(latest, STEPS);
+  ASSERT_UEQ(n, STEPS - 2);
+  for (size_t i = 0; i < n; i++) {
+    const stitch_vref *r = stitch_store_find(s, 3 + i);
+    ASSERT(r != NULL);
+    ASSERT_UEQ(e[i].version, 3 + i);
+    ASSERT_MEM_EQ(e[i].id.b, r->id.b, 32);
+    uint8_t *buf;
+    size_t len;
+    ASSERT_OK(stitch_store_read_manifest(dir, e[i].version, &e[i].id, &buf,
+                                         &len, &d), d);
+    stitch_manifest *m;
+    stitch_digest id;
+    ASSERT_OK(stitch_manifest_open(buf, len, &pk, &m, &id, &d), d);
+    ASSERT_MEM_EQ(id.b, r->id.b, 32);
+    stitch_manifest_free(m);
+    free(buf);
+  }
+  free(e);
+  stitch_digest other = stitch_store_find(s, 1)->id;
+  stitch_store_close(s);
+  /* Up to date, and a version not held under that id. */
+  ASSERT_OK(stitch_store_scan(dir, STEPS, &e, &n, &latest, &d), d);
+  ASSERT(n == 0 && e == NULL && latest == STEPS);
+  uint8_t *buf;
+  size_t len;
+  ASSERT_ERR(stitch_store_read_manifest(dir, 2, &other, &buf, &len, &d),
+             STITCH_ENOTFOUND, d, "manifests/");
+  ASSERT(buf == NULL);
+  /* `latest` names the limit: a version written but not yet named there
+   * (a publisher between the two) is not listed. */
+  char lp[256];
+  snprintf(lp, sizeof(lp), "%s/latest", dir);
+  write_text(lp, "4 0\n");
+  ASSERT_OK(stitch_store_scan(dir, 0, &e, &n, &latest, &d), d);
+  ASSERT(latest == 4 && n == 4 && e[0].version == 1 && e[3].version == 4);
+  free(e);
+  write_text(lp, "junk\n");
+  ASSERT_ERR(stitch_store_scan(dir, 0, &e, &n, &latest, &d), STITCH_EFORMAT,
+             d, "latest: malformed");
+  ASSERT_EQ(remove(lp), 0); /* none yet: nothing, and no error */
+  ASSERT_OK(stitch_store_scan(dir, 0, &e, &n, &latest, &d), d);
+  ASSERT(n == 0 && latest == 0);
+}
+
 int main(void) {
   snprintf(root, sizeof(root), "/tmp/stitch-store-XXXXXX");
   ASSERT(mkdtemp(root) != NULL);
@@ -617,6 +675,7 @@ int main(void) {
   test_refusals();
   test_retention();
   test_latest();
+  test_scan();
   test_chain();
   test_bad_chunk();
   test_sweep();

@@ -26,7 +26,6 @@
 #include "options.h"
 #include "sidecar.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -81,6 +80,7 @@ typedef struct agent {
   applied_rec *applied;
   size_t n_applied;
   uint64_t announced; /* seed: newest version given to the core */
+  int scan_failing;    /* seed: the last scan of the store failed */
   struct timespec policy_mtime; /* seed: of the store's policy, last read */
   uint64_t clock_offset; /* the driver's clock less uv_now: it outlives the
                             driver, for an apply that ends after a stop */
@@ -189,53 +189,19 @@ static void net_log(void *user, const char *line) {
 
 /* ---- Store files ---------------------------------------------------------- */
 
-/* The signed bytes of a version's manifest, read from the store's
- * directory (proto/store.md: DIR/manifests/<v:020>-<id hex>). */
-static int read_manifest_file(const char *dir, const char *name, uint8_t **out,
-                              size_t *len, stitch_diag *d) {
-  char path[4096];
-  snprintf(path, sizeof(path), "%s/manifests/%s", dir, name);
-  *out = NULL;
-  FILE *f = fopen(path, "rb");
-  struct stat st;
-  int ok = f != NULL && fstat(fileno(f), &st) == 0 && st.st_size > 0 &&
-           (uint64_t)st.st_size <= STITCH_MANIFEST_MAX;
-  uint8_t *buf = ok ? malloc((size_t)st.st_size) : NULL;
-  ok = buf != NULL && fread(buf, 1, (size_t)st.st_size, f) == (size_t)st.st_size;
-  int err = errno;
-  if (f != NULL)
-    fclose(f);
-  if (!ok) {
-    free(buf);
-    snprintf(d->msg, sizeof(d->msg), "%.200s: %s", path,
-             f == NULL ? strerror(err) : "unreadable or too large");
-    return f == NULL && err == ENOENT ? STITCH_ENOTFOUND : STITCH_EIO;
-  }
-  *out = buf;
-  *len = (size_t)st.st_size;
-  return 0;
-}
-
-static void manifest_name(uint64_t version, const stitch_digest *id,
-                          char out[96]) {
-  char hex[65];
-  stitch_digest_hex(id, hex);
-  snprintf(out, 96, "%020" PRIu64 "-%s", version, hex);
-}
-
-/* Gives the core one manifest file of the store. */
-static int announce(agent *a, const char *name) {
+/* Gives the core one manifest of the store. */
+static int announce(agent *a, uint64_t version, const stitch_digest *id) {
   uint8_t *buf;
   size_t len;
   stitch_diag d = {{0}};
-  int rc = read_manifest_file(a->dir, name, &buf, &len, &d);
+  int rc = stitch_store_read_manifest(a->dir, version, id, &buf, &len, &d);
   if (rc == 0) {
     rc = stitch_swarm_add_manifest(a->swarm, buf, len, agent_now(a),
                                    &d);
     free(buf);
   }
   if (rc != 0)
-    log_line(a, "manifest %s: %s", name,
+    log_line(a, "manifest of version %" PRIu64 ": %s", version,
              d.msg[0] ? d.msg : stitch_strerror(rc));
   return rc;
 }
@@ -247,14 +213,13 @@ static void apply_work(uv_work_t *w) {
   apply_job *j = w->data;
   agent *a = j->a;
   uint64_t t0 = unix_ms();
-  char name[96];
-  manifest_name(j->version, &j->id, name);
   uint8_t *buf = NULL;
   size_t len = 0;
   stitch_manifest *m = NULL;
   stitch_digest id;
   stitch_diag *d = &j->d;
-  int rc = read_manifest_file(a->dir, name, &buf, &len, d);
+  int rc = stitch_store_read_manifest(a->dir, j->version, &j->id, &buf, &len,
+                                      d);
   if (rc == 0)
     rc = stitch_manifest_open(buf, len, &a->swarm_pk, &m, &id, d);
   free(buf);
@@ -433,73 +398,31 @@ static void on_status_timer(uv_timer_t *t) { write_status(t->data); }
 
 /* ---- The seed's watch on the trainer's store ------------------------------ */
 
-typedef struct mname {
-  uint64_t version;
-  char name[96];
-} mname;
-
-static int cmp_mname(const void *x, const void *y) {
-  const mname *p = x, *q = y;
-  return p->version < q->version ? -1 : p->version > q->version;
-}
-
-/* The version `latest` names (0: none yet, or unreadable for now). */
-static uint64_t store_latest(const char *dir) {
-  char path[4096];
-  snprintf(path, sizeof(path), "%s/latest", dir);
-  FILE *f = fopen(path, "r");
-  uint64_t v = 0;
-  if (f != NULL) {
-    if (fscanf(f, "%20" SCNu64, &v) != 1)
-      v = 0;
-    fclose(f);
-  }
-  return v;
-}
-
 /* Announces every version the publisher made durable since the last scan:
  * the manifests from the last announced one up to what `latest` names
  * (the publisher moves `latest` only once every file is on disk). */
 static void scan_store(agent *a) {
-  uint64_t latest = store_latest(a->dir);
-  if (latest <= a->announced)
+  stitch_store_entry *v = NULL;
+  size_t n = 0;
+  uint64_t latest = 0;
+  stitch_diag d = {{0}};
+  if (stitch_store_scan(a->dir, a->announced, &v, &n, &latest, &d) != 0) {
+    if (!a->scan_failing) /* tried again at each scan; said once */
+      log_line(a, "store: %s", d.msg);
+    a->scan_failing = 1;
     return;
-  char path[4096];
-  snprintf(path, sizeof(path), "%s/manifests", a->dir);
-  DIR *dh = opendir(path);
-  if (dh == NULL)
-    return;
-  mname *v = NULL;
-  size_t n = 0, cap = 0;
-  for (struct dirent *e; (e = readdir(dh)) != NULL;) {
-    uint64_t ver;
-    char hex[65];
-    int end = 0;
-    if (sscanf(e->d_name, "%20" SCNu64 "-%64[0-9a-f]%n", &ver, hex, &end) !=
-            2 ||
-        e->d_name[end] != 0 || strlen(hex) != 64 || ver <= a->announced ||
-        ver > latest)
-      continue;
-    if (n == cap) {
-      size_t nc = cap ? 2 * cap : 16;
-      mname *nv = realloc(v, nc * sizeof(*nv));
-      if (nv == NULL)
-        break;
-      v = nv;
-      cap = nc;
-    }
-    v[n].version = ver;
-    memcpy(v[n].name, e->d_name, (size_t)end + 1); /* 85 bytes and a NUL */
-    n++;
   }
-  closedir(dh);
-  qsort(v, n, sizeof(*v), cmp_mname);
+  if (a->scan_failing)
+    log_line(a, "store: readable again");
+  a->scan_failing = 0;
   for (size_t i = 0; i < n; i++)
-    if (announce(a, v[i].name) == 0)
+    if (announce(a, v[i].version, &v[i].id) == 0)
       log_line(a, "announced version %" PRIu64, v[i].version);
   free(v);
-  a->announced = latest;
-  stitch_net_kick(a->net);
+  if (latest > a->announced) {
+    a->announced = latest;
+    stitch_net_kick(a->net);
+  }
 }
 
 /* Gives the core the store's policy when the file changed since the last
@@ -828,9 +751,7 @@ static int run(agent *a, opt *o) {
   if (!a->seed) /* what this node held before a restart */
     for (size_t i = 0; i < stitch_store_count(a->store); i++) {
       const stitch_vref *r = stitch_store_at(a->store, i);
-      char name[96];
-      manifest_name(r->m->version, &r->id, name);
-      announce(a, name);
+      announce(a, r->m->version, &r->id);
     }
   if ((o[O_PEERS].value && add_peers(a, o[O_PEERS].value) != 0) ||
       (o[O_HTTP].value && start_sidecar(a, o, manual) != 0)) {

@@ -102,12 +102,27 @@ static int hold(stitch_store *s, stitch_manifest *m, const stitch_digest *id,
   return 0;
 }
 
-static int load_manifest(stitch_store *s, const char *name, stitch_diag *d) {
-  uint64_t version;
+/* A manifest file's name: version and id, or 0 when it is not one. */
+static int parse_manifest_name(const char *name, uint64_t *version,
+                               stitch_digest *id) {
   char hex[65];
   int end = 0;
-  if (sscanf(name, "%20" SCNu64 "-%64[0-9a-f]%n", &version, hex, &end) != 2 ||
+  if (sscanf(name, "%20" SCNu64 "-%64[0-9a-f]%n", version, hex, &end) != 2 ||
       name[end] != 0 || strlen(hex) != 64)
+    return 0;
+  for (int i = 0; i < 32; i++) {
+    unsigned b;
+    if (sscanf(hex + 2 * i, "%2x", &b) != 1)
+      return 0;
+    id->b[i] = (uint8_t)b;
+  }
+  return 1;
+}
+
+static int load_manifest(stitch_store *s, const char *name, stitch_diag *d) {
+  uint64_t version;
+  stitch_digest named;
+  if (!parse_manifest_name(name, &version, &named))
     return 0; /* not ours: temporaries, editor files */
   char path[4096];
   snprintf(path, sizeof(path), "%s/manifests/%s", s->dir, name);
@@ -121,7 +136,7 @@ static int load_manifest(stitch_store *s, const char *name, stitch_diag *d) {
     return stitch_diag_prefix(d, rc, path);
   char idhex[65];
   hex_of(&id, idhex);
-  if (m->version != version || strcmp(idhex, hex) != 0) {
+  if (m->version != version || memcmp(id.b, named.b, 32) != 0) {
     stitch_manifest_free(m);
     return stitch_diag_set(d, STITCH_ECHECKSUM,
                            "%s: the name does not match the contents "
@@ -486,4 +501,98 @@ int stitch_store_retain(stitch_store *s, uint64_t newest, unsigned keep,
   }
   free(kept);
   return rc;
+}
+
+/* ---- Reading a store another process writes --------------------------- */
+
+int stitch_store_read_manifest(const char *dir, uint64_t version,
+                               const stitch_digest *id, uint8_t **out,
+                               size_t *len, stitch_diag *d) {
+  *out = NULL;
+  *len = 0;
+  char path[4096], hex[65];
+  hex_of(id, hex);
+  int n = snprintf(path, sizeof(path), "%s/manifests/%020" PRIu64 "-%s", dir,
+                   version, hex);
+  RETURN_IF(n < 0 || (size_t)n >= sizeof(path), d, STITCH_ELIMIT,
+            "%.200s: store path too long", dir);
+  FILE *f = fopen(path, "rb");
+  if (f == NULL)
+    return stitch_diag_set(d, errno == ENOENT ? STITCH_ENOTFOUND : STITCH_EIO,
+                           "%.200s: %s", path, strerror(errno));
+  struct stat st;
+  int ok = fstat(fileno(f), &st) == 0 && st.st_size > 0 &&
+           (uint64_t)st.st_size <= STITCH_MANIFEST_MAX;
+  uint8_t *buf = ok ? malloc((size_t)st.st_size) : NULL;
+  ok = buf != NULL &&
+       fread(buf, 1, (size_t)st.st_size, f) == (size_t)st.st_size;
+  fclose(f);
+  if (!ok) {
+    free(buf);
+    return stitch_diag_set(d, STITCH_EIO, "%.200s: unreadable, empty or over "
+                           "%u bytes", path, (unsigned)STITCH_MANIFEST_MAX);
+  }
+  *out = buf;
+  *len = (size_t)st.st_size;
+  return 0;
+}
+
+static int cmp_entry(const void *x, const void *y) {
+  const stitch_store_entry *p = x, *q = y;
+  return p->version < q->version ? -1 : p->version > q->version;
+}
+
+int stitch_store_scan(const char *dir, uint64_t after,
+                      stitch_store_entry **out, size_t *n, uint64_t *latest,
+                      stitch_diag *d) {
+  *out = NULL;
+  *n = 0;
+  *latest = 0;
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/latest", dir);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return errno == ENOENT ? 0
+                           : stitch_diag_set(d, STITCH_EIO, "%.200s: %s", path,
+                                             strerror(errno));
+  uint64_t v = 0;
+  int ok = fscanf(f, "%20" SCNu64, &v) == 1;
+  fclose(f);
+  RETURN_IF(!ok, d, STITCH_EFORMAT, "%.200s: malformed", path);
+  *latest = v;
+  if (v <= after)
+    return 0;
+  snprintf(path, sizeof(path), "%s/manifests", dir);
+  DIR *dh = opendir(path);
+  RETURN_IF(dh == NULL, d, STITCH_EIO, "%.200s: %s", path, strerror(errno));
+  stitch_store_entry *e = NULL;
+  size_t cnt = 0, cap = 0;
+  int rc = 0;
+  for (struct dirent *de; rc == 0 && (de = readdir(dh)) != NULL;) {
+    stitch_store_entry x;
+    if (!parse_manifest_name(de->d_name, &x.version, &x.id) ||
+        x.version <= after || x.version > v)
+      continue;
+    if (cnt == cap) {
+      size_t nc = cap ? 2 * cap : 16;
+      stitch_store_entry *ne = realloc(e, nc * sizeof(*ne));
+      if (ne == NULL) {
+        rc = stitch_diag_set(d, STITCH_ENOMEM, "out of memory");
+        break;
+      }
+      e = ne;
+      cap = nc;
+    }
+    e[cnt++] = x;
+  }
+  closedir(dh);
+  if (rc != 0) {
+    free(e);
+    return rc;
+  }
+  if (cnt > 0)
+    qsort(e, cnt, sizeof(*e), cmp_entry);
+  *out = e;
+  *n = cnt;
+  return 0;
 }

@@ -39,6 +39,30 @@ uint64_t stitch_store_latest(const stitch_store *s);
  * record of the last version it finished; stitch_store_verify reports one
  * below stitch_store_latest. */
 uint64_t stitch_store_latest_named(const stitch_store *s);
+
+/* Reading a store another process writes (a publisher, a node agent),
+ * without opening it: what stitchd's seed watches. Nothing is verified
+ * here; whoever uses the bytes verifies them (stitch_manifest_open). */
+
+/* The signed bytes of the manifest of VERSION with id ID in the store at
+ * DIR; *out is malloc'd (free()), at most STITCH_MANIFEST_MAX bytes.
+ * STITCH_ENOTFOUND when the store holds no such manifest. */
+int stitch_store_read_manifest(const char *dir, uint64_t version,
+                               const stitch_digest *id, uint8_t **out,
+                               size_t *len, stitch_diag *d);
+
+typedef struct stitch_store_entry {
+  uint64_t version;
+  stitch_digest id;
+} stitch_store_entry;
+
+/* The manifests of the store at DIR above version AFTER, up to the version
+ * its `latest` file names (a publisher moves `latest` once every file of
+ * a version is durable), ascending by version; *latest gets that version
+ * (0: no `latest` yet). *out is malloc'd (free()), NULL when *n is 0. */
+int stitch_store_scan(const char *dir, uint64_t after,
+                      stitch_store_entry **out, size_t *n, uint64_t *latest,
+                      stitch_diag *d);
 /* Versions held, ascending; the store owns them. The refs are one array:
  * stitch_store_at(s, 0) is its start (for stitch_plan_path). */
 size_t stitch_store_count(const stitch_store *s);

@@ -3,8 +3,9 @@
 # folder; its name, control fields (Depends from dpkg-shlibdeps: the Debian
 # runtime libraries, nothing from /usr/local) and file list; then dpkg -x
 # into a scratch root, where the programs run (--version), carry no RPATH,
-# a program builds against the packaged library through its stitch.pc and
-# runs, and systemd-analyze verify accepts the unit.
+# a program builds against the packaged libstitch through its stitch.pc and
+# runs, another against libstitch-net through stitch-net.pc, and
+# systemd-analyze verify accepts the unit.
 # usage: deb.sh BUILD_DIR SOURCE_DIR MULTIARCH HAVE_CUDA
 # Skips (77) without cpack, dpkg-deb or dpkg, and in a CUDA build (the
 # package is made without CUDA: tools/package.sh).
@@ -41,14 +42,18 @@ for p in libc6 libsodium23 libzstd1 libjansson4 libxxhash0 libmsgpackc2 libuv1 \
   printf '%s\n' "$dep" | grep -Eq "(^|, )$p( |,|$)" || fail "Depends lacks $p"
 done
 printf '%s\n' "$dep" | grep -Eiq 'cuda|asan|ubsan|simgrid' && fail "Depends names a library a plain Debian node lacks"
-# libstitch.so.0's shlibs line, for packages that link it.
+# The shlibs lines of libstitch.so.0 and libstitch-net.so.0, for packages
+# that link them.
 dpkg-deb -I "$deb" shlibs | grep -q "^libstitch 0 stitch" || fail "no shlibs entry for libstitch 0"
+dpkg-deb -I "$deb" shlibs | grep -q "^libstitch-net 0 stitch" || fail "no shlibs entry for libstitch-net 0"
 
 # The file list.
 dpkg-deb -c "$deb" | awk '{ print $6 }' | sed 's#^\./#/#' >"$tmp/files"
 lib=/usr/lib/$multiarch
 for f in /usr/bin/stitch /usr/bin/stitchd "$lib/libstitch.so.0" "$lib/libstitch.so" \
-         "$lib/libstitch.a" "$lib/pkgconfig/stitch.pc" "$lib/cmake/Stitch/StitchConfig.cmake" \
+         "$lib/libstitch.a" "$lib/pkgconfig/stitch.pc" "$lib/libstitch-net.so.0" \
+         "$lib/libstitch-net.so" "$lib/libstitch-net.a" "$lib/pkgconfig/stitch-net.pc" \
+         "$lib/cmake/Stitch/StitchConfig.cmake" \
          "$lib/cmake/Stitch/StitchTargets.cmake" /usr/include/stitch.h \
          /lib/systemd/system/stitchd-node.service /usr/share/doc/stitch/node.conf.example; do
   grep -qx "$f" "$tmp/files" || fail "the package lacks $f"
@@ -72,12 +77,18 @@ for p in stitch stitchd; do
   out=$("$root/usr/bin/$p" --version) || fail "$p --version failed"
   case $out in "$p $ver"*) echo "deb: $out" ;; *) fail "$p --version says '$out'" ;; esac
 done
-for f in "$root/usr/bin/stitch" "$root/usr/bin/stitchd" "$root$lib/libstitch.so.0"; do
+for f in "$root/usr/bin/stitch" "$root/usr/bin/stitchd" "$root$lib/libstitch.so.0" \
+         "$root$lib/libstitch-net.so.0"; do
   readelf -d "$f" | grep -Eq 'R(UN)?PATH' && { readelf -d "$f" | grep PATH >&2; fail "${f#"$root"} has an RPATH"; }
   grep -q "$build" "$f" && fail "${f#"$root"} names the build folder $build"
 done
-soname=$(readelf -d "$root$lib/libstitch.so.0" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
-[ "$soname" = libstitch.so.0 ] || fail "SONAME is '$soname'"
+for l in libstitch libstitch-net; do
+  soname=$(readelf -d "$root$lib/$l.so.0" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+  [ "$soname" = $l.so.0 ] || fail "$l: SONAME is '$soname'"
+done
+# libuv1 is in Depends for stitchd and libstitch-net, not for libstitch.
+readelf -d "$root$lib/libstitch.so.0" | grep -q 'NEEDED.*libuv' && fail "libstitch.so.0 needs libuv"
+readelf -d "$root/usr/bin/stitchd" | grep -q 'NEEDED.*libuv\.so' || fail "stitchd does not need libuv"
 if command -v pkg-config >/dev/null; then
   pc=$root$lib/pkgconfig
   # shellcheck disable=SC2046
@@ -87,6 +98,15 @@ if command -v pkg-config >/dev/null; then
   out=$("$tmp/consumer" "$tmp/run") || fail "the consumer failed: $out"
   case $out in "stitch $ver"*"key round trip ok"*) echo "deb: consumer against $lib/libstitch.so.0: ok" ;;
                *) fail "the consumer says: $out" ;; esac
+  # shellcheck disable=SC2046
+  ${CC:-cc} -o "$tmp/consumer_net" "$src/tests/install/consumer_net.c" \
+    $(PKG_CONFIG_PATH=$pc pkg-config --cflags --libs stitch-net) ||
+    fail "a build against the package's stitch-net.pc failed"
+  readelf -d "$tmp/consumer_net" | grep -q 'NEEDED.*libstitch-net.so.0' ||
+    fail "consumer_net does not need libstitch-net.so.0"
+  out=$("$tmp/consumer_net") || fail "consumer_net failed: $out"
+  case $out in "stitch $ver"*"net listened on port"*) echo "deb: consumer_net against $lib/libstitch-net.so.0: ok" ;;
+               *) fail "consumer_net says: $out" ;; esac
 fi
 
 # The unit names /usr/bin/stitchd; systemd-analyze verify checks that the

@@ -2,7 +2,8 @@
 # pip install ./python in a fresh venv (python/pyproject.toml: a wheel that
 # carries libstitch.so.0, built by scikit-build-core, which pip fetches):
 # then, with no PYTHONPATH and no STITCH_LIB, and no torch in the venv,
-# import stitch must load the wheel's library, say the CLI's version, open a
+# import stitch must load the wheel's library (and not libuv, which only
+# libstitch-net needs), say the CLI's version, open a
 # store that the CLI published, apply its version to empty memory and get
 # the checkpoint's bytes back, with the digests the CLI computed.
 # usage: pip_install.sh SOURCE_DIR STITCH_CLI. PYTHON picks the interpreter.
@@ -59,6 +60,8 @@ assert where.startswith(os.path.realpath(sys.prefix) + os.sep), \
 assert os.path.realpath(stitch.__file__).startswith(os.path.realpath(sys.prefix)), \
     "stitch was imported from %s" % stitch.__file__
 assert "torch" not in sys.modules, "import stitch imported torch"
+# libstitch has no libuv (the driver is libstitch-net, not in the wheel).
+assert "/libuv.so" not in open("/proc/self/maps").read(), "import stitch loaded libuv"
 want = open("version").read().split(" ", 1)[1].strip()
 assert stitch.version() == want, "version %r, the CLI's %r" % (stitch.version(), want)
 print("pip_install: stitch %s from %s" % (stitch.version(), where))

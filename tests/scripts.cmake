@@ -155,9 +155,10 @@ if(TARGET stitch-linkemu)
 endif()
 
 # Shipping (README "Install"): the install tree and programs built against
-# it (pkg-config, --static, find_package), libstitch.so's exports, and the
-# systemd unit. The install tree is not tested under the sanitizers: its
-# libstitch.a is instrumented, so a plain consumer could not link it.
+# it (pkg-config, --static, find_package; libstitch alone and with
+# libstitch-net), the two .so files' exports and NEEDED, and the systemd
+# unit. The install tree is not tested under the sanitizers: its archives
+# are instrumented, so a plain consumer could not link them.
 if(NOT STITCH_SANITIZE)
   add_test(NAME install_tree
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/install_tree.sh
@@ -189,7 +190,8 @@ if(STITCH_SANITIZE)
 endif()
 add_test(NAME symbols
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/symbols.sh
-                 $<TARGET_FILE:stitch_shared> ${STITCH_SYMBOLS_MODE})
+                 $<TARGET_FILE:stitch_shared> $<TARGET_FILE:stitch_net_shared>
+                 ${STITCH_SYMBOLS_MODE})
 set_tests_properties(symbols PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 30)
 add_test(NAME systemd_unit
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/systemd_unit.sh ${CMAKE_BINARY_DIR})

@@ -29,8 +29,6 @@
 #define _GNU_SOURCE
 #include "stitch/net.h"
 
-#include "common/diag.h"
-
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
@@ -97,6 +95,26 @@ struct stitch_net {
   int pumping, again;
   int lowat_refused; /* set_notsent_lowat said so once */
 };
+
+/* libstitch-net is built on libstitch's public API alone: libstitch.so
+ * hides its internal helpers (common/diag.h's stitch_diag_set among them),
+ * so the driver writes its own reasons. */
+static int net_fail(stitch_diag *d, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int net_fail(stitch_diag *d, int err, const char *fmt, ...) {
+  if (d != NULL) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->msg, sizeof(d->msg), fmt, ap);
+    va_end(ap);
+  }
+  return err;
+}
+#define RETURN_IF(cond, d, err, ...)                                          \
+  do {                                                                        \
+    if (cond)                                                                 \
+      return net_fail((d), (err), __VA_ARGS__);                               \
+  } while (0)
 
 static void net_log(stitch_net *n, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

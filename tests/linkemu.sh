@@ -56,12 +56,14 @@ emu_start() {
   ip netns exec "$R" "$emu" --seed 7 --link "a=t0@$A b=t1@$B mode=tun $*" \
     >"$w/out" 2>"$w/err" &
   pid=$!
-  for _ in $(seq 50); do
+  # Up to 30 s: the devices of the emulator before go away asynchronously,
+  # and on a loaded machine the kernel took over 5 s once.
+  for _ in $(seq 300); do
     grep -q ready "$w/out" 2>/dev/null && break
     kill -0 "$pid" 2>/dev/null || fail "the emulator exited: $(cat "$w/err")"
     sleep 0.1
   done
-  grep -q ready "$w/out" || fail "the emulator was not ready in 5 s"
+  grep -q ready "$w/out" || fail "the emulator was not ready in 30 s"
   ip -n "$A" addr add 10.99.0.1 peer 10.99.0.2 dev t0 || fail "address on t0"
   ip -n "$B" addr add 10.99.0.2 peer 10.99.0.1 dev t1 || fail "address on t1"
 }

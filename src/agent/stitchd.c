@@ -791,9 +791,9 @@ static int run(agent *a, opt *o) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) {
+  if (argc < 2) { /* exit 2 on a usage error, 1 on a failure, as stitch */
     fputs(opt_usage, stderr);
-    return 1;
+    return 2;
   }
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -807,12 +807,13 @@ int main(int argc, char **argv) {
   unsigned role = !strcmp(argv[1], "node")   ? ROLE_NODE
                   : !strcmp(argv[1], "seed") ? ROLE_SEED
                                              : 0;
-  if (role == 0)
-    return fail("unknown command '%s': node or seed (see " PROG " --help)",
-                argv[1]);
+  if (role == 0) {
+    fail("unknown command '%s': node or seed (see " PROG " --help)", argv[1]);
+    return 2;
+  }
   opt o[O_COUNT];
   if (opt_parse(argc, argv, role, o) != 0)
-    return 1;
+    return 2;
   if (sodium_init() < 0)
     return fail("libsodium failed to initialise");
   signal(SIGPIPE, SIG_IGN);

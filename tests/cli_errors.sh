@@ -318,6 +318,10 @@ if [ -x "$STITCHD" ]; then
   agent 2 "not an option of stitchd seed" seed --weights w.st
   agent 2 "unexpected argument 'extra'" node extra
   agent 2 "stitchd node needs --" node --listen 127.0.0.1:0
+  agent 2 "max-peers" node --swarm key.pub --listen 127.0.0.1:0 \
+    --weights w.st --data agent-data --max-peers 0
+  agent 2 "need --http" node --swarm key.pub --listen 127.0.0.1:0 \
+    --weights w.st --data agent-data --engine http://127.0.0.1:1
   agent 1 "missing.pub" node --swarm missing.pub --listen 127.0.0.1:0 \
     --weights w.st --data agent-data
   CHECKS=$((CHECKS + 1))

@@ -679,20 +679,22 @@ static int run(agent *a, opt *o) {
   stitch_diag d = {{0}};
   int rc;
   unsigned v;
+  /* A flag's value that cannot be right is a usage error (exit 2). */
   if (o[O_MAX_PEERS].value &&
       opt_uint(o[O_MAX_PEERS].value, "max-peers", 1, 4096, &v) == 0)
     cfg.max_peers = v;
   else if (o[O_MAX_PEERS].value)
-    return 1;
+    return 2;
   if (o[O_THREADS].value &&
       opt_uint(o[O_THREADS].value, "threads", 0, 1024, &a->threads) != 0)
-    return 1;
+    return 2;
   int manual = 0;
   if (!a->seed && sidecar_flags(o, &manual) != 0)
-    return 1;
+    return 2;
   const char *region = o[O_REGION].value ? o[O_REGION].value : "";
   if (strlen(region) >= sizeof(a->region))
-    return fail("--region: longer than %d bytes", STITCH_SWARM_REGION_MAX - 1);
+    return fail("--region: longer than %d bytes",
+                STITCH_SWARM_REGION_MAX - 1) + 1;
   snprintf(a->region, sizeof(a->region), "%s", region);
   snprintf(cfg.region, sizeof(cfg.region), "%s", region);
   if (o[O_ADVERTISE].value &&

@@ -280,6 +280,58 @@ case "$(run --version)" in
 *) fail "stitch --version: '$(run --version)'" ;;
 esac
 
+# ---- help ----------------------------------------------------------------------
+# stitch help [COMMAND] and stitch COMMAND --help: the usage on stdout, 0.
+for c in view delta apply inspect digest keygen admit revoke publish pull \
+  verify log recover; do
+  CHECKS=$((CHECKS + 1))
+  out=$(run $c --help 2>"$T/stderr") || fail "stitch $c --help: exit $?"
+  case "$out" in "usage: stitch $c "*) ;; *) fail "stitch $c --help: '$out'" ;; esac
+  [ "$(run help $c 2>/dev/null)" = "$out" ] || fail "stitch help $c differs"
+done
+CHECKS=$((CHECKS + 1))
+case "$(run help)" in "usage: stitch COMMAND"*) ;; *) fail "stitch help" ;; esac
+expect 2 - help bogus
+expect 2 - bogus
+expect 2 - help verify extra
+expect 2 - verify --store store --pub key.pub --deep # not an option
+
+# ---- stitchd: usage errors exit 2, failures 1, one line each -------------------
+STITCHD="$(dirname "$STITCH")/stitchd"
+if [ -x "$STITCHD" ]; then
+  # agent STATUS WANT ARGS...: stitchd ARGS exits STATUS with one line on
+  # stderr that holds WANT.
+  agent() {
+    want=$1 msg=$2
+    shift 2
+    CHECKS=$((CHECKS + 1))
+    timeout "$TMO" "$STITCHD" "$@" >"$T/stdout" 2>"$T/stderr" </dev/null
+    rc=$?
+    [ "$rc" = "$want" ] || fail "stitchd $*: exit $rc, want $want"
+    [ "$(wc -l <"$T/stderr")" -le 1 ] && grep -q -- "$msg" "$T/stderr" ||
+      fail "stitchd $*: stderr '$(cat "$T/stderr")', want one line with '$msg'"
+  }
+  agent 2 "unknown command 'bogus'" bogus
+  agent 2 "unknown option '--bogus'" node --bogus
+  agent 2 "unknown option '--bogus'" node --swarm key.pub --bogus
+  agent 2 "--swarm needs a value" node --swarm
+  agent 2 "not an option of stitchd seed" seed --weights w.st
+  agent 2 "unexpected argument 'extra'" node extra
+  agent 2 "stitchd node needs --" node --listen 127.0.0.1:0
+  agent 2 "max-peers" node --swarm key.pub --listen 127.0.0.1:0 \
+    --weights w.st --data agent-data --max-peers 0
+  agent 2 "need --http" node --swarm key.pub --listen 127.0.0.1:0 \
+    --weights w.st --data agent-data --engine http://127.0.0.1:1
+  agent 1 "missing.pub" node --swarm missing.pub --listen 127.0.0.1:0 \
+    --weights w.st --data agent-data
+  CHECKS=$((CHECKS + 1))
+  "$STITCHD" >/dev/null 2>&1
+  [ $? = 2 ] || fail "stitchd with no arguments: want exit 2"
+  CHECKS=$((CHECKS + 1))
+  "$STITCHD" node --help | grep -q "^usage: stitchd node" ||
+    fail "stitchd node --help: no usage on stdout"
+fi
+
 # ---- admission: admit, revoke ------------------------------------------------
 expect_ok keygen --out n1
 expect_ok admit --key key.key --node n1.pub --out t1 --expires 30d

@@ -91,7 +91,7 @@ rc=0
 "$bin/stitchd" node --swarm "$work/k.pub" --listen 127.0.0.1:0 \
   --weights "$work/w.st" --data "$work/data" --http 127.0.0.1:0 \
   --engine "$engine" --engine-prepare /prepare 2>"$work/flag.err" || rc=$?
-[ "$rc" = 1 ] && grep -q 'needs --engine-reload' "$work/flag.err" ||
+[ "$rc" = 2 ] && grep -q 'needs --engine-reload' "$work/flag.err" ||
   fail "--engine-prepare without --engine-reload: rc $rc $(cat "$work/flag.err")"
 
 node_up node.out

@@ -63,21 +63,33 @@ int fail_diag(int rc, const stitch_diag *d) {
   return fail("%s", d->msg[0] ? d->msg : stitch_strerror(rc));
 }
 
-static int set_opt(opt *o, unsigned role, const char *name, const char *value,
-                   int from_config, const char *where) {
+/* The index of option NAME for ROLE, or -1 after saying why not. */
+static int opt_index(const opt *o, unsigned role, const char *name,
+                     int from_config, const char *where) {
   for (int k = 0; k < O_COUNT; k++) {
     if (strcmp(o[k].name, name) != 0)
       continue;
-    if (!(o[k].roles & role))
-      return fail("%s'%s%s' is not an option of stitchd %s", where,
-                  from_config ? "" : "--", name, role == ROLE_NODE ? "node" : "seed");
-    if (from_config && (k == O_CONFIG || o[k].value != NULL))
-      return 0; /* the command line wins; no nested config files */
-    o[k].value = value;
-    return 0;
+    if (!(o[k].roles & role)) {
+      fail("%s'%s%s' is not an option of stitchd %s", where,
+           from_config ? "" : "--", name, role == ROLE_NODE ? "node" : "seed");
+      return -1;
+    }
+    return k;
   }
-  return fail("%sunknown option '%s%s' (see " PROG " --help)", where,
-              from_config ? "" : "--", name);
+  fail("%sunknown option '%s%s' (see " PROG " --help)", where,
+       from_config ? "" : "--", name);
+  return -1;
+}
+
+static int set_opt(opt *o, unsigned role, const char *name, const char *value,
+                   int from_config, const char *where) {
+  int k = opt_index(o, role, name, from_config, where);
+  if (k < 0)
+    return 1;
+  if (from_config && (k == O_CONFIG || o[k].value != NULL))
+    return 0; /* the command line wins; no nested config files */
+  o[k].value = value;
+  return 0;
 }
 
 /* Reads `key value` lines ('#' starts a comment). The values are kept for
@@ -141,6 +153,8 @@ int opt_parse(int argc, char **argv, unsigned role, opt *o) {
       return fail("unknown option '%.40s'", a);
     memcpy(name, a + 2, nl);
     name[nl] = 0;
+    if (opt_index(o, role, name, 0, "") < 0) /* before "needs a value" */
+      return 1;
     /* --open alone is a switch; --open=no turns it off. */
     int sw = strcmp(name, "open") == 0 && eq == NULL;
     const char *val = sw   ? "yes"

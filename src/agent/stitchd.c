@@ -679,20 +679,22 @@ static int run(agent *a, opt *o) {
   stitch_diag d = {{0}};
   int rc;
   unsigned v;
+  /* A flag's value that cannot be right is a usage error (exit 2). */
   if (o[O_MAX_PEERS].value &&
       opt_uint(o[O_MAX_PEERS].value, "max-peers", 1, 4096, &v) == 0)
     cfg.max_peers = v;
   else if (o[O_MAX_PEERS].value)
-    return 1;
+    return 2;
   if (o[O_THREADS].value &&
       opt_uint(o[O_THREADS].value, "threads", 0, 1024, &a->threads) != 0)
-    return 1;
+    return 2;
   int manual = 0;
   if (!a->seed && sidecar_flags(o, &manual) != 0)
-    return 1;
+    return 2;
   const char *region = o[O_REGION].value ? o[O_REGION].value : "";
   if (strlen(region) >= sizeof(a->region))
-    return fail("--region: longer than %d bytes", STITCH_SWARM_REGION_MAX - 1);
+    return fail("--region: longer than %d bytes",
+                STITCH_SWARM_REGION_MAX - 1) + 1;
   snprintf(a->region, sizeof(a->region), "%s", region);
   snprintf(cfg.region, sizeof(cfg.region), "%s", region);
   if (o[O_ADVERTISE].value &&
@@ -791,9 +793,9 @@ static int run(agent *a, opt *o) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) {
+  if (argc < 2) { /* exit 2 on a usage error, 1 on a failure, as stitch */
     fputs(opt_usage, stderr);
-    return 1;
+    return 2;
   }
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -807,12 +809,13 @@ int main(int argc, char **argv) {
   unsigned role = !strcmp(argv[1], "node")   ? ROLE_NODE
                   : !strcmp(argv[1], "seed") ? ROLE_SEED
                                              : 0;
-  if (role == 0)
-    return fail("unknown command '%s': node or seed (see " PROG " --help)",
-                argv[1]);
+  if (role == 0) {
+    fail("unknown command '%s': node or seed (see " PROG " --help)", argv[1]);
+    return 2;
+  }
   opt o[O_COUNT];
   if (opt_parse(argc, argv, role, o) != 0)
-    return 1;
+    return 2;
   if (sodium_init() < 0)
     return fail("libsodium failed to initialise");
   signal(SIGPIPE, SIG_IGN);

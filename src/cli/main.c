@@ -26,9 +26,11 @@ static const struct {
      "[--role node|seed]"},
     {"revoke", cmd_revoke, "revoke --key PREFIX.key --store DIR --node NODE.pub"},
     {"publish", cmd_publish,
-     "publish --key PREFIX.key --store DIR CHECKPOINT [--json] [options]"},
+     "publish --key PREFIX.key --store DIR CHECKPOINT [--json]\n"
+     "                 [--chunk-kib N] [--max-chain N] [--anchor-ratio R]\n"
+     "                 [--cumulative-every N] [--keep N] [--fastest]"},
     {"pull", cmd_pull, "pull --store DIR --pub PREFIX.pub --weights FILE"},
-    {"verify", cmd_verify, "verify --store DIR --pub PREFIX.pub [--deep]"},
+    {"verify", cmd_verify, "verify --store DIR --pub PREFIX.pub"},
     {"log", cmd_log, "log --store DIR --pub PREFIX.pub [--json]"},
     {"recover", cmd_recover, "recover --weights FILE"},
 };
@@ -114,10 +116,34 @@ int cli_parse_args(int argc, char **argv, const char **pos, int max,
   return n;
 }
 
+#define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
+
 static void usage(FILE *f) {
   fprintf(f, "usage: stitch COMMAND [ARGS]\n\ncommands:\n");
-  for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+  for (size_t i = 0; i < N_COMMANDS; i++)
     fprintf(f, "  stitch %s\n", commands[i].help);
+  fprintf(f, "  stitch help [COMMAND]\n  stitch --version\n\n"
+             "Exit status: 0 done, 1 failed, 2 a usage error. "
+             "See README.md \"The CLI\".\n");
+}
+
+static int find_command(const char *name) {
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    if (strcmp(name, commands[i].name) == 0)
+      return (int)i;
+  return -1;
+}
+
+/* `stitch help [COMMAND]` and `stitch COMMAND --help`: to stdout, 0. */
+static int help(const char *name) {
+  int k = name != NULL ? find_command(name) : -1;
+  if (name != NULL && k < 0)
+    return cli_usage_error("unknown command '%s' (see stitch --help)", name);
+  if (k < 0)
+    usage(stdout);
+  else
+    printf("usage: stitch %s\n", commands[k].help);
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -133,10 +159,17 @@ int main(int argc, char **argv) {
     printf("stitch %s\n", stitch_version());
     return 0;
   }
-  for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-    if (strcmp(argv[1], commands[i].name) == 0)
-      return commands[i].fn(argc - 2, argv + 2);
-  fprintf(stderr, "stitch: usage: unknown command '%s'\n", argv[1]);
-  usage(stderr);
-  return 2;
+  if (strcmp(argv[1], "help") == 0) {
+    if (argc > 3)
+      return cli_usage_error("help takes one command at most");
+    return help(argc == 3 ? argv[2] : NULL);
+  }
+  int k = find_command(argv[1]);
+  if (k >= 0) {
+    for (int i = 2; i < argc; i++)
+      if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+        return help(argv[1]);
+    return commands[k].fn(argc - 2, argv + 2);
+  }
+  return cli_usage_error("unknown command '%s' (see stitch --help)", argv[1]);
 }

@@ -13,7 +13,8 @@ static const struct {
   int (*fn)(int, char **);
   const char *help;
 } commands[] = {
-    {"view", cmd_view, "view --to bf16|fp8|nvfp4 [--prev PREV] IN OUT"},
+    {"view", cmd_view,
+     "view --to bf16|fp8|nvfp4 [--fp8-block N] [--prev PREV_VIEW] IN OUT"},
     {"delta", cmd_delta,
      "delta OLD NEW -o OUT [--stats] [--json] [--block-log2 N] [--level L] "
      "[--small | --fastest] [--threads N]"},
@@ -29,7 +30,8 @@ static const struct {
      "publish --key PREFIX.key --store DIR CHECKPOINT [--json]\n"
      "                 [--chunk-kib N] [--max-chain N] [--anchor-ratio R]\n"
      "                 [--cumulative-every N] [--keep N] [--fastest]"},
-    {"pull", cmd_pull, "pull --store DIR --pub PREFIX.pub --weights FILE"},
+    {"pull", cmd_pull,
+     "pull --store DIR --pub PREFIX.pub --weights FILE [--threads N]"},
     {"verify", cmd_verify, "verify --store DIR --pub PREFIX.pub"},
     {"log", cmd_log, "log --store DIR --pub PREFIX.pub [--json]"},
     {"recover", cmd_recover, "recover --weights FILE"},

@@ -13,7 +13,8 @@
 #define DELTA_HEADER_BYTES 48 /* 40 bytes of fields + XXH3-64 of them */
 /* Blocks of 2^21 symbols: GAPS's 29 parameter bytes are sent per block,
  * and at 2^20 they were 0.8% of an FP8 delta at 0.3% density (0.1-0.9%
- * smaller deltas at 2^21, docs/benchmarks.md "Blocks of 2^21 symbols").
+ * smaller deltas at 2^21, docs/history/benchmarks.md "Blocks of 2^21
+ * symbols").
  * Parallel apply still has thousands of blocks for a 7B model. Anchors
  * use smaller ones (publish.c): dense blocks bound the chunk size. */
 #define DELTA_DEFAULT_BLOCK_LOG2 21

@@ -676,8 +676,8 @@ _Static_assert(GAPS_NPARAM == GAPS_PARAM_BYTES, "the parameter bytes");
  * steeper exponential; a larger one gives the likeliest classes weights
  * near M, and a symbol's interval is cut at its round's end, which wastes
  * the rest of the code space there. On the benchmark's trajectories
- * (docs/benchmarks.md) four in five coded 0.8-4.5% smaller than one in
- * two, and with fewer round decisions. When even the likeliest class
+ * (docs/history/benchmarks.md "Encoder choices") four in five coded
+ * 0.8-4.5% smaller than one in two, and with fewer round decisions. When even the likeliest class
  * would get a weight under 1024, K grows (up to 8 M, some 8 round
  * decisions a change) so that weights keep their ratios. The step
  * probabilities are the block's own frequencies. Each is sent as its

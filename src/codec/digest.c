@@ -2,6 +2,7 @@
  * Domain bytes keep leaves, tensor roots and views from ever colliding. */
 #include "stitch/digest.h"
 
+#include "common/bytes.h"
 #include "common/diag.h"
 #include "common/parallel.h"
 
@@ -93,19 +94,6 @@ typedef struct leaves_job {
   uint8_t *out;
 } leaves_job;
 
-/* The first k in [0, n) with pos[k] >= e, else n. */
-static uint64_t lower_bound(const uint64_t *pos, uint64_t n, uint64_t e) {
-  uint64_t lo = 0, hi = n;
-  while (lo < hi) {
-    uint64_t mid = lo + (hi - lo) / 2;
-    if (pos[mid] < e)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
-}
-
 /* SCRATCH: STITCH_DIGEST_LEAF bytes, or NULL when there is no SP. */
 static int hash_leaf(leaves_job *j, size_t item, uint8_t *scratch) {
   size_t lo = 0, hi = j->n; /* tensor holding leaf `item` */
@@ -124,7 +112,7 @@ static int hash_leaf(leaves_job *j, size_t item, uint8_t *scratch) {
     /* A leaf is a whole number of elements: 2^20 is a multiple of every
      * width, and the width divides nbytes (checked). */
     uint64_t w = sp->width, e0 = i * (STITCH_DIGEST_LEAF / w), e1 = e0 + len / w;
-    uint64_t k = lower_bound(sp->pos, sp->n, e0);
+    uint64_t k = lower_bound_u64(sp->pos, sp->n, e0);
     if (k < sp->n && sp->pos[k] < e1) {
       memcpy(scratch, src, len);
       for (; k < sp->n && sp->pos[k] < e1; k++)

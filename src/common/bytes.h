@@ -40,5 +40,19 @@ static inline void put_le64(uint8_t *p, uint64_t v) {
     p[i] = (uint8_t)(v >> (8 * i));
 }
 
+/* In ascending POS[0..n): the first k with pos[k] >= e, else n. */
+static inline uint64_t lower_bound_u64(const uint64_t *pos, uint64_t n,
+                                       uint64_t e) {
+  uint64_t lo = 0, hi = n;
+  while (lo < hi) {
+    uint64_t mid = lo + (hi - lo) / 2;
+    if (pos[mid] < e)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
 
 #endif

@@ -24,6 +24,7 @@
 #define _GNU_SOURCE
 #include "stitch/engine.h"
 
+#include "common/bytes.h"
 #include "common/diag.h"
 #include "common/parallel.h"
 #include "version/store_patch.h"
@@ -70,18 +71,6 @@ typedef struct step_job {
   block_out *out;
   size_t scratch; /* the patch's decode scratch, then the block buffer */
 } step_job;
-
-static uint64_t lower_bound(const uint64_t *pos, uint64_t n, uint64_t e) {
-  uint64_t lo = 0, hi = n;
-  while (lo < hi) {
-    uint64_t mid = lo + (hi - lo) / 2;
-    if (pos[mid] < e)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
-}
 
 /* Elements of width W in [0, NE) where A and B differ: counted, or with
  * POS non-NULL also listed (positions from E0, A's values into VAL, B's
@@ -172,7 +161,7 @@ static int decode_block(void *ctx, size_t k, uint8_t *scratch,
   uint8_t *buf = scratch + j->scratch;
   const uint8_t *live = t->live + b.byte_off;
   memcpy(buf, live, (size_t)b.byte_len);
-  uint64_t lo = lower_bound(t->pos, t->n, e0);
+  uint64_t lo = lower_bound_u64(t->pos, t->n, e0);
   for (uint64_t i = lo; i < t->n && t->pos[i] < e1; i++)
     memcpy(buf + (t->pos[i] - e0) * w, t->val + i * w, w);
   CHECK_RC(stitch_patch_decode_block(j->patch, k, buf, scratch, d));
@@ -205,8 +194,8 @@ static int cmp_out(const void *a, const void *b) {
 static int merge(ptensor *t, const block_out *o, size_t nb, stitch_diag *d) {
   uint64_t n = t->n, w = t->w;
   for (size_t b = 0; b < nb; b++) /* entries in the blocks' ranges go */
-    n += o[b].n - (lower_bound(t->pos, t->n, o[b].e1) -
-                   lower_bound(t->pos, t->n, o[b].e0));
+    n += o[b].n - (lower_bound_u64(t->pos, t->n, o[b].e1) -
+                   lower_bound_u64(t->pos, t->n, o[b].e0));
   uint64_t *pos = malloc((n ? n : 1) * sizeof(*pos));
   uint8_t *val = malloc(n ? n * w : 1), *old = malloc(n ? n * w : 1);
   if (pos == NULL || val == NULL || old == NULL) {

@@ -194,6 +194,35 @@ sed 's/"mode": "p2p"/"network": "queues", "mode": "p2p"/' "$dir/scenarios/small.
 STITCH_SIM_RAMP=1 "$sim" "$tmp/queues.json" --json --trace "$tmp/trace.csv" \
   > "$tmp/queues.out" 2> "$tmp/ramp.txt"
 check "$tmp/queues.out" queues
+# --bounds: the references alone, for given version sizes (tools/netlab
+# gives its real versions'), equal to what the run reported for its own.
+sizes=$(python3 -c 'import json, sys; print(",".join(str(v["bytes"]) for v in json.load(open(sys.argv[1]))["versions"]))' "$tmp/queues.out")
+"$sim" "$tmp/queues.json" --bounds "$sizes" > "$tmp/bounds.out" ||
+  { echo "sim_small: --bounds $sizes failed"; exit 1; }
+python3 - "$tmp/queues.out" "$tmp/bounds.out" <<'PY'
+import json, sys
+run, b = (json.load(open(p)) for p in sys.argv[1:3])
+if b["latency_s"] != run["latency_s"] or len(b["versions"]) != len(run["versions"]):
+    sys.exit("sim_small: --bounds: latency_s %s, %d versions; the run: %s, %d"
+             % (b["latency_s"], len(b["versions"]), run["latency_s"], len(run["versions"])))
+for x, y in zip(b["versions"], run["versions"]):
+    for k in ("version", "bytes", "bound_s", "node_bound_s", "lb_s"):
+        if abs(x[k] - y[k]) > 1e-6 * abs(y[k]):  # the run prints 8 digits
+            sys.exit("sim_small: --bounds: version %d: %s %s, the run %s"
+                     % (y["version"], k, x[k], y[k]))
+PY
+# A file with NAT or faults is not simulated, but its bounds are given;
+# a bad size is refused in one line.
+"$sim" "$dir/scenarios/netlab_nat.json" --bounds 1000000 > "$tmp/bnat.out" &&
+  grep -q '"bound_s"' "$tmp/bnat.out" ||
+  { echo "sim_small: --bounds on a NAT file failed"; exit 1; }
+for s in 0 12,x -5 ''; do
+  if "$sim" "$tmp/queues.json" --bounds "$s" > /dev/null 2> "$tmp/bbad.err"; then
+    echo "sim_small: --bounds '$s' accepted"; exit 1
+  fi
+  [ "$(wc -l < "$tmp/bbad.err")" -eq 1 ] || { echo "sim_small: --bounds '$s':"; cat "$tmp/bbad.err"; exit 1; }
+done
+echo "sim_small: --bounds agrees with the run"
 # STITCH_SIM_RAMP: every node's ramp lines go up, to all of version 1.
 bound=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["versions"][0]["bound_s"])' "$tmp/queues.out")
 python3 "$dir/ramp.py" "$tmp/ramp.txt" "$bound" > "$tmp/ramp.out" ||

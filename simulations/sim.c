@@ -26,6 +26,7 @@
  *   connect to a dead stitchd does. A joiner starts a fresh core.
  *
  * Usage: stitch-sim SCENARIO.json [--json] [--plot DIR] [--trace FILE.csv]
+ *                   [--steps DIR]
  *        stitch-sim SCENARIO.json --bounds BYTES[,BYTES...]
  * (--bounds prints the bound for versions of those sizes, as JSON, and
  * simulates nothing: tools/netlab's reference keys.)
@@ -1011,6 +1012,7 @@ static int print_bounds(const char *path, const char *list) {
 
 int main(int argc, char **argv) {
   const char *path = NULL, *plot_dir = NULL, *trace = NULL, *bounds = NULL;
+  const char *steps = NULL;
   char trace_part[4096];
   int as_json = 0;
   for (int i = 1; i < argc; i++) {
@@ -1022,15 +1024,18 @@ int main(int argc, char **argv) {
       trace = argv[++i];
     else if (strcmp(argv[i], "--bounds") == 0 && i + 1 < argc)
       bounds = argv[++i];
+    else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
+      steps = argv[++i];
     else if (argv[i][0] != '-' && path == NULL)
       path = argv[i];
     else
       path = NULL, i = argc;
   }
   if (path == NULL ||
-      (bounds != NULL && (plot_dir != NULL || trace != NULL))) {
+      (bounds != NULL &&
+       (plot_dir != NULL || trace != NULL || steps != NULL))) {
     fprintf(stderr, "usage: stitch-sim SCENARIO.json [--json] [--plot DIR] "
-                    "[--trace FILE.csv]\n"
+                    "[--trace FILE.csv] [--steps DIR]\n"
                     "       stitch-sim SCENARIO.json --bounds "
                     "BYTES[,BYTES...]\n");
     return 2;
@@ -1059,7 +1064,7 @@ int main(int argc, char **argv) {
     die(err);
   if (s.sc.unsimulated[0])
     die(s.sc.unsimulated);
-  if (sim_trajectory_make(&s.sc, &s.tr, err, sizeof(err)) != 0)
+  if (sim_trajectory_make(&s.sc, steps, &s.tr, err, sizeof(err)) != 0)
     die(err);
   if (rp != NULL && *rp == '1' && !s.sc.central) {
     s.ramp_v1 = xcalloc((s.tr.chunks.n + 63) / 64, sizeof(uint64_t));

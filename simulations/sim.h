@@ -134,9 +134,11 @@ typedef struct sim_trajectory {
 
 /* Publishes SC's versions with stitch_publish into a temporary store (an
  * Adam-like trajectory of BF16 tensors, SC->change of the weights moving
- * one step per version) and loads manifests and chunks into memory. */
-int sim_trajectory_make(const sim_scenario *sc, sim_trajectory *tr, char *err,
-                        size_t errlen);
+ * one step per version; or, with STEPS_DIR, its step_0000.safetensors ..
+ * step_{versions - 1}, as stitch-synth writes them) and loads manifests
+ * and chunks into memory. */
+int sim_trajectory_make(const sim_scenario *sc, const char *steps_dir,
+                        sim_trajectory *tr, char *err, size_t errlen);
 void sim_trajectory_free(sim_trajectory *tr);
 
 uint64_t sim_xorshift(uint64_t *s);

@@ -56,7 +56,8 @@ int main(int argc, char **argv) {
                         "nodes10000.json", "central1000.json",
                         "churn.json",      "fair.json",
                         "regions.json",    "anchor1000.json",
-                        "volunteer1000.json"};
+                        "volunteer1000.json", "netlab_sym.json",
+                        "netlab_asym.json", "netlab_sym_loss.json"};
   for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
     char path[512], err[512];
     snprintf(path, sizeof(path), "%s/%s", dir, good[i]);

@@ -388,10 +388,6 @@ void pipe_flush(sim *s, node *n, uint32_t ci) {
     if (len == 0)
       break;
     len = len < PIPE_WINDOW ? len : PIPE_WINDOW;
-    if (s->q != NULL && len > QUEUE_SLICE) { /* equal pieces, none small */
-      size_t pieces = (len + QUEUE_SLICE - 1) / QUEUE_SLICE;
-      len = (len + pieces - 1) / pieces;
-    }
     msg *m = msg_new(s, MSG_DATA, ci, buf, len);
     n->wire_up += len;
     s->messages++;

@@ -9,7 +9,9 @@
  *   but SimGrid re-solves the shared links of all concurrent flows at every
  *   start and end (they form one component), so a run costs about
  *   messages x concurrent flows: a few hundred nodes at most.
- * - queue.c ("queues"): each link is a FIFO queue at message granularity,
+ * - queue.c ("queues"): each link is a FIFO queue at message granularity
+ *   (a large message in pieces of QUEUE_SLICE, so concurrent chunks
+ *   interleave),
  *   kept by the driver, and one SimGrid actor runs every core from one
  *   event heap. A message costs O(links on its route): thousands of nodes.
  *
@@ -29,8 +31,10 @@
  * on it, as a TCP window of about two chunks; each message carries what
  * the core has pending, up to this much, whole (cutting a chunk to the
  * window's room made its receiver buffer it piece by piece: twice the
- * CPU). On the queues network a pipe also takes more only while each of
- * its messages over SMALL_BYTES (queue.c) is within its low-water mark
+ * CPU; on the queues network it leaves the uplink in pieces, QUEUE_SLICE
+ * below, but arrives whole). On the queues network a pipe also takes
+ * more only while each of its messages over SMALL_BYTES (queue.c) is
+ * within its low-water mark
  * (stitch_swarm_lowat: an eighth of it, at least 16 KiB) of leaving the
  * sender's uplink (pipe_.unsent is 0), as stitchd's sockets
  * (TCP_NOTSENT_LOWAT, src/net): a chunk is handed over when the
@@ -43,6 +47,21 @@
  * (docs/history/simulator.md "Chunks handed over when the uplink wants
  * them"). */
 #define PIPE_WINDOW (1u << 20)
+/* Queues: a message larger than this leaves its sender's uplink in
+ * pieces of about this size (queue.c), each booked on the route's links
+ * only once the one before is within SMALL_BYTES of leaving, so the pipes
+ * of one sender that have a chunk each take turns on its uplink, as the
+ * TCP sockets of stitchd do: the kernel hands the uplink's queue each
+ * socket's segments in bursts of at most 64 KiB (GSO), interleaved, so
+ * concurrent chunks share the uplink and each is whole only about when
+ * all are. The receiver still gets the message whole, when its last
+ * piece is in. Whole messages went one after the other at the full
+ * rate: the first of 7 chunks the seed hands out at once was whole after
+ * one chunk's time, where on netlab (real sockets, links shaped by htb)
+ * none was until about all 7 had gone, and the simulator's anchors came
+ * 31 % early on netlab_sym.json (docs/simulator.md, "The simulator
+ * against netlab"). Flows share links by max-min already. */
+#define QUEUE_SLICE (64u << 10)
 /* Flows: at most this many messages in flight per pipe (the put[]
  * array). The queues network has no such cap, as TCP has none: it held
  * chunks behind HAVEs on far links. */
@@ -74,6 +93,12 @@ typedef struct pipe_ {
   size_t inflight;           /* their bytes */
   size_t unsent; /* queues: bytes of messages not yet within their mark */
   double last_arrival;       /* queues: keeps the pipe in order */
+  /* queues: a message leaving in pieces (QUEUE_SLICE), the latest
+   * arrival of its pieces so far, and a CLOSE that waits for it to be
+   * whole (as a FIN after the data) */
+  msg *piecing;
+  double piece_arrival;
+  int close_after;
 } pipe_;
 
 typedef struct conn {

@@ -11,6 +11,10 @@
  * link, not the sum. No link ever carries more than its bandwidth, so no
  * completion can beat the bound, which rests on link capacities only.
  *
+ * A message larger than QUEUE_SLICE (a chunk) goes on the links in pieces
+ * (send_piece), so that the chunks a sender has out at once take turns
+ * on its uplink, as its sockets' segments do; it arrives whole.
+ *
  * Messages of at most SMALL_BYTES (control frames: HAVE, REQUEST, ...) do
  * not queue: they cost their route's latency and their bytes at the
  * slowest link's rate, as a small packet does beside bulk TCP flows that
@@ -37,7 +41,7 @@
 #define SMALL_BYTES STITCH_SWARM_LOWAT_MIN
 
 typedef enum ev_kind {
-  EV_WAKE, EV_CTL, EV_DATA, EV_CENTRAL, EV_JOIN, EV_LEAVE, EV_SENT
+  EV_WAKE, EV_CTL, EV_DATA, EV_CENTRAL, EV_JOIN, EV_LEAVE, EV_SENT, EV_PIECE
 } ev_kind;
 
 typedef struct event {
@@ -47,7 +51,8 @@ typedef struct event {
   ev_kind kind;
   msg *m;
   uint32_t conn; /* EV_SENT: of this connection's pipe from the node, */
-  size_t len;    /* these bytes are within their mark */
+  size_t len;    /* these bytes are within their mark; EV_PIECE: the
+                    pipe's message M has this much on the links */
 } event;
 
 typedef struct qnet {
@@ -214,8 +219,13 @@ static double transfer(sim *s, int a, int b, size_t bytes, double up[2]) {
 void queue_ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c) {
   double t = from == to ? s->clock : transfer(s, from, to, CTL_BYTES, NULL);
   if (kind == MSG_CLOSE) { /* after the data already on its way, as a FIN */
-    const conn *cn = s->conn[c];
-    t = fmax(t, cn->d[side_of(cn, from)].last_arrival);
+    conn *cn = s->conn[c];
+    pipe_ *p = &cn->d[side_of(cn, from)];
+    if (p->piecing != NULL) { /* sent when its last piece is */
+      p->close_after = 1;
+      return;
+    }
+    t = fmax(t, p->last_arrival);
   } else if (kind == MSG_ACCEPT) {
     /* Before the data the acceptor sends next, as TCP's SYN-ACK: a HELLO
      * smaller than CTL_BYTES would otherwise reach a dialer that has not
@@ -227,15 +237,58 @@ void queue_ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c) {
   ev_push(s->q, t, to, EV_CTL, msg_new(s, kind, c, NULL, 0));
 }
 
+/* Puts the next piece of message M on connection CI from host FROM on
+ * the links, OFF bytes of it being there already (QUEUE_SLICE, driver.h):
+ * pieces of equal size, the next one booked when this one is within
+ * SMALL_BYTES of leaving the uplink, by when the sender's other pipes
+ * have booked theirs. After the last piece the message arrives whole, at
+ * the latest of its pieces' arrivals; the pipe takes more once it is
+ * within its mark of leaving (EV_SENT), as an unpieced message does. */
+static void send_piece(sim *s, int from, uint32_t ci, msg *m, size_t off) {
+  conn *c = s->conn[ci];
+  int side = side_of(c, from), to = c->node[1 - side];
+  pipe_ *p = &c->d[side];
+  size_t pieces = (m->len + QUEUE_SLICE - 1) / QUEUE_SLICE;
+  size_t size = (m->len + pieces - 1) / pieces;
+  size_t len = m->len - off < size ? m->len - off : size;
+  double up[2];
+  double t = transfer(s, from, to, len, up);
+  p->piece_arrival = off == 0 ? t : fmax(p->piece_arrival, t);
+  off += len;
+  if (off < m->len) {
+    ev_push_event(s->q, (event){qlink_left(&s->q->up[from], up[0], up[1],
+                                           SMALL_BYTES),
+                                0, from, EV_PIECE, m, ci, off});
+    return;
+  }
+  p->piecing = NULL;
+  t = fmax(p->piece_arrival, p->last_arrival);
+  p->last_arrival = t;
+  double mark = (double)stitch_swarm_lowat(m->len);
+  ev_push_event(s->q, (event){qlink_left(&s->q->up[from], up[0], up[1], mark),
+                              0, from, EV_SENT, NULL, ci, m->len});
+  ev_push(s->q, t, to, EV_DATA, m);
+  if (p->close_after) { /* its CLOSE waited for it */
+    p->close_after = 0;
+    ev_push(s->q, t, to, EV_CTL, msg_new(s, MSG_CLOSE, ci, NULL, 0));
+  }
+}
+
 void queue_send(sim *s, node *n, uint32_t ci, msg *m) {
   conn *c = s->conn[ci];
   int side = side_of(c, n->idx), to = c->node[1 - side];
   pipe_ *p = &c->d[side];
+  p->nput++;
+  p->inflight += m->len;
+  if (m->len > QUEUE_SLICE) {
+    p->unsent += m->len;
+    p->piecing = m;
+    send_piece(s, n->idx, ci, m, 0);
+    return;
+  }
   double up[2];
   double t = fmax(transfer(s, n->idx, to, m->len, up), p->last_arrival);
   p->last_arrival = t;
-  p->nput++;
-  p->inflight += m->len;
   if (m->len > SMALL_BYTES) {
     p->unsent += m->len;
     double mark = (double)stitch_swarm_lowat(m->len);
@@ -307,6 +360,9 @@ static void run_event(sim *s, event *e) {
     return;
   case EV_LEAVE:
     node_leave(s, n);
+    return;
+  case EV_PIECE: /* the message's next piece (send_piece) */
+    send_piece(s, e->node, e->conn, e->m, e->len);
     return;
   case EV_SENT: { /* within its mark: the node may put more on */
     conn *c = s->conn[e->conn];

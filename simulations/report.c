@@ -117,6 +117,33 @@ static double staleness_p99(const sim_result *r) {
   return q;
 }
 
+/* The latency-aware reference: the bound plus the one-way latency from
+ * the seed to the farthest node (docs/simulator.md, "The bound"). */
+static double lb_of(double bound_s, double latency_s) {
+  return bound_s + latency_s;
+}
+
+void *sim_bounds_json(const sim_scenario *sc, const uint64_t *bytes,
+                      size_t n) {
+  json_t *o = json_object(), *vs = json_array();
+  double lat = sim_latency(sc);
+  for (size_t i = 0; i < n; i++) {
+    json_t *e = json_object();
+    double b = sim_bound(sc, bytes[i]);
+    json_object_set_new(e, "version", json_integer((json_int_t)i + 1));
+    json_object_set_new(e, "bytes", json_integer((json_int_t)bytes[i]));
+    json_object_set_new(e, "bound_s", json_real(b));
+    json_object_set_new(e, "node_bound_s",
+                        json_real(sim_node_bound(sc, bytes[i])));
+    json_object_set_new(e, "lb_s", json_real(lb_of(b, lat)));
+    json_array_append_new(vs, e);
+  }
+  json_object_set_new(o, "nodes", json_integer(sc->nodes));
+  json_object_set_new(o, "versions", vs);
+  json_object_set_new(o, "latency_s", json_real(lat));
+  return o;
+}
+
 void *sim_report_json(const sim_result *r, int per_node) {
   json_t *o = json_object(), *vs = json_array();
   double *t = malloc(r->slots * sizeof(*t));
@@ -140,7 +167,7 @@ void *sim_report_json(const sim_result *r, int per_node) {
     /* The latency-aware reference (docs/simulator.md): what a
      * well-pipelined swarm can approach when bandwidth sets the time and
      * when latency does. */
-    double lb = r->bound[v] + r->latency_s;
+    double lb = lb_of(r->bound[v], r->latency_s);
     json_object_set_new(e, "lb_s", json_real(lb));
     json_object_set_new(e, "lb_ratio", num_or_null(mx / lb));
     json_object_set_new(e, "seed_bytes",

@@ -126,13 +126,12 @@ static void read_regions(rd *r, json_t *root, sim_scenario *sc) {
     g->down_mbps = rd_num(r, o, path, "down_mbps", 1, 0, 1e-3, 1e7);
     g->latency_ms = rd_num(r, o, path, "latency_ms", 1, 0, 0, 1e5);
     /* NAT, like faults, is tools/netlab's: every simulated node can dial
-     * every other. */
-    if (rd_num(r, o, path, "nat", 0, 0, 0, 1) > 0) {
-      char full[48];
-      snprintf(full, sizeof(full), "%snat", path);
-      rd_fail(r, full, "not simulated by stitch-sim; tools/netlab runs it "
-                       "(docs/netlab.md)");
-    }
+     * every other. Read, so that the bound (which rests on link capacities
+     * alone) can be given for the file; sim.c refuses to simulate it. */
+    if (rd_num(r, o, path, "nat", 0, 0, 0, 1) > 0 && !sc->unsimulated[0])
+      snprintf(sc->unsimulated, sizeof(sc->unsimulated),
+               "%s: %snat: not simulated by stitch-sim; tools/netlab runs it "
+               "(docs/netlab.md)", r->file, path);
     for (size_t j = 0; j < i && !r->failed; j++)
       if (strcmp(sc->regions[j].name, g->name) == 0)
         rd_fail(r, path, "region \"%s\" named twice", g->name);
@@ -210,13 +209,14 @@ int sim_scenario_load(const char *path, sim_scenario *sc, char *err,
   sc->pipeline = (unsigned)rd_num(&r, sw, "swarm.", "pipeline", 0, 0, 0, 64);
   /* Faults (partitions, kills, seed restarts) are tools/netlab's: the
    * simulator has none of them, and figures of a run without the faults
-   * asked for would pass for figures with them. An empty array is none. */
+   * asked for would pass for figures with them (sim.c refuses to run the
+   * file; the bound, a lower one, still holds). An empty array is none. */
   json_t *fa = json_object_get(root, "faults");
   if (!r.failed && fa != NULL &&
-      !(json_is_array(fa) && json_array_size(fa) == 0))
-    rd_fail(&r, "faults",
-            "not simulated by stitch-sim; tools/netlab runs them "
-            "(docs/netlab.md)");
+      !(json_is_array(fa) && json_array_size(fa) == 0) && !sc->unsimulated[0])
+    snprintf(sc->unsimulated, sizeof(sc->unsimulated),
+             "%s: faults: not simulated by stitch-sim; tools/netlab runs "
+             "them (docs/netlab.md)", path);
   if (!r.failed) {
     int found = 0;
     for (size_t i = 0; i < sc->n_regions; i++)

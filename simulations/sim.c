@@ -26,6 +26,10 @@
  *   connect to a dead stitchd does. A joiner starts a fresh core.
  *
  * Usage: stitch-sim SCENARIO.json [--json] [--plot DIR] [--trace FILE.csv]
+ *                   [--steps DIR]
+ *        stitch-sim SCENARIO.json --bounds BYTES[,BYTES...]
+ * (--bounds prints the bound for versions of those sizes, as JSON, and
+ * simulates nothing: tools/netlab's reference keys.)
  */
 #include "driver.h"
 
@@ -958,8 +962,57 @@ static int report(sim *s, double wall_s, double rss_base, int as_json,
   return rc;
 }
 
+/* At most this many sizes after --bounds: a version count is at most 64
+ * in a scenario, netlab's at most 10. */
+#define BOUNDS_MAX 1024
+
+/* --bounds LIST: version sizes in bytes, comma-separated, each 1 to 2^53
+ * (what a JSON number holds exactly). Returns how many, or 0 on an error
+ * (one line on stderr). */
+static size_t parse_sizes(const char *list, uint64_t *out) {
+  size_t n = 0;
+  const char *p = list;
+  for (;;) {
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(p, &end, 10);
+    if (end == p || *p == '-' || errno != 0 || x == 0 ||
+        x > (1ull << 53) || (*end != ',' && *end != 0) || n == BOUNDS_MAX) {
+      fprintf(stderr, "stitch-sim: --bounds: expected 1 to %d sizes in "
+                      "bytes, comma-separated, each 1 to 2^53: '%s'\n",
+              BOUNDS_MAX, list);
+      return 0;
+    }
+    out[n++] = (uint64_t)x;
+    if (*end == 0)
+      return n;
+    p = end + 1;
+  }
+}
+
+/* stitch-sim SCENARIO --bounds LIST: the references alone. A file with
+ * NAT or faults is accepted here: the bound rests on link capacities,
+ * which neither changes, and stays a lower bound with them. */
+static int print_bounds(const char *path, const char *list) {
+  static uint64_t sizes[BOUNDS_MAX];
+  size_t n = parse_sizes(list, sizes);
+  if (n == 0)
+    return 2;
+  sim_scenario sc;
+  char err[512];
+  if (sim_scenario_load(path, &sc, err, sizeof(err)) != 0)
+    die(err);
+  json_t *o = sim_bounds_json(&sc, sizes, n);
+  json_dumpf(o, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(12));
+  fputc('\n', stdout);
+  json_decref(o);
+  sim_scenario_free(&sc);
+  return ferror(stdout) ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
-  const char *path = NULL, *plot_dir = NULL, *trace = NULL;
+  const char *path = NULL, *plot_dir = NULL, *trace = NULL, *bounds = NULL;
+  const char *steps = NULL;
   char trace_part[4096];
   int as_json = 0;
   for (int i = 1; i < argc; i++) {
@@ -969,16 +1022,26 @@ int main(int argc, char **argv) {
       plot_dir = argv[++i];
     else if (strcmp(argv[i], "--trace") == 0 && i + 1 < argc)
       trace = argv[++i];
+    else if (strcmp(argv[i], "--bounds") == 0 && i + 1 < argc)
+      bounds = argv[++i];
+    else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
+      steps = argv[++i];
     else if (argv[i][0] != '-' && path == NULL)
       path = argv[i];
     else
       path = NULL, i = argc;
   }
-  if (path == NULL) {
+  if (path == NULL ||
+      (bounds != NULL &&
+       (plot_dir != NULL || trace != NULL || steps != NULL))) {
     fprintf(stderr, "usage: stitch-sim SCENARIO.json [--json] [--plot DIR] "
-                    "[--trace FILE.csv]\n");
+                    "[--trace FILE.csv] [--steps DIR]\n"
+                    "       stitch-sim SCENARIO.json --bounds "
+                    "BYTES[,BYTES...]\n");
     return 2;
   }
+  if (bounds != NULL)
+    return print_bounds(path, bounds);
   if (sodium_init() < 0)
     die("libsodium failed to start");
   /* Every chunk a core receives passes through a chunk-sized frame buffer
@@ -999,7 +1062,9 @@ int main(int argc, char **argv) {
   char err[512];
   if (sim_scenario_load(path, &s.sc, err, sizeof(err)) != 0)
     die(err);
-  if (sim_trajectory_make(&s.sc, &s.tr, err, sizeof(err)) != 0)
+  if (s.sc.unsimulated[0])
+    die(s.sc.unsimulated);
+  if (sim_trajectory_make(&s.sc, steps, &s.tr, err, sizeof(err)) != 0)
     die(err);
   if (rp != NULL && *rp == '1' && !s.sc.central) {
     s.ramp_v1 = xcalloc((s.tr.chunks.n + 63) / 64, sizeof(uint64_t));

@@ -47,6 +47,11 @@ typedef struct sim_scenario {
   int queues;             /* "network": "flows" (0, SimGrid's max-min
                              flows) or "queues" (1, link queues: scale) */
   unsigned nodes;         /* derived: the sum over regions */
+  /* Empty, or why stitch-sim cannot simulate the file (a nonzero
+   * regions[].nat, a non-empty faults: tools/netlab's keys), as one line
+   * naming the key. The loader accepts such a file, so that the bound can
+   * be given for it (stitch-sim --bounds); sim.c refuses to run it. */
+  char unsimulated[256];
 } sim_scenario;
 
 /* Reads PATH into *sc. On failure returns -1 with one line in ERR
@@ -129,9 +134,11 @@ typedef struct sim_trajectory {
 
 /* Publishes SC's versions with stitch_publish into a temporary store (an
  * Adam-like trajectory of BF16 tensors, SC->change of the weights moving
- * one step per version) and loads manifests and chunks into memory. */
-int sim_trajectory_make(const sim_scenario *sc, sim_trajectory *tr, char *err,
-                        size_t errlen);
+ * one step per version; or, with STEPS_DIR, its step_0000.safetensors ..
+ * step_{versions - 1}, as stitch-synth writes them) and loads manifests
+ * and chunks into memory. */
+int sim_trajectory_make(const sim_scenario *sc, const char *steps_dir,
+                        sim_trajectory *tr, char *err, size_t errlen);
 void sim_trajectory_free(sim_trajectory *tr);
 
 uint64_t sim_xorshift(uint64_t *s);
@@ -172,6 +179,13 @@ typedef struct sim_result {
  * egress (for plots). The caller owns the result. */
 void *sim_report_json(const sim_result *r, int per_node);
 void sim_report_text(const sim_result *r, FILE *f);
+/* --bounds: for versions of BYTES[0..n) bytes (version i + 1 has
+ * BYTES[i]), what a run of SC would report as bound_s, node_bound_s and
+ * lb_s, and latency_s, with nothing simulated: tools/netlab gives its
+ * real versions' bytes, so the bound's formula lives here alone. The
+ * caller owns the result. */
+void *sim_bounds_json(const sim_scenario *sc, const uint64_t *bytes,
+                      size_t n);
 /* FIELD ("VmRSS:", "VmHWM:") of /proc/self/status, in MiB. */
 double sim_rss_mib(const char *field);
 /* A monotonic clock, seconds. */

@@ -194,6 +194,89 @@ sed 's/"mode": "p2p"/"network": "queues", "mode": "p2p"/' "$dir/scenarios/small.
 STITCH_SIM_RAMP=1 "$sim" "$tmp/queues.json" --json --trace "$tmp/trace.csv" \
   > "$tmp/queues.out" 2> "$tmp/ramp.txt"
 check "$tmp/queues.out" queues
+# --bounds: the references alone, for given version sizes (tools/netlab
+# gives its real versions'), equal to what the run reported for its own.
+sizes=$(python3 -c 'import json, sys; print(",".join(str(v["bytes"]) for v in json.load(open(sys.argv[1]))["versions"]))' "$tmp/queues.out")
+"$sim" "$tmp/queues.json" --bounds "$sizes" > "$tmp/bounds.out" ||
+  { echo "sim_small: --bounds $sizes failed"; exit 1; }
+python3 - "$tmp/queues.out" "$tmp/bounds.out" <<'PY'
+import json, sys
+run, b = (json.load(open(p)) for p in sys.argv[1:3])
+if b["latency_s"] != run["latency_s"] or len(b["versions"]) != len(run["versions"]):
+    sys.exit("sim_small: --bounds: latency_s %s, %d versions; the run: %s, %d"
+             % (b["latency_s"], len(b["versions"]), run["latency_s"], len(run["versions"])))
+for x, y in zip(b["versions"], run["versions"]):
+    for k in ("version", "bytes", "bound_s", "node_bound_s", "lb_s"):
+        if abs(x[k] - y[k]) > 1e-6 * abs(y[k]):  # the run prints 8 digits
+            sys.exit("sim_small: --bounds: version %d: %s %s, the run %s"
+                     % (y["version"], k, x[k], y[k]))
+PY
+# A file with NAT or faults is not simulated, but its bounds are given;
+# a bad size is refused in one line.
+"$sim" "$dir/scenarios/netlab_nat.json" --bounds 1000000 > "$tmp/bnat.out" &&
+  grep -q '"bound_s"' "$tmp/bnat.out" ||
+  { echo "sim_small: --bounds on a NAT file failed"; exit 1; }
+for s in 0 12,x -5 ''; do
+  if "$sim" "$tmp/queues.json" --bounds "$s" > /dev/null 2> "$tmp/bbad.err"; then
+    echo "sim_small: --bounds '$s' accepted"; exit 1
+  fi
+  [ "$(wc -l < "$tmp/bbad.err")" -eq 1 ] || { echo "sim_small: --bounds '$s':"; cat "$tmp/bbad.err"; exit 1; }
+done
+echo "sim_small: --bounds agrees with the run"
+# --steps DIR: the versions are stitch-synth's steps (what tools/netlab
+# publishes), so both drivers move the same bytes: each version's F is
+# what `stitch publish` makes of the same files.
+bin="$(dirname "$sim")"
+if [ -x "$bin/stitch-synth" ] && [ -x "$bin/stitch" ]; then
+  "$bin/stitch-synth" --out "$tmp/steps" --steps 1 --params 100000 --seed 3 --quiet
+  "$bin/stitch" keygen --out "$tmp/stepkey" > /dev/null
+  for k in 0 1; do
+    "$bin/stitch" publish --key "$tmp/stepkey.key" --store "$tmp/stepstore" \
+      "$tmp/steps/step_000$k.safetensors" --json > /dev/null
+  done
+  "$bin/stitch" log --store "$tmp/stepstore" --pub "$tmp/stepkey.pub" --json > "$tmp/steplog.json"
+  printf '%s\n' '{"seed": {"region": "us", "up_mbps": 100}, "regions": [{"name": "us", "nodes": 3, "up_mbps": 100, "down_mbps": 100, "latency_ms": 1}], "inter_region": {"mbps": 100, "latency_ms": 1}, "versions": {"count": 2, "bytes": 200000, "interval_s": 1}, "churn": {"leave_per_min": 0, "join_per_min": 0}, "mode": "p2p", "network": "queues", "time_limit_s": 10}' > "$tmp/steps.json"
+  "$sim" "$tmp/steps.json" --steps "$tmp/steps" --json > "$tmp/steps.out"
+  python3 - "$tmp/steps.out" "$tmp/steplog.json" <<'PY'
+import json, sys
+r, log = (json.load(open(p)) for p in sys.argv[1:3])
+want = [v["objects"][0]["bytes"] for v in log["versions"]]
+got = [v["bytes"] for v in r["versions"]]
+if r["completed"] is not True or got != want:
+    sys.exit("sim_small: --steps: completed %s, bytes %s, stitch publish made %s"
+             % (r["completed"], got, want))
+PY
+  # A missing step is one line naming the file.
+  if "$sim" "$tmp/steps.json" --steps "$tmp/nosteps" > /dev/null 2> "$tmp/steps.err"; then
+    echo "sim_small: --steps with no steps was accepted"; exit 1
+  fi
+  [ "$(wc -l < "$tmp/steps.err")" -eq 1 ] && grep -q "nosteps/step_0000.safetensors" "$tmp/steps.err" ||
+    { echo "sim_small: --steps with no steps:"; cat "$tmp/steps.err"; exit 1; }
+  echo "sim_small: --steps publishes the given steps"
+fi
+# Queues: the chunks a sender has out at once share its uplink in pieces
+# (driver.h QUEUE_SLICE), as sockets do. netlab_sym.json's seed (20 Mbit/s)
+# serves the 7 nodes of its region at once, so no node holds a whole
+# 512 KiB chunk of the anchor before about 7 chunk times; at least 3
+# (0.63 s) here (1.16 s now; 0.17 s when whole chunks went one after the
+# other).
+sed 's/"mode": "p2p"/"network": "queues", "mode": "p2p"/' "$dir/scenarios/netlab_sym.json" > "$tmp/sym.json"
+STITCH_SIM_RAMP=1 "$sim" "$tmp/sym.json" --json > "$tmp/sym.out" 2> "$tmp/sym.ramp"
+python3 - "$tmp/sym.ramp" <<'PY'
+import sys
+first = {}
+for l in open(sys.argv[1]):
+    f = l.split()
+    if f and f[0] == "ramp" and f[1] not in first:
+        first[f[1]] = float(f[4])
+chunk_s = 512 * 1024 * 8 / 20e6
+if len(first) != 12 or min(first.values()) < 3 * chunk_s:
+    sys.exit("sim_small: queues: first whole chunks at %s s, %d nodes (none "
+             "before %.2f s: the seed's uplink is shared)"
+             % (sorted(first.values())[:3], len(first), 3 * chunk_s))
+print("sim_small: queues: the first whole chunk at %.2f s (shared uplink)"
+      % min(first.values()))
+PY
 # STITCH_SIM_RAMP: every node's ramp lines go up, to all of version 1.
 bound=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["versions"][0]["bound_s"])' "$tmp/queues.out")
 python3 "$dir/ramp.py" "$tmp/ramp.txt" "$bound" > "$tmp/ramp.out" ||

@@ -5,7 +5,12 @@
  * `change` of the weights moves one BF16 step up or down. Each step is
  * published with stitch_publish, so objects, chunk counts and sizes are
  * what the trainer would ship. Manifests and chunks are then held in
- * memory once; simulated nodes refer to chunks by index. */
+ * memory once; simulated nodes refer to chunks by index.
+ *
+ * Given a directory of steps instead (stitch-sim --steps DIR: stitch-synth's
+ * step_0000.safetensors ..., which tools/netlab publishes for the same
+ * file), version v publishes step v - 1 from there, so both drivers move
+ * the same bytes. */
 #define _XOPEN_SOURCE 700 /* nftw, mkdtemp */
 #include "sim.h"
 
@@ -228,8 +233,8 @@ static int load(const sim_scenario *sc, const char *dir, sim_trajectory *tr,
   return rc;
 }
 
-int sim_trajectory_make(const sim_scenario *sc, sim_trajectory *tr, char *err,
-                        size_t errlen) {
+int sim_trajectory_make(const sim_scenario *sc, const char *steps_dir,
+                        sim_trajectory *tr, char *err, size_t errlen) {
   memset(tr, 0, sizeof(*tr));
   tr->count = sc->versions;
   tr->v = calloc(sc->versions + 1, sizeof(*tr->v));
@@ -242,13 +247,14 @@ int sim_trajectory_make(const sim_scenario *sc, sim_trajectory *tr, char *err,
   crypto_sign_seed_keypair(tr->swarm_pk, tr->swarm_sk, kseed);
   weights ws = {0};
   uint64_t elems_all = sc->version_bytes / 2;
-  ws.n = (size_t)((sc->version_bytes + TENSOR_MAX_BYTES - 1) /
-                  TENSOR_MAX_BYTES);
-  ws.elems = elems_all / ws.n / ROW * ROW;
+  ws.n = steps_dir != NULL ? 0 /* no synthetic weights */
+                           : (size_t)((sc->version_bytes + TENSOR_MAX_BYTES -
+                                       1) / TENSOR_MAX_BYTES);
+  ws.elems = ws.n ? elems_all / ws.n / ROW * ROW : 0;
   if (ws.elems == 0)
     ws.elems = ROW;
-  ws.w = calloc(ws.n, sizeof(*ws.w));
-  ws.name = calloc(ws.n, sizeof(*ws.name));
+  ws.w = calloc(ws.n + 1, sizeof(*ws.w));
+  ws.name = calloc(ws.n + 1, sizeof(*ws.name));
   char dir[] = "/tmp/stitch-sim-XXXXXX";
   int rc = tr->v == NULL || ws.w == NULL || ws.name == NULL ? -1 : 0;
   if (rc == 0 && mkdtemp(dir) == NULL)
@@ -268,15 +274,24 @@ int sim_trajectory_make(const sim_scenario *sc, sim_trajectory *tr, char *err,
     snprintf(err, errlen, "trajectory: out of memory or no temporary dir");
   tr->view_bytes = ws.n * ws.elems * 2;
   stitch_diag d = {{0}};
-  char store[64], ckpt[96];
+  char store[64], ckpt[4096];
   snprintf(store, sizeof(store), "%s/store", dir);
   snprintf(ckpt, sizeof(ckpt), "%s/step.safetensors", dir);
   stitch_seckey sk;
   memcpy(sk.b, tr->swarm_sk, 64);
   for (unsigned v = 1; rc == 0 && v <= sc->versions; v++) {
-    if (v > 1)
-      weights_step(&ws, sc->change, &rng);
-    rc = write_step(&ws, ckpt, &d);
+    if (steps_dir != NULL) {
+      if (snprintf(ckpt, sizeof(ckpt), "%s/step_%04u.safetensors", steps_dir,
+                   v - 1) >= (int)sizeof(ckpt)) {
+        snprintf(err, errlen, "trajectory: --steps: path too long");
+        rc = -1;
+        break;
+      }
+    } else {
+      if (v > 1)
+        weights_step(&ws, sc->change, &rng);
+      rc = write_step(&ws, ckpt, &d);
+    }
     stitch_st *st = NULL;
     if (rc == 0)
       rc = stitch_st_open(ckpt, &st, &d);
@@ -289,9 +304,12 @@ int sim_trajectory_make(const sim_scenario *sc, sim_trajectory *tr, char *err,
     if (rc == 0)
       rc = stitch_publish(store, &sk, st, &o, &res, &d);
     stitch_st_free(st);
-    remove(ckpt);
+    if (steps_dir == NULL)
+      remove(ckpt);
     if (rc != 0)
-      snprintf(err, errlen, "trajectory: version %u: %s", v, d.msg);
+      snprintf(err, errlen, "trajectory: version %u: %s%s%s", v,
+               steps_dir != NULL ? ckpt : "", steps_dir != NULL ? ": " : "",
+               d.msg);
   }
   if (rc == 0 && (rc = load(sc, store, tr, &d)) != 0)
     snprintf(err, errlen, "trajectory: %s", d.msg);

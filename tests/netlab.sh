@@ -3,8 +3,11 @@
 # nodes and a seed in network namespaces, 2 regions on shaped links, 3
 # versions. Every node must hold every version, bit-exact, and afterwards
 # no namespace with the run's prefix may remain (nor a daemon in one).
-# Then netlab_lossy.json (latency, jitter, 1 % backbone loss through
-# stitch-linkemu) must end the same way. A last run must refuse a scenario it cannot host (one line, exit 2)
+# With stitch-sim built, the first run also carries stitch-sim's reference
+# keys (bound_s, ratio, lb_s, lb_ratio, latency_s), consistent with its
+# times. Then netlab_lossy.json (latency, jitter, 1 % backbone loss through
+# stitch-linkemu) must end the same way, run without stitch-sim in its
+# --bin: the keys are left out and bounds_note says why. A last run must refuse a scenario it cannot host (one line, exit 2)
 # and leave nothing behind.
 #
 # Skips (77) when namespaces cannot be made: not root, or `ip netns add`
@@ -50,12 +53,37 @@ for v in r["versions"]:
 if r["versions"][0]["cross_region_bytes"] <= 0:
     sys.exit("netlab.sh: nothing crossed into the second region")
 ' || exit 1
+# stitch-sim's reference keys, from `stitch-sim --bounds` for the real
+# versions' bytes, when stitch-sim was built (it needs SimGrid). Their
+# consistency only: a timing never decides here.
+if [ -x "$bin/stitch-sim" ]; then
+  printf '%s\n' "$out" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+if "bounds_note" in r or not r.get("latency_s", 0) > 0:
+    sys.exit("netlab.sh: no latency_s: %s" % r.get("bounds_note"))
+for v in r["versions"]:
+    if not v["bound_s"] > 0 or abs(v["lb_s"] - v["bound_s"] - r["latency_s"]) > 1e-9 or \
+            abs(v["ratio"] - v["max_s"] / v["bound_s"]) > 1e-3 or \
+            abs(v["lb_ratio"] - v["max_s"] / v["lb_s"]) > 1e-3 or \
+            not 0 < v["node_bound_s"] <= v["bound_s"]:
+        sys.exit("netlab.sh: version %d: bounds %s" % (v["version"], v))
+' || exit 1
+  # Without stitch-sim beside the others the keys are left out, and a
+  # note says why (the lossy run below goes so).
+  nosim="$(mktemp -d)"
+  trap 'rm -rf "$nosim"' EXIT
+  for p in stitch stitchd stitch-synth stitch-linkemu; do ln -s "$bin/$p" "$nosim/$p"; done
+  lossy_bin="$nosim"
+else
+  lossy_bin="$bin"
+fi
 
 # Latency, jitter and loss through stitch-linkemu: 1 % loss and 40 +- 10 ms
 # on the backbone, 0.5 % in one region. Still complete and bit-exact, and
 # the emulator did lose packets.
 out="$(python3 "$root/tools/netlab" "$root/simulations/scenarios/netlab_lossy.json" \
-         --bin "$bin" --json --quiet --prefix "$prefix")"
+         --bin "$lossy_bin" --json --quiet --prefix "$prefix")"
 rc=$?
 printf '%s\n' "$out"
 [ "$(left)" -eq 0 ] || fail "namespaces named $prefix-* remain after the lossy run"
@@ -68,11 +96,14 @@ if r["completed"] is not True or r["all_bit_exact"] is not True or \
     sys.exit("netlab.sh: lossy: not complete and bit-exact")
 if not r["link_packets"] or r["link_packets"]["lost"] <= 0:
     sys.exit("netlab.sh: lossy: the emulator lost nothing: %s" % r["link_packets"])
-' || exit 1
+if sys.argv[1] != sys.argv[2] and ("stitch-sim" not in r.get("bounds_note", "") or
+        "latency_s" in r or any("bound_s" in v for v in r["versions"])):
+    sys.exit("netlab.sh: lossy, without stitch-sim: %s" % r.get("bounds_note"))
+' "$bin" "$lossy_bin" || exit 1
 
 # A scenario it cannot host: refused in one line before anything is made.
 big="$(mktemp)"
-trap 'rm -f "$big"' EXIT
+trap 'rm -f "$big"; rm -rf "${nosim:-}"' EXIT
 python3 - "$root/simulations/scenarios/netlab_small.json" "$big" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))

@@ -14,7 +14,7 @@
 #
 # Skips (77) with one line when namespaces cannot be made (not root, or
 # `ip netns add` fails: a container without CAP_SYS_ADMIN) or nft is
-# missing (tests/netlab_lib.sh). About 20 s; netlab's own time limit (the
+# missing (tests/netlab_lib.sh). About 12 s; netlab's own time limit (the
 # scenario's 60 s) bounds it.
 # Usage: netlab.sh BIN_DIR
 set -uo pipefail

@@ -124,7 +124,7 @@ endif()
 # The swarm on a real network (tools/netlab, docs/netlab.md): a seed and 8
 # stitchd nodes in network namespaces, 2 regions on tc-shaped links, one
 # node behind a NAT, 1 % loss on the backbone, 3 versions (netlab_ci.json,
-# about 20 s); bit-exact, complete, and no namespace of the run left after.
+# about 12 s); bit-exact, complete, and no namespace of the run left after.
 # Skips (77) with one line where namespaces cannot be made (not root, no ip
 # netns) or nft is missing.
 if(TARGET stitchd AND TARGET stitch-synth)

@@ -5,12 +5,14 @@
 # jitter on the backbone through stitch-linkemu, 3 versions. Every node,
 # the NATed one too, must hold every version, bit-exact; the NATed node
 # must have dialed out through its NAT, and a dial into it must go
-# unanswered; the emulator must have lost packets; and afterwards no
-# namespace with the run's prefix may remain (nor a daemon in one). With
-# stitch-sim built, the run also carries stitch-sim's reference keys
-# (bound_s, ratio, lb_s, lb_ratio, latency_s), consistent with its times;
-# without, they are left out and bounds_note says why. A last run must
-# refuse a scenario it cannot host (one line, exit 2) and leave nothing.
+# unanswered; every node must have been ready (its chunks in) no later
+# than its apply ended; the emulator must have lost packets; and
+# afterwards no namespace with the run's prefix may remain (nor a daemon
+# in one). With stitch-sim built, the run also carries stitch-sim's
+# reference keys (bound_s, ratio, lb_s, lb_ratio, latency_s), consistent
+# with its times; without, they are left out and bounds_note says why. A
+# last run must refuse a scenario it cannot host (one line, exit 2) and
+# leave nothing.
 #
 # Skips (77) with one line when namespaces cannot be made (not root, or
 # `ip netns add` fails: a container without CAP_SYS_ADMIN) or nft is
@@ -38,6 +40,10 @@ if [v["version"] for v in r["versions"]] != [1, 2, 3]:
 for v in r["versions"]:
     if v["held"] != 8 or v["max_s"] is None or v["seed_bytes"] <= 0:
         no("version %d: %s" % (v["version"], v))
+    # Each node is ready (every chunk in) before its apply ends.
+    if v["ready_max_s"] is None or not v["ready_p50_s"] <= v["p50_s"] or \
+            not v["ready_max_s"] <= v["max_s"]:
+        no("version %d: ready times: %s" % (v["version"], v))
 if r["versions"][0]["cross_region_bytes"] <= 0:
     no("nothing crossed into the second region")
 x = r["nat"]

@@ -19,7 +19,9 @@ static const struct {
      "delta OLD NEW -o OUT [--stats] [--json] [--block-log2 N] [--level L] "
      "[--small | --fastest] [--threads N]"},
     {"apply", cmd_apply, "apply OLD DELTA -o OUT"},
-    {"inspect", cmd_inspect, "inspect FILE [--json]"},
+    {"inspect", cmd_inspect,
+     "inspect FILE [--json] | inspect --store DIR --pub PREFIX.pub VERSION "
+     "[--json]"},
     {"digest", cmd_digest, "digest FILE [--tensors]"},
     {"keygen", cmd_keygen, "keygen --out PREFIX"},
     {"admit", cmd_admit,

@@ -58,6 +58,7 @@ static int cmp_str(const void *a, const void *b) {
 
 static int parse_tensor(stitch_delta *dl, rd *r, delta_entry *e, char **np,
                         uint64_t *payload_at, stitch_diag *d) {
+  size_t at = r->pos;
   uint64_t nl;
   const uint8_t *name;
   uint8_t dt, nd;
@@ -109,6 +110,8 @@ static int parse_tensor(stitch_delta *dl, rd *r, delta_entry *e, char **np,
             "hold",
             t->name, (unsigned long long)nb);
   t->blocks = (uint32_t)nb;
+  e->table_bytes = r->pos - at;
+  at = r->pos;
   size_t n = nb ? (size_t)nb : 1;
   e->coding = malloc(n);
   e->payload_off = malloc(n * sizeof(uint64_t));
@@ -153,6 +156,8 @@ static int parse_tensor(stitch_delta *dl, rd *r, delta_entry *e, char **np,
     t->changed += ch;
     t->encoded += len;
   }
+  /* Checksums apart: 8 bytes a coded block (stitch_delta_bytes_of). */
+  e->block_bytes = r->pos - at - 8 * (nb - t->blocks_by_coding[STITCH_CODING_SAME]);
   return 0;
 }
 
@@ -185,6 +190,7 @@ static int parse_index(stitch_delta *dl, const uint8_t *ix, size_t il,
   /* A tensor entry takes at least 5 bytes. */
   RETURN_IF(rd_varint(&r, &n) || n > (r.len - r.pos) / 5, d, STITCH_EFORMAT,
             "delta index: bad tensor count");
+  dl->index_head = r.pos;
   dl->t = calloc(n ? (size_t)n : 1, sizeof(*dl->t));
   dl->names = malloc(il + 1); /* all names fit in the index they came from */
   RETURN_IF(dl->t == NULL || dl->names == NULL, d, STITCH_ENOMEM,
@@ -237,6 +243,8 @@ int stitch_delta_parse(const uint8_t *buf, size_t len, stitch_delta **out,
       ix = dl->index_owned;
     }
   }
+  dl->index_stored = stored;
+  dl->index_raw = raw;
   if (rc == 0 && XXH3_64bits(ix, (size_t)raw) != sum)
     FAIL(d, STITCH_ECHECKSUM, "delta: index checksum mismatch");
   if (rc == 0)

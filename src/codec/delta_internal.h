@@ -24,6 +24,8 @@
 #define DELTA_INDEX_RAW 0
 #define DELTA_INDEX_ZSTD 1
 #define DELTA_INDEX_LEVEL 5 /* zstd level of the index */
+#define DELTA_INDEX_SMALL (64u << 10) /* an index up to this many bytes */
+#define DELTA_INDEX_LEVEL_SMALL 19    /* gets this level */
 #define DELTA_TF_NIBBLE 1u /* symbols are 4-bit halves of each byte */
 #define DELTA_TF_NEW 2u    /* tensor absent from the base */
 
@@ -168,6 +170,8 @@ typedef struct delta_entry {
   uint64_t *payload_len;  /* [blocks] */
   uint64_t *blk_changed;  /* [blocks] */
   uint64_t *checksum;     /* [blocks] */
+  uint64_t table_bytes;   /* its index entry up to the blocks (raw index) */
+  uint64_t block_bytes;   /* its block entries, checksums excluded */
 } delta_entry;
 
 struct stitch_delta {
@@ -181,6 +185,8 @@ struct stitch_delta {
   size_t count;
   delta_entry *t;
   uint8_t *index_owned; /* decompressed index, if it was compressed */
+  uint64_t index_stored, index_raw, index_head; /* index bytes: as stored,
+                                      raw, and raw before the tensors */
   char *names;
 };
 

@@ -132,6 +132,37 @@ const stitch_digest *stitch_delta_result_digest(const stitch_delta *dl);
 /* The result's __metadata__ as JSON text, or NULL. */
 const char *stitch_delta_metadata(const stitch_delta *dl);
 
+/* Where a delta's bytes go (`stitch inspect`, docs/codec.md "Fixed
+ * bytes"): what does not grow with the number of changes, and the rest.
+ * Index bytes are counted as they are before the index is compressed;
+ * what zstd saves on the whole index is `index_packing` (<= 0 when it
+ * helps), so header + index_head + index_packing + the tensors' table,
+ * blocks, checksums, params and payload add up to `file`. */
+typedef struct stitch_delta_tensor_bytes {
+  uint64_t table;     /* index: name, dtype, shape and flags */
+  uint64_t blocks;    /* index: each block's coding, length, change count */
+  uint64_t checksums; /* index: an XXH3-64 per coded block */
+  uint64_t params;    /* payload heads: a block's ref, GAPS's weights and
+                         probabilities, rANS tables, stream lengths, RANSC
+                         class limits and counts */
+  uint64_t payload;   /* the rest of the payloads: the coded changes (all
+                         of a dense block) */
+} stitch_delta_tensor_bytes;
+
+typedef struct stitch_delta_bytes {
+  uint64_t file;
+  uint64_t header;       /* the file header */
+  uint64_t index_head;   /* index: digests, block size, metadata, count */
+  int64_t index_packing; /* index bytes stored minus raw */
+  stitch_delta_tensor_bytes tensors; /* summed over the tensors */
+} stitch_delta_bytes;
+
+/* Fills *ALL and, unless NULL, PER[i] for each tensor i (count entries).
+ * Reads the head of every coded block's payload (not its checksum): a
+ * head that does not parse counts as payload. */
+void stitch_delta_bytes_of(const stitch_delta *dl, stitch_delta_bytes *all,
+                           stitch_delta_tensor_bytes *per);
+
 /* Checks BASE's view digest against the delta, writes the result to PATH
  * (temporary file, fsync, rename) and verifies the result's digest before
  * the rename. On any error PATH is left untouched. */

@@ -340,13 +340,19 @@ static int encode_tensor(enc *e, const stitch_st *base, const stitch_tensor *t,
 
 static int finish(enc *e, uint8_t **out, size_t *out_len) {
   /* The index is mostly names and checksums; zstd helps the names. Level
-   * 5 codes it within 0.3% of level 19's size at a tenth of the time (an
-   * NVFP4 delta's index took a fifth of its encoding at 19). */
+   * 5 codes a large one within 0.3% of level 19's size at a tenth of the
+   * time (an NVFP4 delta's index took a fifth of its encoding at 19). A
+   * small one (a small model's, or a delta of few tensors) is a fixed
+   * cost that can outweigh the changes at RL densities, and costs
+   * microseconds at 19 (docs/codec.md "Fixed bytes"). */
   size_t zcap = ZSTD_compressBound(e->index.len);
   uint8_t *z = malloc(zcap);
   if (z == NULL)
     return STITCH_ENOMEM;
-  size_t zn = ZSTD_compress(z, zcap, e->index.p, e->index.len, DELTA_INDEX_LEVEL);
+  size_t zn = ZSTD_compress(z, zcap, e->index.p, e->index.len,
+                            e->index.len <= DELTA_INDEX_SMALL
+                                ? DELTA_INDEX_LEVEL_SMALL
+                                : DELTA_INDEX_LEVEL);
   int use_z = !ZSTD_isError(zn) && zn < e->index.len;
   const uint8_t *ip = use_z ? z : e->index.p;
   size_t il = use_z ? zn : e->index.len;

@@ -84,14 +84,14 @@ int cmd_delta(int argc, char **argv) {
   flag fl[] = {{"-o", 1, NULL},     {"--stats", 0, NULL}, {"--json", 0, NULL},
                {"--block-log2", 1, NULL}, {"--level", 1, NULL},
                {"--small", 0, NULL}, {"--fastest", 0, NULL},
-               {"--threads", 1, NULL}};
-  int n = cli_parse_args(argc, argv, pos, 2, fl, 8);
+               {"--threads", 1, NULL}, {"--format", 1, NULL}};
+  int n = cli_parse_args(argc, argv, pos, 2, fl, 9);
   if (n < 0)
     return 2;
   if (n != 2 || fl[0].value == NULL)
     return cli_usage_error("stitch delta OLD NEW -o OUT [--stats] [--json] "
                            "[--block-log2 N] [--level L] [--small | --fastest] "
-                           "[--threads N]");
+                           "[--threads N] [--format 1|2]");
   if (fl[5].value && fl[6].value)
     return cli_usage_error("stitch delta: --small and --fastest do not go "
                            "together");
@@ -106,6 +106,11 @@ int cmd_delta(int argc, char **argv) {
     if (cli_parse_u64(fl[7].value, "--threads", 1024, &v))
       return 2;
     o.threads = (unsigned)v;
+  }
+  if (fl[8].value) { /* 1: for readers that predate format 2 */
+    if (cli_parse_u64(fl[8].value, "--format", 255, &v))
+      return 2;
+    o.format = (unsigned)v; /* the encoder names the range */
   }
   if (fl[4].value) { /* negative levels are zstd's fast ones */
     char *end;
@@ -260,6 +265,7 @@ static int inspect_delta(const char *path, int as_json) {
     json_object_set_new(root, "kind", json_string("delta"));
     json_object_set_new(root, "base_digest", json_string(bh));
     json_object_set_new(root, "result_digest", json_string(rh));
+    json_object_set_new(root, "format", json_integer(all.format));
     json_object_set_new(by, "file", json_integer((json_int_t)all.file));
     json_object_set_new(by, "header", json_integer((json_int_t)all.header));
     json_object_set_new(by, "index_head",
@@ -278,7 +284,8 @@ static int inspect_delta(const char *path, int as_json) {
     putchar('\n');
     json_decref(root);
   } else {
-    printf("delta  base %s\n       result %s\n", bh, rh);
+    printf("delta  format %u\n       base %s\n       result %s\n", all.format,
+           bh, rh);
     printf("%-48s %-8s %12s %10s %9s %12s %8s %10s  %s\n", "tensor", "dtype",
            "symbols", "changed", "density", "encoded", "fixed", "payload",
            "coding");

@@ -104,6 +104,7 @@ static uint64_t params_of(int coding, const uint8_t *p, size_t len) {
 void stitch_delta_bytes_of(const stitch_delta *dl, stitch_delta_bytes *all,
                            stitch_delta_tensor_bytes *per) {
   memset(all, 0, sizeof(*all));
+  all->format = dl->format;
   all->file = dl->len;
   all->header = DELTA_HEADER_BYTES;
   all->index_head = dl->index_head;
@@ -115,7 +116,7 @@ void stitch_delta_bytes_of(const stitch_delta *dl, stitch_delta_bytes *all,
     for (uint32_t b = 0; b < e->pub.blocks; b++) {
       if (e->coding[b] == STITCH_CODING_SAME)
         continue;
-      t.checksums += 8;
+      t.checksums += dl->format == 1 ? 8 : 0; /* 2: one in the index head */
       uint64_t h = params_of(e->coding[b], dl->buf + e->payload_off[b],
                              (size_t)e->payload_len[b]);
       t.params += h;

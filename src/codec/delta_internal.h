@@ -21,6 +21,9 @@
 #define DELTA_MIN_BLOCK_LOG2 8
 #define DELTA_MAX_BLOCK_LOG2 24
 #define DELTA_MAX_INDEX (256u << 20)
+/* Format 2 front-codes names, so they can outgrow the index: this caps
+ * their bytes, NULs included (a safetensors header holds them all). */
+#define DELTA_MAX_NAMES (64u << 20)
 #define DELTA_INDEX_RAW 0
 #define DELTA_INDEX_ZSTD 1
 #define DELTA_INDEX_LEVEL 5 /* zstd level of the index */
@@ -175,6 +178,7 @@ typedef struct delta_entry {
 } delta_entry;
 
 struct stitch_delta {
+  unsigned format; /* 1 or 2 (proto/delta.md) */
   const uint8_t *buf;
   size_t len;
   void *map; /* owned mapping when opened from a file */

@@ -21,7 +21,8 @@ extern "C" {
 #endif
 STITCH_API_BEGIN
 
-#define STITCH_DELTA_FORMAT 1
+/* The format written by default; readers read every format up to it. */
+#define STITCH_DELTA_FORMAT 2
 
 /* Block codings. */
 typedef enum stitch_coding {
@@ -62,6 +63,10 @@ typedef struct stitch_delta_opts {
    * bytes are the same on any number (each tensor is coded by one
    * thread, and the tensors are joined in order). */
   unsigned threads;
+  /* File format: 0 writes STITCH_DELTA_FORMAT; 1 the format of builds
+   * before 2026-12-04, for readers that predate format 2 (a larger index:
+   * proto/delta.md). */
+  unsigned format;
 } stitch_delta_opts;
 
 enum { STITCH_SPARSE_FAST = 0, STITCH_SPARSE_SMALL = 1, STITCH_SPARSE_FASTEST = 2 };
@@ -141,7 +146,8 @@ const char *stitch_delta_metadata(const stitch_delta *dl);
 typedef struct stitch_delta_tensor_bytes {
   uint64_t table;     /* index: name, dtype, shape and flags */
   uint64_t blocks;    /* index: each block's coding, length, change count */
-  uint64_t checksums; /* index: an XXH3-64 per coded block */
+  uint64_t checksums; /* index: an XXH3-64 per coded block (format 1;
+                         format 2 has one for all, in index_head) */
   uint64_t params;    /* payload heads: a block's ref, GAPS's weights and
                          probabilities, rANS tables, stream lengths, RANSC
                          class limits and counts */
@@ -150,6 +156,7 @@ typedef struct stitch_delta_tensor_bytes {
 } stitch_delta_tensor_bytes;
 
 typedef struct stitch_delta_bytes {
+  unsigned format; /* the file's format */
   uint64_t file;
   uint64_t header;       /* the file header */
   uint64_t index_head;   /* index: digests, block size, metadata, count */

@@ -9,6 +9,9 @@ if(TARGET stitch-synth)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/roundtrip_synth.sh ${STITCH_BIN})
 endif()
 if(TARGET stitch-synth)
+  # Where a delta's and a version's bytes go (stitch inspect).
+  add_test(NAME cli_inspect
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli_inspect.sh ${STITCH_BIN})
   add_test(NAME synth COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/synth.sh ${CMAKE_BINARY_DIR})
 endif()
 # Real PyTorch training (tools/setup-python.sh installs torch); skips with

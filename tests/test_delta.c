@@ -1,6 +1,8 @@
 /* test_delta.c: the delta codec round-trips bit for bit, names its base,
  * and comes out near (below) the memoryless bound. */
+#define _GNU_SOURCE /* memmem */
 #include "ckpt_util.h"
+#include "fuzz/fuzz_common.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -68,16 +70,22 @@ static void make_pair(stitch_dtype dt, size_t n, double p, uint8_t *base,
   }
 }
 
-static uint8_t *encode(const char *a, const char *b, unsigned block_log2,
-                       size_t *len, stitch_delta_stats *stats) {
+static uint8_t *encode_fmt(const char *a, const char *b, unsigned block_log2,
+                           unsigned format, size_t *len,
+                           stitch_delta_stats *stats) {
   stitch_st *sa = open_ckpt(a), *sb = open_ckpt(b);
   stitch_diag d = {{0}};
-  stitch_delta_opts o = {.block_log2 = block_log2};
+  stitch_delta_opts o = {.block_log2 = block_log2, .format = format};
   uint8_t *buf;
   ASSERT_OK(stitch_delta_encode(sa, sb, &o, &buf, len, stats, &d), d);
   stitch_st_free(sa);
   stitch_st_free(sb);
   return buf;
+}
+
+static uint8_t *encode(const char *a, const char *b, unsigned block_log2,
+                       size_t *len, stitch_delta_stats *stats) {
+  return encode_fmt(a, b, block_log2, 0, len, stats);
 }
 
 /* What stitch_delta_apply_file_ex reported: the stages in order, each
@@ -104,11 +112,11 @@ static void on_progress(void *arg, const char *what, uint64_t done,
   p->total = total;
 }
 
-static void check_apply_file(const char *a, const uint8_t *dbuf, size_t dlen,
+static void check_apply_file(const char *a, const uint8_t *dbytes, size_t dlen,
                              const char *b) {
   stitch_diag d = {{0}};
   stitch_delta *dl;
-  ASSERT_OK(stitch_delta_parse(dbuf, dlen, &dl, &d), d);
+  ASSERT_OK(stitch_delta_parse(dbytes, dlen, &dl, &d), d);
   stitch_st *sa = open_ckpt(a), *sb = open_ckpt(b);
   const char *out = test_path("applied.safetensors");
   progress_log pl = {.n = 0};
@@ -167,10 +175,10 @@ static void test_dtypes(void) {
       write_ckpt(pb, &tb, 1, NULL);
       size_t len;
       /* Small blocks so block edges and partial groups are exercised. */
-      uint8_t *dbuf = encode(pa, pb, 10, &len, NULL);
+      uint8_t *dbytes = encode(pa, pb, 10, &len, NULL);
       stitch_diag d = {{0}};
       stitch_delta *dl;
-      ASSERT_OK(stitch_delta_parse(dbuf, len, &dl, &d), d);
+      ASSERT_OK(stitch_delta_parse(dbytes, len, &dl, &d), d);
       uint8_t *c = malloc(n * es);
       memcpy(c, a, n * es);
       ASSERT_OK(stitch_delta_apply_tensor(dl, 0, c, n * es, &d), d);
@@ -179,8 +187,8 @@ static void test_dtypes(void) {
       /* Never much larger than the raw new bytes. */
       ASSERT_LE(len, n * es + 400);
       stitch_delta_free(dl);
-      check_apply_file(pa, dbuf, len, pb);
-      free(dbuf);
+      check_apply_file(pa, dbytes, len, pb);
+      free(dbytes);
       free(a);
       free(b);
       free(c);
@@ -214,15 +222,15 @@ static void test_layout_changes(void) {
   write_ckpt(pb, b, 6, "{\"step\":\"2\",\"extra\":\"x\"}");
   size_t len;
   stitch_delta_stats st;
-  uint8_t *dbuf = encode(pa, pb, 0, &len, &st);
+  uint8_t *dbytes = encode(pa, pb, 0, &len, &st);
   ASSERT_EQ(st.tensors, 6);
   int news = 0;
   for (size_t i = 0; i < st.tensors; i++)
     news += st.t[i].is_new;
   ASSERT_EQ(news, 3); /* shape, type, added */
   stitch_delta_stats_free(&st);
-  check_apply_file(pa, dbuf, len, pb);
-  free(dbuf);
+  check_apply_file(pa, dbytes, len, pb);
+  free(dbytes);
 }
 
 static void test_base_mismatch_and_replay(void) {
@@ -238,10 +246,10 @@ static void test_base_mismatch_and_replay(void) {
   write_ckpt(pb, &tb, 1, NULL);
   write_ckpt(pc, &tc, 1, NULL);
   size_t len;
-  uint8_t *dbuf = encode(pa, pb, 0, &len, NULL);
+  uint8_t *dbytes = encode(pa, pb, 0, &len, NULL);
   stitch_diag d = {{0}};
   stitch_delta *dl;
-  ASSERT_OK(stitch_delta_parse(dbuf, len, &dl, &d), d);
+  ASSERT_OK(stitch_delta_parse(dbytes, len, &dl, &d), d);
   const char *out = test_path("never.safetensors");
   stitch_st *sb = open_ckpt(pb), *sc = open_ckpt(pc);
   ASSERT_EQ(stitch_delta_apply_file(sb, dl, out, &d), STITCH_EBASE); /* replay */
@@ -251,7 +259,7 @@ static void test_base_mismatch_and_replay(void) {
   stitch_st_free(sb);
   stitch_st_free(sc);
   stitch_delta_free(dl);
-  free(dbuf);
+  free(dbytes);
   free(a);
   free(b);
   free(c);
@@ -297,7 +305,7 @@ static void test_size_vs_bound(void) {
   write_ckpt(pb, &tb, 1, NULL);
   size_t len;
   stitch_delta_stats st;
-  uint8_t *dbuf = encode(pa, pb, 0, &len, &st);
+  uint8_t *dbytes = encode(pa, pb, 0, &len, &st);
   double dens = (double)st.changed / (double)st.symbols;
   fprintf(stderr,
           "size_vs_bound: density %.4f, delta %zu B, bound %.0f B, int32+value "
@@ -307,8 +315,8 @@ static void test_size_vs_bound(void) {
   ASSERT_DBL_LE((double)len, 1.10 * st.bound_bits / 8);
   ASSERT_LE(5 * len, st.idxval_bytes);
   stitch_delta_stats_free(&st);
-  check_apply_file(pa, dbuf, len, pb);
-  free(dbuf);
+  check_apply_file(pa, dbytes, len, pb);
+  free(dbytes);
   free(m);
   free(a);
   free(b);
@@ -328,10 +336,10 @@ static void test_apply_all_threads(void) {
   write_ckpt(pa, ta, 2, NULL);
   write_ckpt(pb, tb, 2, NULL);
   size_t len;
-  uint8_t *dbuf = encode(pa, pb, 8, &len, NULL); /* 2^8 symbols a block */
+  uint8_t *dbytes = encode(pa, pb, 8, &len, NULL); /* 2^8 symbols a block */
   stitch_diag d = {{0}};
   stitch_delta *dl;
-  ASSERT_OK(stitch_delta_parse(dbuf, len, &dl, &d), d);
+  ASSERT_OK(stitch_delta_parse(dbytes, len, &dl, &d), d);
   ASSERT_GT(stitch_delta_tensor_at(dl, 0)->blocks, 100);
   for (unsigned threads = 1; threads <= 4; threads++) {
     uint8_t *c = malloc(2 * n), *c2 = malloc(4 * n);
@@ -348,9 +356,16 @@ static void test_apply_all_threads(void) {
     free(c2);
   }
   stitch_delta_free(dl);
-  /* Damage the last payload byte: the last block of 'y' fails its checksum. */
-  dbuf[len - 1] ^= 0x40;
-  ASSERT_OK(stitch_delta_parse(dbuf, len, &dl, &d), d);
+  /* Damage the last payload byte. Format 2 has one checksum over the
+   * payloads' checksums: the parse refuses the file. */
+  dbytes[len - 1] ^= 0x40;
+  ASSERT_EQ(stitch_delta_parse(dbytes, len, &dl, &d), STITCH_ECHECKSUM);
+  ASSERT(strstr(d.msg, "payload checksum") != NULL);
+  free(dbytes);
+  /* Format 1 has one a block: the last block of 'y' fails its own. */
+  dbytes = encode_fmt(pa, pb, 8, 1, &len, NULL);
+  dbytes[len - 1] ^= 0x40;
+  ASSERT_OK(stitch_delta_parse(dbytes, len, &dl, &d), d);
   uint8_t *c = malloc(2 * n), *c2 = malloc(4 * n);
   memcpy(c, a, 2 * n);
   memcpy(c2, a2, 4 * n);
@@ -361,7 +376,7 @@ static void test_apply_all_threads(void) {
   stitch_delta_free(dl);
   free(c);
   free(c2);
-  free(dbuf);
+  free(dbytes);
   free(a);
   free(b);
   free(a2);
@@ -530,14 +545,127 @@ static void test_planes_flush(void) {
   write_ckpt(pb, &t, 1, NULL);
   size_t len;
   stitch_delta_stats st;
-  uint8_t *dbuf = encode(pa, pb, 16, &len, &st);
+  uint8_t *dbytes = encode(pa, pb, 16, &len, &st);
   ASSERT_EQ(st.tensors, 1);
   ASSERT(st.t[0].is_new);
   stitch_delta_stats_free(&st);
   ASSERT(len < 97 * 1024);
-  check_apply_file(pa, dbuf, len, pb);
-  free(dbuf);
+  check_apply_file(pa, dbytes, len, pb);
+  free(dbytes);
   free(w);
+}
+
+/* Format 2 (columns, front-coded names, one payload checksum) and format
+ * 1 decode to the same result; every block keeps the same checksum (what
+ * chunks carry); format 2 is smaller where the index weighs; an unknown
+ * format is refused by number; a bad name prefix, a payload that does not
+ * match, and too many blocks for the index are refused at parse. */
+static void test_formats(void) {
+  enum { NT = 40 };
+  tspec ta[NT], tb[NT];
+  char names[NT][64];
+  uint8_t *bufs[2 * NT];
+  for (int i = 0; i < NT; i++) {
+    size_t n = 1024 + 256 * (size_t)i;
+    stitch_dtype dt = i % 3 == 0 ? STITCH_DT_U8 : STITCH_DT_BF16;
+    size_t es = stitch_dtype_size(dt);
+    bufs[2 * i] = malloc(n * es);
+    bufs[2 * i + 1] = malloc(n * es);
+    make_pair(dt, n, i % 4 == 1 ? 0.0 : 0.002, bufs[2 * i], bufs[2 * i + 1]);
+    snprintf(names[i], sizeof(names[i]), "model.layers.%d.mlp.%s_proj.weight",
+             i / 3, i % 3 == 0 ? "gate" : i % 3 == 1 ? "up" : "down");
+    ta[i] = (tspec){names[i], dt, 1, {n}, bufs[2 * i]};
+    tb[i] = (tspec){names[i], dt, 1, {n}, bufs[2 * i + 1]};
+  }
+  const char *pa = test_path("fa.safetensors"), *pb = test_path("fb.safetensors");
+  write_ckpt(pa, ta, NT, "{\"format\": \"pt\"}");
+  write_ckpt(pb, tb, NT, "{\"format\": \"pt\"}");
+  size_t l1, l2;
+  uint8_t *d1 = encode_fmt(pa, pb, 10, 1, &l1, NULL);
+  uint8_t *d2 = encode_fmt(pa, pb, 10, 0, &l2, NULL);
+  ASSERT_UEQ(le64(d1 + 8) & 0xffff, 1);
+  ASSERT_UEQ(le64(d2 + 8) & 0xffff, STITCH_DELTA_FORMAT);
+  fprintf(stderr, "formats: %d tensors, format 1 %zu B, format 2 %zu B\n", NT,
+          l1, l2);
+  ASSERT_LE(l2 + 100, l1);
+  check_apply_file(pa, d1, l1, pb);
+  check_apply_file(pa, d2, l2, pb);
+  stitch_diag d = {{0}};
+  stitch_delta *h1, *h2;
+  ASSERT_OK(stitch_delta_parse(d1, l1, &h1, &d), d);
+  ASSERT_OK(stitch_delta_parse(d2, l2, &h2, &d), d);
+  ASSERT_UEQ(stitch_delta_count(h1), stitch_delta_count(h2));
+  ASSERT_STR_EQ(stitch_delta_metadata(h1), stitch_delta_metadata(h2));
+  for (size_t i = 0; i < stitch_delta_count(h1); i++) {
+    const delta_entry *e1 = &h1->t[i], *e2 = &h2->t[i];
+    ASSERT_STR_EQ(e1->pub.name, e2->pub.name);
+    ASSERT_EQ(e1->pub.dtype, e2->pub.dtype);
+    ASSERT_UEQ(e1->pub.changed, e2->pub.changed);
+    ASSERT_EQ(e1->flags, e2->flags);
+    ASSERT_UEQ(e1->pub.blocks, e2->pub.blocks);
+    for (uint32_t b = 0; b < e1->pub.blocks; b++) {
+      ASSERT_EQ(e1->coding[b], e2->coding[b]);
+      ASSERT_UEQ(e1->payload_len[b], e2->payload_len[b]);
+      ASSERT_UEQ(e1->checksum[b], e2->checksum[b]);
+    }
+  }
+  stitch_delta_bytes by1, by2;
+  stitch_delta_bytes_of(h1, &by1, NULL);
+  stitch_delta_bytes_of(h2, &by2, NULL);
+  ASSERT_UEQ(by1.format, 1);
+  ASSERT_UEQ(by2.format, 2);
+  ASSERT_GT(by1.tensors.checksums, 0);
+  ASSERT_UEQ(by2.tensors.checksums, 0);
+  ASSERT_UEQ(by1.tensors.payload, by2.tensors.payload);
+  stitch_delta_free(h1);
+  stitch_delta_free(h2);
+
+  /* An unknown format: refused by number, before anything else. */
+  uint8_t *x = malloc(l2);
+  memcpy(x, d2, l2);
+  x[8] = STITCH_DELTA_FORMAT + 1;
+  ASSERT(fz_delta_fix_sums(x, l2));
+  ASSERT_EQ(stitch_delta_parse(x, l2, &h2, &d), STITCH_EVERSION);
+  ASSERT(strstr(d.msg, "format 3") != NULL);
+  free(x);
+  /* Format 2, index raw: damage its names and counts (sums fixed, so the
+   * index parser meets them). */
+  size_t rl;
+  uint8_t *raw = fz_delta_raw_index(d2, l2, &rl);
+  ASSERT(raw != NULL);
+  ASSERT_OK(stitch_delta_parse(raw, rl, &h2, &d), d);
+  stitch_delta_free(h2);
+  /* The second name shares its first 19 bytes with the first: make it
+   * claim more than the first name holds. */
+  const char *first = names[0];
+  uint8_t *p = memmem(raw + DELTA_HEADER_BYTES, rl - DELTA_HEADER_BYTES,
+                      first, strlen(first));
+  ASSERT(p != NULL);
+  p += strlen(first);
+  ASSERT_EQ(p[0], 19); /* "model.layers.0.mlp." */
+  x = malloc(rl);
+  memcpy(x, raw, rl);
+  x[p - raw] = (uint8_t)(strlen(first) + 1);
+  ASSERT(fz_delta_fix_sums(x, rl));
+  ASSERT_EQ(stitch_delta_parse(x, rl, &h2, &d), STITCH_EFORMAT);
+  ASSERT(strstr(d.msg, "bad tensor name") != NULL);
+  /* The payloads' checksum, the 8 bytes after the digests. */
+  memcpy(x, raw, rl);
+  x[DELTA_HEADER_BYTES + 64] ^= 1;
+  ASSERT(fz_delta_fix_sums(x, rl));
+  ASSERT_EQ(stitch_delta_parse(x, rl, &h2, &d), STITCH_ECHECKSUM);
+  /* Every shape claims more blocks than the codings column holds: each
+   * alone would fit what is left, all together do not. */
+  memcpy(x, raw, rl);
+  x[DELTA_HEADER_BYTES + 64 + 8] = 8; /* block_log2: 2^8 symbols a block */
+  ASSERT(fz_delta_fix_sums(x, rl));
+  ASSERT_EQ(stitch_delta_parse(x, rl, &h2, &d), STITCH_ETRUNCATED);
+  free(x);
+  free(raw);
+  free(d1);
+  free(d2);
+  for (int i = 0; i < 2 * NT; i++)
+    free(bufs[i]);
 }
 
 int main(void) {
@@ -551,6 +679,7 @@ int main(void) {
   test_encode_threads();
   test_nibble_choice();
   test_planes_flush();
+  test_formats();
   puts("test_delta: ok");
   return 0;
 }

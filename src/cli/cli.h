@@ -18,6 +18,9 @@ int cmd_log(int argc, char **argv);
 int cmd_recover(int argc, char **argv);
 int cmd_admit(int argc, char **argv);
 int cmd_revoke(int argc, char **argv);
+/* stitch inspect --store DIR --pub PUB VERSION (cmd_version.c). */
+int cli_inspect_version(const char *dir, const char *pub, const char *ver,
+                        int as_json);
 
 /* Splits argv into up to max positionals and the flags in spec. Returns the
  * number of positionals, or -1 after printing a usage error. */

@@ -84,14 +84,14 @@ int cmd_delta(int argc, char **argv) {
   flag fl[] = {{"-o", 1, NULL},     {"--stats", 0, NULL}, {"--json", 0, NULL},
                {"--block-log2", 1, NULL}, {"--level", 1, NULL},
                {"--small", 0, NULL}, {"--fastest", 0, NULL},
-               {"--threads", 1, NULL}};
-  int n = cli_parse_args(argc, argv, pos, 2, fl, 8);
+               {"--threads", 1, NULL}, {"--format", 1, NULL}};
+  int n = cli_parse_args(argc, argv, pos, 2, fl, 9);
   if (n < 0)
     return 2;
   if (n != 2 || fl[0].value == NULL)
     return cli_usage_error("stitch delta OLD NEW -o OUT [--stats] [--json] "
                            "[--block-log2 N] [--level L] [--small | --fastest] "
-                           "[--threads N]");
+                           "[--threads N] [--format 1|2]");
   if (fl[5].value && fl[6].value)
     return cli_usage_error("stitch delta: --small and --fastest do not go "
                            "together");
@@ -106,6 +106,11 @@ int cmd_delta(int argc, char **argv) {
     if (cli_parse_u64(fl[7].value, "--threads", 1024, &v))
       return 2;
     o.threads = (unsigned)v;
+  }
+  if (fl[8].value) { /* 1: for readers that predate format 2 */
+    if (cli_parse_u64(fl[8].value, "--format", 255, &v))
+      return 2;
+    o.format = (unsigned)v; /* the encoder names the range */
   }
   if (fl[4].value) { /* negative levels are zstd's fast ones */
     char *end;
@@ -198,6 +203,46 @@ static int is_delta_file(const char *path) {
   return yes;
 }
 
+static uint64_t fixed_of(const stitch_delta_tensor_bytes *b) {
+  return b->table + b->blocks + b->checksums + b->params;
+}
+
+static json_t *bytes_json(const stitch_delta_tensor_bytes *b) {
+  json_t *o = json_object();
+  json_object_set_new(o, "table", json_integer((json_int_t)b->table));
+  json_object_set_new(o, "blocks", json_integer((json_int_t)b->blocks));
+  json_object_set_new(o, "checksums", json_integer((json_int_t)b->checksums));
+  json_object_set_new(o, "params", json_integer((json_int_t)b->params));
+  json_object_set_new(o, "fixed", json_integer((json_int_t)fixed_of(b)));
+  json_object_set_new(o, "payload", json_integer((json_int_t)b->payload));
+  return o;
+}
+
+/* Where the file's bytes go (stitch_delta_bytes_of): the header, the
+ * index as stored (its raw parts, less what zstd saves), and the payloads
+ * (block parameters, and the rest coding the changes); they add up to
+ * the file. Fixed: all but the coded changes. */
+static void print_bytes(const stitch_delta_bytes *a, size_t n) {
+  const stitch_delta_tensor_bytes *t = &a->tensors;
+  uint64_t raw = a->index_head + t->table + t->blocks + t->checksums;
+  long long stored = (long long)raw + a->index_packing;
+  printf("bytes  file %llu = header %llu + index %lld + payloads %llu\n"
+         "       index %lld = %llu raw (head %llu; %zu tensors: table %llu, "
+         "block entries %llu, checksums %llu) %+lld by zstd\n"
+         "       payloads %llu = block parameters %llu + coded changes %llu\n",
+         (unsigned long long)a->file, (unsigned long long)a->header, stored,
+         (unsigned long long)(t->params + t->payload), stored,
+         (unsigned long long)raw, (unsigned long long)a->index_head, n,
+         (unsigned long long)t->table, (unsigned long long)t->blocks,
+         (unsigned long long)t->checksums, (long long)a->index_packing,
+         (unsigned long long)(t->params + t->payload),
+         (unsigned long long)t->params, (unsigned long long)t->payload);
+  long long fixed = (long long)a->header + stored + (long long)t->params;
+  printf("fixed  %lld B (%.1f%% of the file), coded changes %llu B\n", fixed,
+         a->file ? 100.0 * (double)fixed / (double)a->file : 0.0,
+         (unsigned long long)t->payload);
+}
+
 static int inspect_delta(const char *path, int as_json) {
   stitch_diag d = {{0}};
   stitch_delta *dl;
@@ -208,38 +253,65 @@ static int inspect_delta(const char *path, int as_json) {
   stitch_digest_hex(stitch_delta_base_digest(dl), bh);
   stitch_digest_hex(stitch_delta_result_digest(dl), rh);
   size_t n = stitch_delta_count(dl);
+  stitch_delta_bytes all;
+  stitch_delta_tensor_bytes *per = calloc(n ? n : 1, sizeof(*per));
+  if (per == NULL) {
+    stitch_delta_free(dl);
+    return cli_fail(STITCH_ENOMEM, NULL);
+  }
+  stitch_delta_bytes_of(dl, &all, per);
   if (as_json) {
-    json_t *root = json_object(), *ts = json_array();
+    json_t *root = json_object(), *ts = json_array(), *by = json_object();
     json_object_set_new(root, "kind", json_string("delta"));
     json_object_set_new(root, "base_digest", json_string(bh));
     json_object_set_new(root, "result_digest", json_string(rh));
-    for (size_t i = 0; i < n; i++)
-      json_array_append_new(ts, tensor_json(stitch_delta_tensor_at(dl, i), 0));
+    json_object_set_new(root, "format", json_integer(all.format));
+    json_object_set_new(by, "file", json_integer((json_int_t)all.file));
+    json_object_set_new(by, "header", json_integer((json_int_t)all.header));
+    json_object_set_new(by, "index_head",
+                        json_integer((json_int_t)all.index_head));
+    json_object_set_new(by, "index_packing",
+                        json_integer((json_int_t)all.index_packing));
+    json_object_set_new(by, "tensors", bytes_json(&all.tensors));
+    json_object_set_new(root, "bytes", by);
+    for (size_t i = 0; i < n; i++) {
+      json_t *o = tensor_json(stitch_delta_tensor_at(dl, i), 0);
+      json_object_set_new(o, "bytes", bytes_json(&per[i]));
+      json_array_append_new(ts, o);
+    }
     json_object_set_new(root, "tensors", ts);
     json_dumpf(root, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     putchar('\n');
     json_decref(root);
   } else {
-    printf("delta  base %s\n       result %s\n", bh, rh);
-    printf("%-48s %-8s %12s %10s %9s %12s  %s\n", "tensor", "dtype", "symbols",
-           "changed", "density", "encoded", "coding");
+    printf("delta  format %u\n       base %s\n       result %s\n", all.format,
+           bh, rh);
+    printf("%-48s %-8s %12s %10s %9s %12s %8s %10s  %s\n", "tensor", "dtype",
+           "symbols", "changed", "density", "encoded", "fixed", "payload",
+           "coding");
     uint64_t sy = 0, ch = 0, en = 0;
     for (size_t i = 0; i < n; i++) {
       const stitch_delta_tensor *t = stitch_delta_tensor_at(dl, i);
-      printf("%-48s %-8s %12llu %10llu %8.4f%% %12llu  %s%s\n", t->name,
-             stitch_dtype_name(t->dtype), (unsigned long long)t->symbols,
-             (unsigned long long)t->changed,
+      printf("%-48s %-8s %12llu %10llu %8.4f%% %12llu %8llu %10llu  %s%s\n",
+             t->name, stitch_dtype_name(t->dtype),
+             (unsigned long long)t->symbols, (unsigned long long)t->changed,
              t->symbols ? 100.0 * (double)t->changed / (double)t->symbols : 0,
-             (unsigned long long)t->encoded, coding_summary(t),
+             (unsigned long long)t->encoded,
+             (unsigned long long)fixed_of(&per[i]),
+             (unsigned long long)per[i].payload, coding_summary(t),
              t->sym_bits == 4 ? " (nibbles)" : "");
       sy += t->symbols;
       ch += t->changed;
       en += t->encoded;
     }
-    printf("%-48s %-8s %12llu %10llu %8.4f%% %12llu\n", "total", "",
-           (unsigned long long)sy, (unsigned long long)ch,
-           sy ? 100.0 * (double)ch / (double)sy : 0, (unsigned long long)en);
+    printf("%-48s %-8s %12llu %10llu %8.4f%% %12llu %8llu %10llu\n", "total",
+           "", (unsigned long long)sy, (unsigned long long)ch,
+           sy ? 100.0 * (double)ch / (double)sy : 0, (unsigned long long)en,
+           (unsigned long long)fixed_of(&all.tensors),
+           (unsigned long long)all.tensors.payload);
+    print_bytes(&all, n);
   }
+  free(per);
   stitch_delta_free(dl);
   return 0;
 }
@@ -292,13 +364,17 @@ static int inspect_checkpoint(const char *path, int as_json) {
 
 int cmd_inspect(int argc, char **argv) {
   const char *pos[1];
-  flag fl[] = {{"--json", 0, NULL}};
-  int n = cli_parse_args(argc, argv, pos, 1, fl, 1);
+  flag fl[] = {{"--json", 0, NULL}, {"--store", 1, NULL}, {"--pub", 1, NULL}};
+  int n = cli_parse_args(argc, argv, pos, 1, fl, 3);
   if (n < 0)
     return 2;
-  if (n != 1)
-    return cli_usage_error("stitch inspect FILE [--json]");
+  if (n != 1 || (fl[1].value == NULL) != (fl[2].value == NULL))
+    return cli_usage_error("stitch inspect FILE [--json] | "
+                           "stitch inspect --store DIR --pub PREFIX.pub "
+                           "VERSION [--json]");
   int js = fl[0].value != NULL;
+  if (fl[1].value != NULL)
+    return cli_inspect_version(fl[1].value, fl[2].value, pos[0], js);
   return is_delta_file(pos[0]) ? inspect_delta(pos[0], js)
                                : inspect_checkpoint(pos[0], js);
 }

@@ -17,9 +17,11 @@ static const struct {
      "view --to bf16|fp8|nvfp4 [--fp8-block N] [--prev PREV_VIEW] IN OUT"},
     {"delta", cmd_delta,
      "delta OLD NEW -o OUT [--stats] [--json] [--block-log2 N] [--level L] "
-     "[--small | --fastest] [--threads N]"},
+     "[--small | --fastest] [--threads N] [--format 1|2]"},
     {"apply", cmd_apply, "apply OLD DELTA -o OUT"},
-    {"inspect", cmd_inspect, "inspect FILE [--json]"},
+    {"inspect", cmd_inspect,
+     "inspect FILE [--json] | inspect --store DIR --pub PREFIX.pub VERSION "
+     "[--json]"},
     {"digest", cmd_digest, "digest FILE [--tensors]"},
     {"keygen", cmd_keygen, "keygen --out PREFIX"},
     {"admit", cmd_admit,

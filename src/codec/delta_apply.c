@@ -30,8 +30,10 @@ static int read_header(stitch_delta *dl, uint64_t *stored, uint64_t *raw,
   RETURN_IF(XXH3_64bits(b, 40) != le64(b + 40), d, STITCH_ECHECKSUM,
             "delta: header checksum mismatch");
   unsigned fmt = b[8] | b[9] << 8, flags = b[10] | b[11] << 8;
-  RETURN_IF(fmt != STITCH_DELTA_FORMAT, d, STITCH_EVERSION,
-            "delta: format %u, this build reads %d", fmt, STITCH_DELTA_FORMAT);
+  RETURN_IF(fmt < 1 || fmt > STITCH_DELTA_FORMAT, d, STITCH_EVERSION,
+            "delta: format %u, this build reads formats 1 to %d", fmt,
+            STITCH_DELTA_FORMAT);
+  dl->format = fmt;
   RETURN_IF(flags != 0 || b[12] > DELTA_INDEX_ZSTD || b[13] || b[14] || b[15],
             d, STITCH_EVERSION, "delta: unknown flags");
   *zst = b[12] == DELTA_INDEX_ZSTD;
@@ -56,24 +58,24 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static int parse_tensor(stitch_delta *dl, rd *r, delta_entry *e, char **np,
-                        uint64_t *payload_at, stitch_diag *d) {
-  uint64_t nl;
-  const uint8_t *name;
-  uint8_t dt, nd;
-  RETURN_IF(rd_varint(r, &nl) || nl == 0 || nl > STITCH_ST_MAX_NAME ||
-                rd_bytes(r, (size_t)nl, &name) ||
+/* A tensor's name, NL bytes at NAME: no NUL, valid UTF-8. */
+static int check_name(const uint8_t *name, uint64_t nl, stitch_diag *d) {
+  RETURN_IF(nl == 0 || nl > STITCH_ST_MAX_NAME ||
                 memchr(name, 0, (size_t)nl) != NULL,
             d, STITCH_EFORMAT, "delta index: bad tensor name");
   json_t *valid = json_stringn((const char *)name, (size_t)nl);
   RETURN_IF(valid == NULL, d, STITCH_EFORMAT,
             "delta index: a tensor name is not valid UTF-8");
   json_decref(valid);
-  memcpy(*np, name, (size_t)nl);
-  (*np)[nl] = 0;
+  return 0;
+}
+
+/* A tensor's dtype, shape and flags (both formats), and room for its
+ * blocks: each takes at least one byte of what R has left. */
+static int parse_type(stitch_delta *dl, rd *r, delta_entry *e,
+                      uint64_t *claimed, stitch_diag *d) {
+  uint8_t dt, nd;
   stitch_delta_tensor *t = &e->pub;
-  t->name = *np;
-  *np += nl + 1;
   RETURN_IF(rd_u8(r, &dt) || rd_u8(r, &nd), d, STITCH_ETRUNCATED,
             "delta index: truncated at tensor '%s'", t->name);
   t->dtype = (stitch_dtype)dt;
@@ -103,12 +105,16 @@ static int parse_tensor(stitch_delta *dl, rd *r, delta_entry *e, char **np,
   t->symbols = nibble ? 2 * t->nbytes : numel;
   uint64_t B = 1ull << dl->block_log2;
   uint64_t nb = (t->symbols + B - 1) / B;
-  /* Each block takes at least one byte of index. */
-  RETURN_IF(nb > r->len - r->pos, d, STITCH_ETRUNCATED,
+  /* Each block takes at least one byte of index; in format 2 one after
+   * every tensor's type, so the blocks claimed before count too. */
+  uint64_t left = r->len - r->pos, before = claimed ? *claimed : 0;
+  RETURN_IF(before > left || nb > left - before, d, STITCH_ETRUNCATED,
             "delta index: tensor '%s' lists %llu blocks the index does not "
             "hold",
             t->name, (unsigned long long)nb);
   t->blocks = (uint32_t)nb;
+  if (claimed != NULL)
+    *claimed += nb;
   size_t n = nb ? (size_t)nb : 1;
   e->coding = malloc(n);
   e->payload_off = malloc(n * sizeof(uint64_t));
@@ -118,41 +124,195 @@ static int parse_tensor(stitch_delta *dl, rd *r, delta_entry *e, char **np,
   RETURN_IF(!e->coding || !e->payload_off || !e->payload_len ||
                 !e->blk_changed || !e->checksum,
             d, STITCH_ENOMEM, "out of memory");
-  for (uint64_t b = 0; b < nb; b++) {
+  return 0;
+}
+
+/* Block B's coding C (both formats). */
+static int check_coding(const delta_entry *e, uint64_t b, uint8_t c,
+                        stitch_diag *d) {
+  const stitch_delta_tensor *t = &e->pub;
+  RETURN_IF(c >= STITCH_CODING_COUNT_, d, STITCH_EFORMAT,
+            "delta index: tensor '%s' block %llu has unknown coding %u",
+            t->name, (unsigned long long)b, c);
+  RETURN_IF(t->is_new && c != STITCH_CODING_PLANES && c != STITCH_CODING_RAW,
+            d, STITCH_EFORMAT,
+            "delta index: new tensor '%s' uses a coding that needs a base",
+            t->name);
+  return 0;
+}
+
+/* Block B's length LEN and change count CH, its payload at *PAYLOAD_AT
+ * (both formats); moves *PAYLOAD_AT past it. */
+static int take_block(stitch_delta *dl, delta_entry *e, uint64_t b, uint8_t c,
+                      uint64_t len, uint64_t ch, uint64_t sum,
+                      uint64_t *payload_at, stitch_diag *d) {
+  stitch_delta_tensor *t = &e->pub;
+  if (c != STITCH_CODING_SAME) {
+    uint64_t B = 1ull << dl->block_log2;
+    uint64_t bsyms = t->symbols - b * B < B ? t->symbols - b * B : B;
+    RETURN_IF(ch > bsyms, d, STITCH_EFORMAT,
+              "delta index: tensor '%s' block %llu claims more changes than "
+              "symbols",
+              t->name, (unsigned long long)b);
+    RETURN_IF(len > dl->len - *payload_at, d, STITCH_ETRUNCATED,
+              "delta: tensor '%s' block %llu runs past the end of the file",
+              t->name, (unsigned long long)b);
+  }
+  e->coding[b] = c;
+  e->payload_off[b] = *payload_at;
+  e->payload_len[b] = len;
+  e->blk_changed[b] = ch;
+  e->checksum[b] = sum;
+  *payload_at += len;
+  t->blocks_by_coding[c]++;
+  t->changed += ch;
+  t->encoded += len;
+  return 0;
+}
+
+/* Format 1: a tensor's entry, name to blocks. */
+static int parse_tensor(stitch_delta *dl, rd *r, delta_entry *e, char **np,
+                        uint64_t *payload_at, stitch_diag *d) {
+  size_t at = r->pos;
+  uint64_t nl;
+  const uint8_t *name;
+  RETURN_IF(rd_varint(r, &nl) || nl == 0 || nl > STITCH_ST_MAX_NAME ||
+                rd_bytes(r, (size_t)nl, &name),
+            d, STITCH_EFORMAT, "delta index: bad tensor name");
+  CHECK_RC(check_name(name, nl, d));
+  memcpy(*np, name, (size_t)nl);
+  (*np)[nl] = 0;
+  stitch_delta_tensor *t = &e->pub;
+  t->name = *np;
+  *np += nl + 1;
+  CHECK_RC(parse_type(dl, r, e, NULL, d));
+  e->table_bytes = r->pos - at;
+  at = r->pos;
+  for (uint64_t b = 0; b < t->blocks; b++) {
     uint8_t c;
     uint64_t len = 0, ch = 0, sum = 0;
     RETURN_IF(rd_u8(r, &c), d, STITCH_ETRUNCATED,
               "delta index: truncated in tensor '%s'", t->name);
-    RETURN_IF(c >= STITCH_CODING_COUNT_, d, STITCH_EFORMAT,
-              "delta index: tensor '%s' block %llu has unknown coding %u",
-              t->name, (unsigned long long)b, c);
-    RETURN_IF(t->is_new && c != STITCH_CODING_PLANES && c != STITCH_CODING_RAW,
-              d, STITCH_EFORMAT,
-              "delta index: new tensor '%s' uses a coding that needs a base",
-              t->name);
-    if (c != STITCH_CODING_SAME) {
-      uint64_t bsyms = t->symbols - b * B < B ? t->symbols - b * B : B;
+    CHECK_RC(check_coding(e, b, c, d));
+    if (c != STITCH_CODING_SAME)
       RETURN_IF(rd_varint(r, &len) || rd_varint(r, &ch) || rd_u64(r, &sum), d,
                 STITCH_ETRUNCATED, "delta index: truncated in tensor '%s'",
                 t->name);
-      RETURN_IF(ch > bsyms, d, STITCH_EFORMAT,
-                "delta index: tensor '%s' block %llu claims more changes than "
-                "symbols",
-                t->name, (unsigned long long)b);
-      RETURN_IF(len > dl->len - *payload_at, d, STITCH_ETRUNCATED,
-                "delta: tensor '%s' block %llu runs past the end of the file",
-                t->name, (unsigned long long)b);
-    }
-    e->coding[b] = c;
-    e->payload_off[b] = *payload_at;
-    e->payload_len[b] = len;
-    e->blk_changed[b] = ch;
-    e->checksum[b] = sum;
-    *payload_at += len;
-    t->blocks_by_coding[c]++;
-    t->changed += ch;
-    t->encoded += len;
+    CHECK_RC(take_block(dl, e, b, c, len, ch, sum, payload_at, d));
   }
+  /* Checksums apart: 8 bytes a coded block (stitch_delta_bytes_of). */
+  e->block_bytes =
+      r->pos - at - 8 * (t->blocks - t->blocks_by_coding[STITCH_CODING_SAME]);
+  return 0;
+}
+
+/* Format 2's names (proto/delta.md "Index, format 2"): each is the first
+ * `shared` bytes of the name before, then `suffix` bytes. They are read
+ * twice, to size the names' buffer by what they hold (at most
+ * DELTA_MAX_NAMES) before it is allocated, then to fill it. */
+static int parse_names(stitch_delta *dl, rd *r, uint64_t n, stitch_diag *d) {
+  size_t start = r->pos, total = 0;
+  /* Front coding lets a name's bytes outgrow the index's; real names
+   * hold 2-3 times their column's bytes. */
+  size_t cap = r->len < (DELTA_MAX_NAMES - 65536) / 64 ? 64 * r->len + 65536
+                                                        : DELTA_MAX_NAMES;
+  for (int fill = 0; fill < 2; fill++) {
+    uint64_t prev = 0;
+    const char *pn = NULL;
+    char *np = dl->names;
+    r->pos = start;
+    for (uint64_t i = 0; i < n; i++) {
+      uint64_t shared, suffix;
+      const uint8_t *sp;
+      size_t at = r->pos;
+      RETURN_IF(rd_varint(r, &shared) || rd_varint(r, &suffix) ||
+                    shared > prev || suffix > STITCH_ST_MAX_NAME ||
+                    shared + suffix > STITCH_ST_MAX_NAME ||
+                    rd_bytes(r, (size_t)suffix, &sp),
+                d, STITCH_EFORMAT, "delta index: bad tensor name");
+      uint64_t nl = shared + suffix;
+      if (!fill) {
+        RETURN_IF(nl == 0 || total + nl + 1 > cap, d, STITCH_ELIMIT,
+                  "delta index: names exceed %zu bytes", cap);
+        total += (size_t)nl + 1;
+      } else {
+        if (shared > 0) /* pn: the name before */
+          memmove(np, pn, (size_t)shared);
+        memcpy(np + shared, sp, (size_t)suffix);
+        np[nl] = 0;
+        CHECK_RC(check_name((const uint8_t *)np, nl, d));
+        dl->t[i].pub.name = np;
+        dl->t[i].table_bytes = r->pos - at;
+        pn = np;
+        np += nl + 1;
+      }
+      prev = nl;
+    }
+    if (!fill) {
+      dl->names = malloc(total ? total : 1);
+      RETURN_IF(dl->names == NULL, d, STITCH_ENOMEM, "out of memory");
+    }
+  }
+  return 0;
+}
+
+/* Format 2's columns after the names: every tensor's type, every block's
+ * coding, every coded block's length and change count. No checksum a
+ * block: one over the payloads' XXH3-64s (SUM), checked here, and each
+ * block's own kept for decode and for chunks (proto/chunk.md). */
+static int parse_columns(stitch_delta *dl, rd *r, uint64_t sum,
+                         uint64_t payload_at, stitch_diag *d) {
+  uint64_t claimed = 0;
+  for (size_t i = 0; i < dl->count; i++) {
+    size_t at = r->pos;
+    CHECK_RC(parse_type(dl, r, &dl->t[i], &claimed, d));
+    dl->t[i].table_bytes += r->pos - at;
+  }
+  for (size_t i = 0; i < dl->count; i++) {
+    delta_entry *e = &dl->t[i];
+    RETURN_IF(e->pub.blocks > r->len - r->pos, d, STITCH_ETRUNCATED,
+              "delta index: truncated in tensor '%s'", e->pub.name);
+    for (uint64_t b = 0; b < e->pub.blocks; b++) {
+      e->coding[b] = r->p[r->pos++];
+      CHECK_RC(check_coding(e, b, e->coding[b], d));
+    }
+    e->block_bytes = e->pub.blocks;
+  }
+  XXH3_state_t *xs = XXH3_createState();
+  RETURN_IF(xs == NULL || XXH3_64bits_reset(xs) != XXH_OK, d, STITCH_ENOMEM,
+            "out of memory");
+  int rc = 0;
+  for (size_t i = 0; i < dl->count && rc == 0; i++) {
+    delta_entry *e = &dl->t[i];
+    for (uint64_t b = 0; b < e->pub.blocks && rc == 0; b++) {
+      uint8_t c = e->coding[b], le[8];
+      uint64_t len = 0, ch = 0, s = 0;
+      size_t at = r->pos;
+      if (c != STITCH_CODING_SAME && (rd_varint(r, &len) || rd_varint(r, &ch))) {
+        rc = stitch_diag_set(d, STITCH_ETRUNCATED,
+                             "delta index: truncated in tensor '%s'",
+                             e->pub.name);
+        break;
+      }
+      e->block_bytes += r->pos - at;
+      rc = take_block(dl, e, b, c, len, ch, 0, &payload_at, d);
+      if (rc == 0 && c != STITCH_CODING_SAME) {
+        s = XXH3_64bits(dl->buf + e->payload_off[b], (size_t)len);
+        e->checksum[b] = s;
+        put_le64(le, s);
+        XXH3_64bits_update(xs, le, 8);
+      }
+    }
+  }
+  uint64_t got = XXH3_64bits_digest(xs);
+  XXH3_freeState(xs);
+  CHECK_RC(rc);
+  RETURN_IF(r->pos != r->len, d, STITCH_EFORMAT,
+            "delta index: %zu unread bytes", r->len - r->pos);
+  RETURN_IF(payload_at != dl->len, d, STITCH_EFORMAT,
+            "delta: %llu bytes after the last block",
+            (unsigned long long)(dl->len - payload_at));
+  RETURN_IF(got != sum, d, STITCH_ECHECKSUM, "delta: payload checksum mismatch");
   return 0;
 }
 
@@ -165,6 +325,9 @@ static int parse_index(stitch_delta *dl, const uint8_t *ix, size_t il,
   memcpy(dl->base.b, p, 32);
   RETURN_IF(rd_bytes(&r, 32, &p), d, STITCH_ETRUNCATED, "delta index: short");
   memcpy(dl->result.b, p, 32);
+  uint64_t sum = 0;
+  RETURN_IF(dl->format >= 2 && rd_u64(&r, &sum), d, STITCH_ETRUNCATED,
+            "delta index: short");
   RETURN_IF(rd_varint(&r, &v) || v < DELTA_MIN_BLOCK_LOG2 ||
                 v > DELTA_MAX_BLOCK_LOG2,
             d, STITCH_EFORMAT, "delta index: bad block size");
@@ -182,24 +345,32 @@ static int parse_index(stitch_delta *dl, const uint8_t *ix, size_t il,
     json_decref(m);
     RETURN_IF(!ok, d, STITCH_EFORMAT, "delta index: metadata is not a JSON object");
   }
-  /* A tensor entry takes at least 5 bytes. */
+  /* A tensor takes at least 5 bytes: a name's 2 (format 1: its length
+   * and a byte; 2: two lengths), a dtype, a dim count and flags. */
   RETURN_IF(rd_varint(&r, &n) || n > (r.len - r.pos) / 5, d, STITCH_EFORMAT,
             "delta index: bad tensor count");
+  dl->index_head = r.pos;
   dl->t = calloc(n ? (size_t)n : 1, sizeof(*dl->t));
-  dl->names = malloc(il + 1); /* all names fit in the index they came from */
-  RETURN_IF(dl->t == NULL || dl->names == NULL, d, STITCH_ENOMEM,
-            "out of memory");
-  char *np = dl->names;
-  for (uint64_t i = 0; i < n; i++) {
-    dl->count = (size_t)i + 1; /* so free() sees the partial entry */
-    CHECK_RC(parse_tensor(dl, &r, &dl->t[i], &np, &payload_at, d));
+  RETURN_IF(dl->t == NULL, d, STITCH_ENOMEM, "out of memory");
+  if (dl->format >= 2) {
+    dl->count = (size_t)n; /* entries are zeroed: free() copes */
+    CHECK_RC(parse_names(dl, &r, n, d));
+    CHECK_RC(parse_columns(dl, &r, sum, payload_at, d));
+  } else {
+    dl->names = malloc(il + 1); /* all names fit in the index they came from */
+    RETURN_IF(dl->names == NULL, d, STITCH_ENOMEM, "out of memory");
+    char *np = dl->names;
+    for (uint64_t i = 0; i < n; i++) {
+      dl->count = (size_t)i + 1; /* so free() sees the partial entry */
+      CHECK_RC(parse_tensor(dl, &r, &dl->t[i], &np, &payload_at, d));
+    }
+    dl->count = (size_t)n;
+    RETURN_IF(r.pos != r.len, d, STITCH_EFORMAT,
+              "delta index: %zu unread bytes", r.len - r.pos);
+    RETURN_IF(payload_at != dl->len, d, STITCH_EFORMAT,
+              "delta: %llu bytes after the last block",
+              (unsigned long long)(dl->len - payload_at));
   }
-  dl->count = (size_t)n;
-  RETURN_IF(r.pos != r.len, d, STITCH_EFORMAT,
-            "delta index: %zu unread bytes", r.len - r.pos);
-  RETURN_IF(payload_at != dl->len, d, STITCH_EFORMAT,
-            "delta: %llu bytes after the last block",
-            (unsigned long long)(dl->len - payload_at));
   const char **sorted = malloc((n ? (size_t)n : 1) * sizeof(*sorted));
   RETURN_IF(sorted == NULL, d, STITCH_ENOMEM, "out of memory");
   for (size_t i = 0; i < n; i++)
@@ -237,6 +408,8 @@ int stitch_delta_parse(const uint8_t *buf, size_t len, stitch_delta **out,
       ix = dl->index_owned;
     }
   }
+  dl->index_stored = stored;
+  dl->index_raw = raw;
   if (rc == 0 && XXH3_64bits(ix, (size_t)raw) != sum)
     FAIL(d, STITCH_ECHECKSUM, "delta: index checksum mismatch");
   if (rc == 0)

@@ -338,15 +338,95 @@ static int encode_tensor(enc *e, const stitch_st *base, const stitch_tensor *t,
   return 0;
 }
 
-static int finish(enc *e, uint8_t **out, size_t *out_len) {
+/* Format 2's index is in columns (proto/delta.md "Index, format 2"):
+ * names, front-coded against the name before; dtypes, shapes and flags;
+ * codings; lengths and change counts; and, instead of a checksum per
+ * block, one over them all. Small models' deltas are mostly index at RL
+ * densities, and zstd codes each column far better alone (docs/codec.md
+ * "Fixed bytes"). Each tensor is coded as a format-1 entry (encode_tensor)
+ * and split here, in order, on the calling thread. */
+typedef struct columns {
+  dbuf names, types, codings, blocks, sums;
+  const uint8_t *prev; /* the name before, in the entry it came from */
+  size_t prev_len;
+} columns;
+
+static void columns_free(columns *c) {
+  dbuf_free(&c->names);
+  dbuf_free(&c->types);
+  dbuf_free(&c->codings);
+  dbuf_free(&c->blocks);
+  dbuf_free(&c->sums);
+}
+
+/* Splits one format-1 tensor entry E of BLOCKS blocks into C. The entry
+ * is our own, so it parses; rd failures are bugs, reported as EFORMAT. */
+static int columns_add(columns *c, const dbuf *e, uint32_t blocks) {
+  rd r = {e->p, e->len, 0};
+  uint64_t nl, v, len, ch, sum;
+  const uint8_t *name;
+  uint8_t u, nd;
+  if (rd_varint(&r, &nl) || rd_bytes(&r, (size_t)nl, &name))
+    return STITCH_EFORMAT;
+  size_t shared = 0;
+  while (shared < c->prev_len && shared < nl && c->prev[shared] == name[shared])
+    shared++;
+  CHECK_RC(dbuf_varint(&c->names, shared));
+  CHECK_RC(dbuf_varint(&c->names, nl - shared));
+  CHECK_RC(dbuf_put(&c->names, name + shared, (size_t)nl - shared));
+  c->prev = name;
+  c->prev_len = (size_t)nl;
+  size_t at = r.pos;
+  if (rd_u8(&r, &u) || rd_u8(&r, &nd))
+    return STITCH_EFORMAT;
+  for (unsigned i = 0; i < nd; i++)
+    if (rd_varint(&r, &v))
+      return STITCH_EFORMAT;
+  if (rd_u8(&r, &u))
+    return STITCH_EFORMAT;
+  CHECK_RC(dbuf_put(&c->types, e->p + at, r.pos - at));
+  for (uint32_t b = 0; b < blocks; b++) {
+    if (rd_u8(&r, &u))
+      return STITCH_EFORMAT;
+    CHECK_RC(dbuf_u8(&c->codings, u));
+    if (u == STITCH_CODING_SAME)
+      continue;
+    if (rd_varint(&r, &len) || rd_varint(&r, &ch) || rd_u64(&r, &sum))
+      return STITCH_EFORMAT;
+    CHECK_RC(dbuf_varint(&c->blocks, len));
+    CHECK_RC(dbuf_varint(&c->blocks, ch));
+    CHECK_RC(dbuf_u64(&c->sums, sum));
+  }
+  return r.pos == r.len ? 0 : STITCH_EFORMAT;
+}
+
+/* The whole format-2 index into IX: HEAD's digests, the payloads'
+ * checksum, the rest of HEAD, then the columns. */
+static int columns_index(columns *c, const dbuf *head, dbuf *ix) {
+  CHECK_RC(dbuf_put(ix, head->p, 64));
+  CHECK_RC(dbuf_u64(ix, XXH3_64bits(c->sums.p, c->sums.len)));
+  CHECK_RC(dbuf_put(ix, head->p + 64, head->len - 64));
+  CHECK_RC(dbuf_put(ix, c->names.p, c->names.len));
+  CHECK_RC(dbuf_put(ix, c->types.p, c->types.len));
+  CHECK_RC(dbuf_put(ix, c->codings.p, c->codings.len));
+  return dbuf_put(ix, c->blocks.p, c->blocks.len);
+}
+
+static int finish(enc *e, unsigned format, uint8_t **out, size_t *out_len) {
   /* The index is mostly names and checksums; zstd helps the names. Level
-   * 5 codes it within 0.3% of level 19's size at a tenth of the time (an
-   * NVFP4 delta's index took a fifth of its encoding at 19). */
+   * 5 codes a large one within 0.3% of level 19's size at a tenth of the
+   * time (an NVFP4 delta's index took a fifth of its encoding at 19). A
+   * small one (a small model's, or a delta of few tensors) is a fixed
+   * cost that can outweigh the changes at RL densities, and costs
+   * microseconds at 19 (docs/codec.md "Fixed bytes"). */
   size_t zcap = ZSTD_compressBound(e->index.len);
   uint8_t *z = malloc(zcap);
   if (z == NULL)
     return STITCH_ENOMEM;
-  size_t zn = ZSTD_compress(z, zcap, e->index.p, e->index.len, DELTA_INDEX_LEVEL);
+  size_t zn = ZSTD_compress(z, zcap, e->index.p, e->index.len,
+                            e->index.len <= DELTA_INDEX_SMALL
+                                ? DELTA_INDEX_LEVEL_SMALL
+                                : DELTA_INDEX_LEVEL);
   int use_z = !ZSTD_isError(zn) && zn < e->index.len;
   const uint8_t *ip = use_z ? z : e->index.p;
   size_t il = use_z ? zn : e->index.len;
@@ -357,8 +437,8 @@ static int finish(enc *e, uint8_t **out, size_t *out_len) {
     return STITCH_ENOMEM;
   }
   memcpy(buf, DELTA_MAGIC, 8);
-  buf[8] = STITCH_DELTA_FORMAT & 0xff;
-  buf[9] = STITCH_DELTA_FORMAT >> 8;
+  buf[8] = (uint8_t)format;
+  buf[9] = 0;
   buf[10] = buf[11] = 0; /* flags */
   buf[12] = use_z ? DELTA_INDEX_ZSTD : DELTA_INDEX_RAW;
   buf[13] = buf[14] = buf[15] = 0;
@@ -464,6 +544,13 @@ int stitch_delta_encode(const stitch_st *base, const stitch_st *result,
                 opts->zstd_level > ZSTD_maxCLevel(),
             d, STITCH_EINVAL, "zstd level %d is out of range [%d, %d]",
             opts->zstd_level, ZSTD_minCLevel(), ZSTD_maxCLevel());
+  RETURN_IF(opts->format > STITCH_DELTA_FORMAT, d, STITCH_EINVAL,
+            "delta format %u: this build writes 1 to %d", opts->format,
+            STITCH_DELTA_FORMAT);
+  unsigned format = opts->format ? opts->format : STITCH_DELTA_FORMAT;
+  columns cols;
+  memset(&cols, 0, sizeof(cols));
+  dbuf prevname = {.max = STITCH_ST_MAX_NAME};
   e.level = opts->zstd_level ? opts->zstd_level : 3;
   e.index.max = DELTA_MAX_INDEX;
   e.payload.max = SIZE_MAX / 2;
@@ -500,6 +587,9 @@ int stitch_delta_encode(const stitch_st *base, const stitch_st *result,
       (rc = dbuf_varint(&e.index, ml)) || (rc = dbuf_put(&e.index, meta, ml)) ||
       (rc = dbuf_varint(&e.index, n)))
     goto fail_rc;
+  /* Format 2: e.index holds the head until the columns join it. */
+  cols.names.max = cols.types.max = cols.codings.max = cols.blocks.max =
+      cols.sums.max = DELTA_MAX_INDEX;
   uint64_t total = 0, done = 0;
   for (size_t i = 0; i < n; i++)
     total += stitch_st_tensor(result, i)->nbytes;
@@ -509,11 +599,21 @@ int stitch_delta_encode(const stitch_st *base, const stitch_st *result,
     enc_wave v = {base, result, w, i0, ix, pl, id, ts};
     rc = stitch_parallel_for(m, nw, encode_item, &v, &failed);
     for (size_t k = 0; k < m; k++) {
-      if (rc == 0 && ((rc = dbuf_put(&e.index, ix[k].p, ix[k].len)) == 0) &&
+      if (rc == 0 &&
+          ((rc = format == 1 ? dbuf_put(&e.index, ix[k].p, ix[k].len)
+                             : columns_add(&cols, &ix[k],
+                                           ts[i0 + k].blocks)) == 0) &&
           (rc = dbuf_put(&e.payload, pl[k].p, pl[k].len)) == 0) {
         done += stitch_st_tensor(result, i0 + k)->nbytes;
         if (opts->progress != NULL)
           opts->progress(opts->progress_arg, done, total);
+      }
+      if (format != 1 && rc == 0) { /* the next entry's prefix: keep it */
+        rc = dbuf_reserve(&prevname, cols.prev_len);
+        if (rc == 0) {
+          memcpy(prevname.p, cols.prev, cols.prev_len);
+          cols.prev = prevname.p;
+        }
       }
       dbuf_free(&ix[k]);
       dbuf_free(&pl[k]);
@@ -523,7 +623,15 @@ int stitch_delta_encode(const stitch_st *base, const stitch_st *result,
     if (rc != 0)
       goto fail_rc;
   }
-  if ((rc = finish(&e, out, out_len)))
+  if (format != 1) {
+    dbuf head = e.index;
+    e.index = (dbuf){.max = DELTA_MAX_INDEX};
+    rc = columns_index(&cols, &head, &e.index);
+    dbuf_free(&head);
+    if (rc != 0)
+      goto fail_rc;
+  }
+  if ((rc = finish(&e, format, out, out_len)))
     goto fail_rc;
   if (stats != NULL) {
     memset(stats, 0, sizeof(*stats));
@@ -555,6 +663,8 @@ out:
   free(id);
   dbuf_free(&e.index);
   dbuf_free(&e.payload);
+  columns_free(&cols);
+  dbuf_free(&prevname);
   return rc;
 }
 

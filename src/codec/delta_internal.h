@@ -21,9 +21,14 @@
 #define DELTA_MIN_BLOCK_LOG2 8
 #define DELTA_MAX_BLOCK_LOG2 24
 #define DELTA_MAX_INDEX (256u << 20)
+/* Format 2 front-codes names, so they can outgrow the index: this caps
+ * their bytes, NULs included (a safetensors header holds them all). */
+#define DELTA_MAX_NAMES (64u << 20)
 #define DELTA_INDEX_RAW 0
 #define DELTA_INDEX_ZSTD 1
 #define DELTA_INDEX_LEVEL 5 /* zstd level of the index */
+#define DELTA_INDEX_SMALL (64u << 10) /* an index up to this many bytes */
+#define DELTA_INDEX_LEVEL_SMALL 19    /* gets this level */
 #define DELTA_TF_NIBBLE 1u /* symbols are 4-bit halves of each byte */
 #define DELTA_TF_NEW 2u    /* tensor absent from the base */
 
@@ -163,9 +168,12 @@ typedef struct delta_entry {
   uint64_t *payload_len;  /* [blocks] */
   uint64_t *blk_changed;  /* [blocks] */
   uint64_t *checksum;     /* [blocks] */
+  uint64_t table_bytes;   /* its index entry up to the blocks (raw index) */
+  uint64_t block_bytes;   /* its block entries, checksums excluded */
 } delta_entry;
 
 struct stitch_delta {
+  unsigned format; /* 1 or 2 (proto/delta.md) */
   const uint8_t *buf;
   size_t len;
   void *map; /* owned mapping when opened from a file */
@@ -176,6 +184,8 @@ struct stitch_delta {
   size_t count;
   delta_entry *t;
   uint8_t *index_owned; /* decompressed index, if it was compressed */
+  uint64_t index_stored, index_raw, index_head; /* index bytes: as stored,
+                                      raw, and raw before the tensors */
   char *names;
 };
 

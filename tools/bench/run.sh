@@ -14,7 +14,9 @@
 # STITCH_BENCH_SMALL_PARAMS (fp8/nvfp4, 50M), STITCH_BENCH_STEPS (5),
 # STITCH_BENCH_REPS (3), STITCH_BENCH_CG_PARAMS (callgrind model, 20M),
 # STITCH_BENCH_WORK (trajectories and JSON; default a temporary directory,
-# removed at exit unless STITCH_BENCH_KEEP=1).
+# removed at exit unless STITCH_BENCH_KEEP=1), STITCH_BENCH_PAUSE (a model
+# size such as 1G: also run tools/bench/pause_bench.py at 1% density for
+# check (e), the engine's pause; needs torch; off by default).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build="${STITCH_BENCH_BUILD:-build-bench}"
@@ -33,6 +35,8 @@ fi
 
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" -j2 --target stitch-bench-codec stitch-synth >/dev/null
+pause="${STITCH_BENCH_PAUSE:-}"
+[ -z "$pause" ] || cmake --build "$build" -j2 --target stitch_shared >/dev/null
 bench="$build/bin/stitch-bench-codec"
 synth="$build/bin/stitch-synth"
 
@@ -79,13 +83,31 @@ traj nvfp4-lr1e-6 nvfp4 "$small" 1e-6
 traj nvfp4-lr1e-5 nvfp4 "$small" 1e-5
 
 # Apply on every CPU (stitch_delta_apply_all): memory bandwidth is a whole
-# machine's, and a node applies with all its cores.
+# machine's, and a node applies with all its cores. The JSON goes to
+# threads/, apart from the one-thread runs the checks read per format.
 echo
 echo "## apply on all $(nproc) CPUs: bf16-lr3e-7 and bf16-lr1e-6"
+mkdir -p "$work/threads"
 for name in bf16-lr3e-7 bf16-lr1e-6; do
-  echo "\$ $bench $work/$name --reps $reps --threads 0"
-  "$bench" "$work/$name" --reps "$reps" --threads 0
+  for mode in "" --fastest; do
+    run=("$bench" "$work/$name" --reps "$reps" --threads 0 $mode
+      --json-out "$work/threads/$name$mode.json")
+    echo "\$ ${run[*]}"
+    "${run[@]}"
+  done
 done
+
+# The engine's pause (issue 38): one-shot apply against prepare + commit
+# on CPU tensors, a 1%-dense BF16 delta.
+rm -f "$work/pause.txt"
+if [ -n "$pause" ]; then
+  echo
+  echo "## the engine's pause: $pause model, 1% density"
+  prun=(python3 tools/bench/pause_bench.py --size "$pause" --densities 0.01)
+  echo "\$ STITCH_LIB=$build/lib/libstitch.so PYTHONPATH=python ${prun[*]}"
+  STITCH_LIB="$build/lib/libstitch.so" PYTHONPATH=python "${prun[@]}" |
+    tee "$work/pause.txt"
+fi
 
 # Instruction counts for one step, each operation alone (--toggle-collect
 # counts only inside the bench's bench_<op>_once function).
@@ -136,10 +158,28 @@ work = sys.argv[1]
 every = {os.path.basename(p)[:-5]: json.load(open(p))
          for p in sorted(glob.glob(os.path.join(work, "*.json")))
          if not p.endswith("callgrind.json")}
+threads = {os.path.basename(p)[:-5]: json.load(open(p))
+           for p in sorted(glob.glob(os.path.join(work, "threads", "*.json")))}
+# Size against int32 index + value, per format at its served value width
+# (issue 38's decision on issue 2's point (c)).
+IDXVAL_NEED = {"bf16": 5.0, "fp8": 4.5, "nvfp4": 2.0}
+
+def pause_rows():
+    # pause_bench.py's rows: size density changes delta_B one-shot_s
+    # prepare_s commit_s commit/one prep/one held_MB exact
+    p = os.path.join(work, "pause.txt")
+    rows = []
+    for ln in open(p) if os.path.exists(p) else []:
+        f = ln.split()
+        if len(f) == 11 and f[0].endswith("M") and f[1].endswith("%"):
+            rows.append({"size": f[0], "density": float(f[1][:-1]) / 100,
+                         "oneshot_s": float(f[4]), "prepare_s": float(f[5]),
+                         "commit_s": float(f[6]), "exact": f[10] == "yes"})
+    return rows
 cgp = os.path.join(work, "callgrind.json")
 cg_default = json.load(open(cgp)) if os.path.exists(cgp) else None
 
-def check(runs, cg):
+def check(runs, th, cg, fast):
     pairs = [(n, p) for n, r in runs.items() for p in r["pairs"]]
     band = [(n, p) for n, p in pairs if 0.001 <= p["density"] <= 0.10]
     bf16 = [(n, p) for n, p in band if n.startswith("bf16")]
@@ -163,11 +203,19 @@ def check(runs, cg):
              f"full BF16 / delta at least {p['full_over_delta']:.1f}x over "
              f"{len(near1)} BF16 steps at 0.5%-2% density (worst: {n} step "
              f"{p['step']}, density {100 * p['density']:.3f}%); need >= 150x")
-    if band:
-        n, p = worst(band, "idxval_over_delta", False)
-        line("c", p["idxval_over_delta"] >= 5,
-             f"int32+value / delta at least {p['idxval_over_delta']:.1f}x over "
-             f"{len(band)} steps (worst: {n} step {p['step']}); need >= 5x")
+    # (c) over every step at 0.01%-10% density: RL rates put NVFP4 at
+    # 0.01-0.05 % (nvfp4-lr1e-6), below (a)'s band.
+    for fmt, need in IDXVAL_NEED.items():
+        rows = [(n, p) for n, p in pairs if n.startswith(fmt + "-")
+                and 0.0001 <= p["density"] <= 0.10]
+        if not rows:
+            continue
+        n, p = worst(rows, "idxval_over_delta", False)
+        line("c", p["idxval_over_delta"] >= need,
+             f"{fmt}: int32+value / delta at least "
+             f"{p['idxval_over_delta']:.2f}x over {len(rows)} steps at "
+             f"0.01%-10% density (worst: {n} step {p['step']}, density "
+             f"{100 * p['density']:.3f}%); need >= {need:g}x")
     tw = {n: r["totals"]["encode_speedup_vs_zstd1"] for n, r in runs.items()}
     tc = {n: r["totals"]["encode_speedup_vs_zstd1_cpu"] for n, r in runs.items()}
     ci = cg["zstd1"] / cg["encode"] if cg else None
@@ -177,20 +225,37 @@ def check(runs, cg):
          + "; CPU time " + ", ".join(f"{n} {v:.2f}" for n, v in tc.items())
          + (f"; callgrind instructions zstd/encode {ci:.2f}" if cg else "")
          + "; need > 1")
-    # (e) is about a 1%-dense delta: every step at 0.5%-2% density, any
-    # format, their apply and memcpy times summed; the rest for reference.
-    near1_all = [(n, p) for n, p in pairs if 0.005 <= p["density"] <= 0.02]
-    fr = {n: r["totals"]["apply_fraction_of_memcpy"] for n, r in runs.items()}
-    if near1_all:
-        ap_s = sum(p["apply_s"] for _, p in near1_all)
-        mc_s = sum(p["memcpy_s"] for _, p in near1_all)
-        lo = min(p["apply_fraction_of_memcpy"] for _, p in near1_all)
-        hi = max(p["apply_fraction_of_memcpy"] for _, p in near1_all)
-        line("e", mc_s / ap_s >= 0.5,
-             f"apply in place / memcpy at 0.5%-2% density: {mc_s / ap_s:.3f} "
-             f"over {len(near1_all)} steps (per step {lo:.2f}-{hi:.2f}); taken "
-             "as >= 0.5. Whole trajectories: "
-             + ", ".join(f"{n} {fr[n]:.3f}" for n in fr))
+    # (e) is the engine's pause now (issue 38): pause_bench.py's rows,
+    # when run. Apply / memcpy stays reported, for a 1%-dense delta: every
+    # step at 0.5%-2% density, any format, apply and memcpy times summed,
+    # on one thread and on every CPU.
+    def frac(rs):
+        near = [p for r in rs.values() for p in r["pairs"]
+                if 0.005 <= p["density"] <= 0.02]
+        ap_s = sum(p["apply_s"] for p in near)
+        return (sum(p["memcpy_s"] for p in near) / ap_s, len(near)) if ap_s else None
+    one, allc = frac(runs), frac(th)
+    fr = ("apply / memcpy at 0.5%-2% density: one thread "
+          + (f"{one[0]:.3f} over {one[1]} steps" if one else "not run")
+          + ", all CPUs "
+          + (f"{allc[0]:.3f} over {allc[1]} steps" if allc else "not run"))
+    pr = [r for r in pause_rows() if 0.005 <= r["density"] <= 0.02]
+    if fast:  # pause_bench publishes in the default mode
+        print("(e) the engine's pause: see the default mode; " + fr)
+    elif pr:
+        c = max(r["commit_s"] / r["oneshot_s"] for r in pr)
+        ratio = max(r["prepare_s"] / r["oneshot_s"] for r in pr)
+        sizes = ", ".join(r["size"] for r in pr)
+        line("e", c <= 0.10 and ratio <= 2 and all(r["exact"] for r in pr),
+             f"engine pause, BF16 model of {sizes} at 1%: commit at most "
+             f"{100 * c:.1f}% of the one-shot apply (need <= 10%, goal 5%); "
+             f"prepare on all cores at least {1 / ratio:.2f} of the one-shot "
+             f"apply's throughput (need >= 0.5); {fr}")
+    else:
+        print("(e) NOT RUN: the engine's pause (commit <= 10% of the one-shot "
+              "apply, goal 5%; prepare on all cores >= half its throughput) "
+              "is measured by tools/bench/pause_bench.py "
+              "(STITCH_BENCH_PAUSE=1G tools/bench/run.sh runs it); " + fr)
     exact = all(p["bit_exact"] for _, p in pairs)
     print(f"bit-exact apply: {'all' if exact else 'NOT all'} {len(pairs)} steps")
 
@@ -198,7 +263,9 @@ for mode in ("default", "fastest"):
     fast = mode == "fastest"
     runs = {n.split("--")[0]: r for n, r in every.items()
             if n.endswith("--fastest") == fast}
+    th = {n.split("--")[0]: r for n, r in threads.items()
+          if n.endswith("--fastest") == fast}
     print(f"# {mode}")
     if runs:  # callgrind counts the default mode's encode only
-        check(runs, None if fast else cg_default)
+        check(runs, th, None if fast else cg_default, fast)
 PY

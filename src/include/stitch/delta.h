@@ -21,7 +21,8 @@ extern "C" {
 #endif
 STITCH_API_BEGIN
 
-#define STITCH_DELTA_FORMAT 1
+/* The format written by default; readers read every format up to it. */
+#define STITCH_DELTA_FORMAT 2
 
 /* Block codings. */
 typedef enum stitch_coding {
@@ -62,6 +63,10 @@ typedef struct stitch_delta_opts {
    * bytes are the same on any number (each tensor is coded by one
    * thread, and the tensors are joined in order). */
   unsigned threads;
+  /* File format: 0 writes STITCH_DELTA_FORMAT; 1 the format of builds
+   * before 2026-12-04, for readers that predate format 2 (a larger index:
+   * proto/delta.md). */
+  unsigned format;
 } stitch_delta_opts;
 
 enum { STITCH_SPARSE_FAST = 0, STITCH_SPARSE_SMALL = 1, STITCH_SPARSE_FASTEST = 2 };
@@ -131,6 +136,39 @@ const stitch_digest *stitch_delta_base_digest(const stitch_delta *dl);
 const stitch_digest *stitch_delta_result_digest(const stitch_delta *dl);
 /* The result's __metadata__ as JSON text, or NULL. */
 const char *stitch_delta_metadata(const stitch_delta *dl);
+
+/* Where a delta's bytes go (`stitch inspect`, docs/codec.md "Fixed
+ * bytes"): what does not grow with the number of changes, and the rest.
+ * Index bytes are counted as they are before the index is compressed;
+ * what zstd saves on the whole index is `index_packing` (<= 0 when it
+ * helps), so header + index_head + index_packing + the tensors' table,
+ * blocks, checksums, params and payload add up to `file`. */
+typedef struct stitch_delta_tensor_bytes {
+  uint64_t table;     /* index: name, dtype, shape and flags */
+  uint64_t blocks;    /* index: each block's coding, length, change count */
+  uint64_t checksums; /* index: an XXH3-64 per coded block (format 1;
+                         format 2 has one for all, in index_head) */
+  uint64_t params;    /* payload heads: a block's ref, GAPS's weights and
+                         probabilities, rANS tables, stream lengths, RANSC
+                         class limits and counts */
+  uint64_t payload;   /* the rest of the payloads: the coded changes (all
+                         of a dense block) */
+} stitch_delta_tensor_bytes;
+
+typedef struct stitch_delta_bytes {
+  unsigned format; /* the file's format */
+  uint64_t file;
+  uint64_t header;       /* the file header */
+  uint64_t index_head;   /* index: digests, block size, metadata, count */
+  int64_t index_packing; /* index bytes stored minus raw */
+  stitch_delta_tensor_bytes tensors; /* summed over the tensors */
+} stitch_delta_bytes;
+
+/* Fills *ALL and, unless NULL, PER[i] for each tensor i (count entries).
+ * Reads the head of every coded block's payload (not its checksum): a
+ * head that does not parse counts as payload. */
+void stitch_delta_bytes_of(const stitch_delta *dl, stitch_delta_bytes *all,
+                           stitch_delta_tensor_bytes *per);
 
 /* Checks BASE's view digest against the delta, writes the result to PATH
  * (temporary file, fsync, rename) and verifies the result's digest before

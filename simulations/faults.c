@@ -252,8 +252,8 @@ void faults_init(sim *s) {
           for (unsigned b = 0; b < q->n; b++)
             if (r->nodes[a] == q->nodes[b]) {
               char why[128];
-              snprintf(why, sizeof(why), "%s: faults[%u]: overlaps "
-                       "faults[%u] on the same process", "scenario", i, j);
+              snprintf(why, sizeof(why), "faults[%u]: overlaps faults[%u] "
+                       "on the same process", i, j);
               die(why);
             }
       }

@@ -534,6 +534,7 @@ bad jitter "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $(printf '%s' "$g
 bad faults "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"faults\": [{\"at_s\": 1, \"kind\": \"seed_restart\"}], $good}" "faults: simulated on the queues network only"
 bad fault_kind "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"network\": \"queues\", \"faults\": [{\"at_s\": 1, \"kind\": \"flood\"}], $good}" "faults\[0\].kind: 'flood' is not a fault"
 bad fault_nodes "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"network\": \"queues\", \"faults\": [{\"at_s\": 1, \"kind\": \"kill\", \"nodes\": [0, 2], \"restart_at_s\": 2}], $good}" "faults\[0\].nodes: expected distinct node numbers"
+bad fault_overlap "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"network\": \"queues\", \"faults\": [{\"at_s\": 1, \"kind\": \"kill\", \"nodes\": [0], \"restart_at_s\": 3}, {\"at_s\": 2, \"kind\": \"kill\", \"nodes\": [0, 1], \"restart_at_s\": 4}], $good}" "faults\[1\]: overlaps faults\[0\]"
 printf '%s\n' "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"extra\": 1, $good}" > "$tmp/ok.json"
 "$sim" "$tmp/ok.json" > /dev/null || { echo "sim_small: an unknown key was refused"; exit 1; }
 echo "sim_small: bad scenario files refused"

@@ -19,29 +19,12 @@
 # 60 s; each scenario's time_limit_s (60 s) bounds its run.
 # Usage: netlab_faults.sh BIN_DIR
 set -uo pipefail
-bin="$1"
-here="$(cd "$(dirname "$0")" && pwd)"
-root="$(dirname "$here")"
-command -v python3 >/dev/null || { echo "SKIP: netlab_faults.sh needs python3"; exit 77; }
-command -v ip >/dev/null && command -v tc >/dev/null ||
-  { echo "SKIP: netlab_faults.sh needs ip and tc (iproute2)"; exit 77; }
-[ "$(id -u)" -eq 0 ] || { echo "SKIP: netlab_faults.sh needs root for ip netns"; exit 77; }
-prefix="netlab-ftest-$$"
-ip netns add "$prefix-probe" 2>/dev/null ||
-  { echo "SKIP: netlab_faults.sh: ip netns add fails here"; exit 77; }
-ip netns del "$prefix-probe"
-
-fail() { echo "netlab_faults.sh: $*" >&2; exit 1; }
-left() { ip netns list | awk '{print $1}' | grep -c "^$prefix-"; }
+me=netlab_faults.sh
+tag=ftest
+source "$(dirname "$0")/netlab_lib.sh" "$@"
 
 run() { # SCENARIO: runs it, checks the common ground, leaves the JSON in $out
-  local rc
-  out="$(python3 "$root/tools/netlab" "$root/simulations/scenarios/$1.json" \
-           --bin "$bin" --json --quiet --prefix "$prefix")"
-  rc=$?
-  printf '%s\n' "$out"
-  [ "$(left)" -eq 0 ] || fail "$1: namespaces named $prefix-* remain"
-  [ $rc -eq 0 ] || fail "$1: netlab exited $rc"
+  netlab_run "$root/simulations/scenarios/$1.json"
   printf '%s\n' "$out" | python3 -c '
 import json, sys
 name = sys.argv[1]

@@ -7,34 +7,17 @@
 # uploaded over those links; a dial into a NAT must go unanswered; and no
 # namespace of the run may remain.
 #
-# Skips (77) when namespaces cannot be made (as tests/netlab.sh) or nft is
-# missing (tools/setup.sh installs nftables). About 15 s; the scenario's
-# time_limit_s (60 s) bounds it.
+# Skips (77) when namespaces cannot be made or nft is missing
+# (tests/netlab_lib.sh; tools/setup.sh installs nftables). About 15 s; the
+# scenario's time_limit_s (60 s) bounds it.
 # Usage: netlab_nat.sh BIN_DIR
 set -uo pipefail
-bin="$1"
-here="$(cd "$(dirname "$0")" && pwd)"
-root="$(dirname "$here")"
-command -v python3 >/dev/null || { echo "SKIP: netlab_nat.sh needs python3"; exit 77; }
-command -v ip >/dev/null && command -v tc >/dev/null ||
-  { echo "SKIP: netlab_nat.sh needs ip and tc (iproute2)"; exit 77; }
-command -v nft >/dev/null ||
-  { echo "SKIP: netlab_nat.sh needs nft (apt-get install nftables; tools/setup.sh does)"; exit 77; }
-[ "$(id -u)" -eq 0 ] || { echo "SKIP: netlab_nat.sh needs root for ip netns"; exit 77; }
-prefix="netlab-ntest-$$"
-ip netns add "$prefix-probe" 2>/dev/null ||
-  { echo "SKIP: netlab_nat.sh: ip netns add fails here"; exit 77; }
-ip netns del "$prefix-probe"
+me=netlab_nat.sh
+tag=ntest
+need_nft=1
+source "$(dirname "$0")/netlab_lib.sh" "$@"
 
-fail() { echo "netlab_nat.sh: $*" >&2; exit 1; }
-
-out="$(python3 "$root/tools/netlab" "$root/simulations/scenarios/netlab_nat.json" \
-         --bin "$bin" --json --quiet --prefix "$prefix")"
-rc=$?
-printf '%s\n' "$out"
-n="$(ip netns list | awk '{print $1}' | grep -c "^$prefix-")"
-[ "$n" -eq 0 ] || fail "$n namespace(s) named $prefix-* remain"
-[ $rc -eq 0 ] || fail "netlab exited $rc"
+netlab_run "$root/simulations/scenarios/netlab_nat.json"
 printf '%s\n' "$out" | python3 -c '
 import json, sys
 r = json.load(sys.stdin)

@@ -6,6 +6,7 @@
 
 #include "stitch.h"
 
+#include "codec/cpu.h"
 #include "codec/delta_internal.h"
 
 #include <math.h>
@@ -25,11 +26,11 @@ static uint8_t *round_trip(const fmt_case *fc, const sym_fmt *f, uint64_t n,
   size_t len = 0, len2 = 0;
   uint64_t ch = 0, ch2 = 0;
   block_span sp = {0, n};
-  gaps_force_scalar = 0;
+  codec_force_scalar = 0;
   int rc = gaps_encode(f, base, nw, sp, out, cap, &len, &ch);
   if (rc != 0)
     FAIL_("%s, %" PRIu64 " symbols: gaps_encode returned %d", fc->name, n, rc);
-  gaps_force_scalar = 1;
+  codec_force_scalar = 1;
   ASSERT_EQ(gaps_encode(f, base, nw, sp, out2, cap, &len2, &ch2), 0);
   ASSERT_UEQ(len, len2);
   ASSERT_UEQ(ch, ch2);
@@ -37,12 +38,12 @@ static uint8_t *round_trip(const fmt_case *fc, const sym_fmt *f, uint64_t n,
   ASSERT_UEQ(ch, count_diff(f, base, nw, n));
   for (int scalar = 0; scalar < 2; scalar++) {
     stitch_diag d = {{0}};
-    gaps_force_scalar = scalar;
+    codec_force_scalar = scalar;
     memcpy(data, base, nb);
     ASSERT_OK(gaps_decode(f, data, sp, out, len, ch, &d), d);
     ASSERT_MEM_EQ(data, nw, nb);
   }
-  gaps_force_scalar = 0;
+  codec_force_scalar = 0;
   free(out2);
   free(data);
   *plen = len;
@@ -112,11 +113,11 @@ static void test_damage(void) {
         test_rng_next(&rng) % (len - hl - GAPS_PARAM_BYTES)] ^=
           (uint8_t)(1u << (test_rng_next(&rng) % 8));
     memcpy(data, a, 2 * n);
-    gaps_force_scalar = it & 1;
+    codec_force_scalar = it & 1;
     int rc = gaps_decode(&f, data, sp, q, cut, ch, &d);
     ASSERT(rc == 0 || rc == STITCH_EFORMAT);
   }
-  gaps_force_scalar = 0;
+  codec_force_scalar = 0;
   free(q);
   free(p);
   free(a);

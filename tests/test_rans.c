@@ -7,6 +7,7 @@
 
 #include "stitch.h"
 
+#include "codec/cpu.h"
 #include "codec/delta_internal.h"
 
 #include <math.h>
@@ -678,7 +679,7 @@ static void test_classes_formats(void) {
           break;
       }
       uint8_t *p1 = code_one(&f, n, a, b, 1, 0, STITCH_CODING_RANSC, &la);
-      rans_force_scalar(1);
+      codec_force_scalar = 1;
       uint8_t *p2 = code_one(&f, n, a, b, 1, 0, STITCH_CODING_RANSC, &lb);
       stitch_diag d = {{0}};
       uint8_t *data = malloc(nb);
@@ -686,7 +687,7 @@ static void test_classes_formats(void) {
       ASSERT_OK(rans_decode(&f, STITCH_CODING_RANSC, data, (block_span){0, n}, p1,
                             la, count_diff(&f, a, b, n), &d), d);
       ASSERT_MEM_EQ(data, b, nb);
-      rans_force_scalar(0);
+      codec_force_scalar = 0;
       if (la != lb || memcmp(p1, p2, la) != 0)
         FAIL_("%s, %" PRIu64 " symbols: vector and reference payloads differ",
               fc->name, n);

@@ -157,37 +157,44 @@ class Schedule:
             _, _, i, what = self.events[self.next]
             self.next += 1
             f = self.faults[i]
-            a = self.actions
             if what == "begin":
-                if f["kind"] == "partition":
-                    a.cut(f["a"], f["b"])
-                    said.append("cut %s from %s" % (f["a"], f["b"]))
-                elif f["kind"] == "kill":
-                    f["held_at_kill"] = a.kill_nodes(f["nodes"])
-                    f["behind_at_kill"] = sum(
-                        1 for h in f["held_at_kill"] if h < latest)
-                    self.down.update(f["nodes"])
-                    said.append("killed nodes %s (-9), holding %s" %
-                                (f["nodes"], f["held_at_kill"]))
-                else:
-                    a.kill_seed()
-                    said.append("killed the seed (-9)")
+                said.append(self._begin(f, latest))
                 f["began_s"] = round(t, 3)
             else:
-                if f["kind"] == "partition":
-                    a.heal(f["a"], f["b"])
-                    said.append("healed %s - %s" % (f["a"], f["b"]))
-                elif f["kind"] == "kill":
-                    f["recovered"] = a.start_nodes(f["nodes"])
-                    self.down.difference_update(f["nodes"])
-                    said.append("restarted nodes %s, holding %s" %
-                                (f["nodes"], f["recovered"]))
-                else:
-                    a.start_seed()
-                    said.append("restarted the seed")
+                said.append(self._end(f))
                 f["ended_s"] = round(t, 3)
                 f["_pending"] = True
         return said
+
+    def _begin(self, f, latest):
+        """Starts fault F: cut, kill or seed kill. Returns what it did."""
+        a = self.actions
+        if f["kind"] == "partition":
+            a.cut(f["a"], f["b"])
+            return "cut %s from %s" % (f["a"], f["b"])
+        if f["kind"] == "kill":
+            f["held_at_kill"] = a.kill_nodes(f["nodes"])
+            f["behind_at_kill"] = sum(1 for h in f["held_at_kill"]
+                                      if h < latest)
+            self.down.update(f["nodes"])
+            return "killed nodes %s (-9), holding %s" % (f["nodes"],
+                                                         f["held_at_kill"])
+        a.kill_seed()
+        return "killed the seed (-9)"
+
+    def _end(self, f):
+        """Ends fault F: heal, restart the nodes or the seed."""
+        a = self.actions
+        if f["kind"] == "partition":
+            a.heal(f["a"], f["b"])
+            return "healed %s - %s" % (f["a"], f["b"])
+        if f["kind"] == "kill":
+            f["recovered"] = a.start_nodes(f["nodes"])
+            self.down.difference_update(f["nodes"])
+            return "restarted nodes %s, holding %s" % (f["nodes"],
+                                                       f["recovered"])
+        a.start_seed()
+        return "restarted the seed"
 
     def observe(self, t, held, latest):
         """After a poll at T: HELD[k] is the version node k holds (None for

@@ -148,6 +148,11 @@ class PreparedTensor(Structure):  # stitch_prepared_tensor
                 ("whole_old", c_void_p)]
 
 
+class GpuList(Structure):  # stitch_gpu_list (stitch/gpu.h)
+    _fields_ = [("width", c_int), ("n", c_uint64), ("pos", c_void_p),
+                ("old_v", c_void_p), ("new_v", c_void_p)]
+
+
 _P = c_void_p  # opaque handles: stitch_st, stitch_store, stitch_patch, ...
 _D = POINTER(Diag)
 
@@ -223,6 +228,10 @@ _PROTOS = {
                                     c_uint, POINTER(c_uint8), POINTER(_P),
                                     _D]),
     "stitch_prepared_free": (None, [_P]),
+    "stitch_gpu_available": (c_int, []),
+    "stitch_gpu_apply": (c_int, [POINTER(GpuList), c_void_p, c_uint64, _D]),
+    "stitch_gpu_ref_apply": (c_int, [POINTER(GpuList), c_void_p, c_uint64,
+                                     _D]),
     "stitch_prepared_summary": (None, [_P, POINTER(PreparedInfo)]),
     "stitch_prepared_tensor_at": (None, [_P, c_size_t,
                                          POINTER(PreparedTensor)]),

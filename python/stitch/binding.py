@@ -143,10 +143,40 @@ class TensorInfo:
                                            list(self.shape))
 
 
-class Checkpoint:
+class _Handle:
+    """A library object owned through a handle: `handle` (an error once
+    closed), close() (idempotent, and on garbage collection) and `with`.
+    A subclass names its kind and its free function."""
+    _kind = "object"
+    _free = None
+
+    @property
+    def handle(self):
+        if not self._h:
+            raise ValueError("%s is closed" % self._kind)
+        return self._h
+
+    def close(self):
+        if getattr(self, "_h", None):
+            type(self)._free(self._h)
+            self._h = None
+
+    def __del__(self):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Checkpoint(_Handle):
     """A parsed safetensors file or buffer (stitch_st). From a buffer, the
     buffer is referenced here and never copied: it must not change while
     the checkpoint is in use."""
+
+    _kind, _free = "checkpoint", lib.stitch_st_free
 
     def __init__(self, handle, keep=None):
         self._h, self._keep = handle, keep
@@ -171,25 +201,9 @@ class Checkpoint:
         check(lib.stitch_st_parse(c_void_p(ptr), size, byref(h), byref(d)), d)
         return cls(h, buf)
 
-    @property
-    def handle(self):
-        if not self._h:
-            raise ValueError("checkpoint is closed")
-        return self._h
-
     def close(self):
-        if getattr(self, "_h", None):
-            lib.stitch_st_free(self._h)
-            self._h = None
+        super().close()
         self._keep = None
-
-    __del__ = close
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def __len__(self):
         return lib.stitch_st_count(self.handle)
@@ -272,9 +286,9 @@ def tensor_digest(dtype, shape, ptr, nbytes):
     return dg.hex()
 
 
-def tensor_digests(items, threads=0):
-    """Digests of many tensors at once, on THREADS threads (0: all CPUs).
-    ITEMS: (dtype name, shape, ptr, nbytes). Returns 32-byte digests."""
+def _tensor_array(items):
+    """stitch_tensor structs for ITEMS' (dtype name, shape, ptr, nbytes)
+    and an array of pointers to them (which keeps them alive)."""
     n = len(items)
     ts = (L.Tensor * max(n, 1))()
     ptrs = (ctypes.POINTER(L.Tensor) * max(n, 1))()
@@ -287,6 +301,14 @@ def tensor_digests(items, threads=0):
             numel *= s
         t.numel, t.nbytes, t.data = numel, nbytes, ptr
         ptrs[i] = ctypes.pointer(t)
+    return ptrs
+
+
+def tensor_digests(items, threads=0):
+    """Digests of many tensors at once, on THREADS threads (0: all CPUs).
+    ITEMS: (dtype name, shape, ptr, nbytes). Returns 32-byte digests."""
+    n = len(items)
+    ptrs = _tensor_array(items)
     out = (L.Digest * max(n, 1))()
     check(lib.stitch_tensor_digests(n, ptrs, threads, out), None,
           "tensor digests")
@@ -299,18 +321,9 @@ def tensor_digests_patched(items, threads=0):
     shape, ptr, nbytes, n, width, pos_ptr, val_ptr), N changes of WIDTH
     bytes at the ascending element positions (uint64) at POS_PTR."""
     n = len(items)
-    ts = (L.Tensor * max(n, 1))()
-    ptrs = (ctypes.POINTER(L.Tensor) * max(n, 1))()
+    ptrs = _tensor_array([it[:4] for it in items])
     sp = (L.Sparse * max(n, 1))()
-    for i, (dt, shape, ptr, nbytes, nch, width, pos, val) in enumerate(items):
-        t = ts[i]
-        t.dtype, t.ndim = dtype_code(dt), len(shape)
-        numel = 1
-        for k, s in enumerate(shape):
-            t.shape[k] = s
-            numel *= s
-        t.numel, t.nbytes, t.data = numel, nbytes, ptr
-        ptrs[i] = ctypes.pointer(t)
+    for i, (_, _, _, _, nch, width, pos, val) in enumerate(items):
         sp[i].n, sp[i].width, sp[i].pos, sp[i].val = nch, width, pos, val
     out, d = (L.Digest * max(n, 1))(), L.Diag()
     check(lib.stitch_tensor_digests_patched(n, ptrs, sp, threads, out,
@@ -406,8 +419,9 @@ class VersionInfo:
         return "VersionInfo(%d, %s)" % (self.version, self.id.hex()[:16])
 
 
-class Store:
+class Store(_Handle):
     """A version store opened for a swarm (every manifest verified)."""
+    _kind, _free = "store", lib.stitch_store_close
 
     def __init__(self, path, swarm, create=False):
         self.path = os.fspath(path)
@@ -416,25 +430,6 @@ class Store:
         check(lib.stitch_store_open(fspath(path), byref(self.swarm.c),
                                     1 if create else 0, byref(h), byref(d)), d)
         self._h = h
-
-    @property
-    def handle(self):
-        if not self._h:
-            raise ValueError("store is closed")
-        return self._h
-
-    def close(self):
-        if getattr(self, "_h", None):
-            lib.stitch_store_close(self._h)
-            self._h = None
-
-    __del__ = close
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def latest(self):
         return lib.stitch_store_latest(self.handle)

@@ -8,15 +8,17 @@ every changed block against the tensors into private memory, keeps per
 tensor the elements that change (positions, new and old values; several
 steps compose into one list), and checks every result's digest by
 streaming the tensor with the list laid over it. commit() is the pause:
-a scatter of the lists into the tensors with torch, on their device; a
-failure midway writes the old values back. apply() is the two in a row.
+a scatter of the lists into the tensors, on their device (libstitch's
+apply kernel for CUDA tensors when it was built with CUDA, else torch's
+scatter_; the adapter's `scatter` option); a failure midway writes the
+old values back. apply() is the two in a row.
 """
 import ctypes
 import time
 
 from . import _lib as L
 from . import binding as B
-from ._lib import StitchError
+from ._lib import StitchError, check, lib
 
 
 class DigestMismatch(StitchError):
@@ -30,6 +32,16 @@ class DigestMismatch(StitchError):
 
 
 _INT = {}  # element width -> torch dtype of that width, filled on first use
+
+
+_GPU = []
+
+
+def _gpu_available():
+    """Whether libstitch's stitch_gpu_* run on a CUDA device (asked once)."""
+    if not _GPU:
+        _GPU.append(bool(lib.stitch_gpu_available()))
+    return _GPU[0]
 
 
 def _int_dtype(w):
@@ -183,10 +195,19 @@ class EngineAdapter:
     host_mirror: None reads tensors off the CPU through a host mirror (see
     the module's doc) and CPU tensors in place; True mirrors every tensor
     (the tests run the GPU path's logic on CPU tensors so).
+    scatter: how commit() writes a list. "auto": libstitch's apply
+    (stitch_gpu_apply) for CUDA tensors when libstitch runs its kernels
+    on this machine, torch's scatter_ otherwise; "torch": always torch;
+    "stitch": always libstitch's (its C reference on CPU tensors, its
+    kernels on CUDA tensors, EINVAL at commit when it has none).
     """
 
     def __init__(self, named_tensors, store_dir, swarm_pub, version=None,
-                 threads=0, host_mirror=None):
+                 threads=0, host_mirror=None, scatter="auto"):
+        if scatter not in ("auto", "torch", "stitch"):
+            raise L.error("EINVAL", "scatter: %r is not auto, torch or "
+                          "stitch" % (scatter,))
+        self.scatter = scatter
         self.store_dir = store_dir
         self.swarm = B.PublicKey.of(swarm_pub)
         self.threads = threads
@@ -354,7 +375,42 @@ class EngineAdapter:
             pos, src = c.dpos, c.dval
         else:
             pos, src = c.pos.to(dev), src.to(dev)
-        flat.view(_int_dtype(c.w)).scatter_(0, pos, src)
+        if into is None and self._stitch_writes(c, dev):
+            self._lib_apply(c, flat, pos, src)
+        else:
+            flat.view(_int_dtype(c.w)).scatter_(0, pos, src)
+
+    def _stitch_writes(self, c, dev):
+        """Whether libstitch's apply writes change C (the scatter option)."""
+        if self.scatter == "torch" or c.w not in (1, 2, 4):
+            return False  # stitch_gpu_list has no 64-bit width
+        if self.scatter == "stitch":
+            return True
+        return dev.type == "cuda" and _gpu_available()
+
+    def _lib_apply(self, c, flat, pos, src):
+        """stitch_gpu_apply on the tensor's device (stitch_gpu_ref_apply on
+        the CPU): positions are uint64 in the C API, int64 here, and never
+        negative. No base check (old_v NULL): commit() checked the
+        generation, and the undo writes the old values through here too."""
+        gl = L.GpuList(c.w * 8, pos.numel(), pos.data_ptr(), None,
+                       src.data_ptr())
+        d = L.Diag()
+        what = "commit of tensor '%s'" % c.target.name
+        if flat.device.type == "cpu":
+            check(lib.stitch_gpu_ref_apply(ctypes.byref(gl), flat.data_ptr(),
+                                           flat.numel(), ctypes.byref(d)),
+                  d, what)
+            return
+        if not _gpu_available():
+            raise L.error("EINVAL", "%s: scatter='stitch' on a %s tensor, "
+                          "but libstitch runs no kernels here (built "
+                          "without CUDA, or no device)" % (what, flat.device))
+        import torch
+        with torch.cuda.device(flat.device):
+            check(lib.stitch_gpu_apply(ctypes.byref(gl), flat.data_ptr(),
+                                       flat.numel(), ctypes.byref(d)),
+                  d, what)
 
     @staticmethod
     def _sync(changes):

@@ -55,11 +55,13 @@ typedef struct apply_job {
   stitch_digest id;
   int rc;
   stitch_diag d;
-  uint64_t ms; /* how long the apply took */
+  uint64_t ms;       /* how long the apply took */
+  uint64_t ready_ms; /* when the core asked for it (Unix ms): every chunk
+                        in and verified */
 } apply_job;
 
 typedef struct applied_rec {
-  uint64_t version, unix_ms;
+  uint64_t version, unix_ms, ready_ms;
 } applied_rec;
 
 typedef struct agent {
@@ -74,6 +76,8 @@ typedef struct agent {
   stitch_swarm *swarm;
   stitch_store *store;
   uv_timer_t status_timer, scan_timer;
+  uv_fs_event_t store_watch; /* seed: DIR, for `latest` and `policy` */
+  int watching;              /* store_watch started */
   uv_signal_t sigterm, sigint;
   apply_job *queue, *queue_tail; /* waiting; the head runs when running */
   int running, stopping;
@@ -255,7 +259,8 @@ static void apply_done(uv_work_t *w, int status) {
               (APPLIED_MAX - 1) * sizeof(*a->applied));
       a->n_applied--;
     }
-    a->applied[a->n_applied++] = (applied_rec){j->version, unix_ms()};
+    a->applied[a->n_applied++] =
+        (applied_rec){j->version, unix_ms(), j->ready_ms};
     log_line(a, "applied version %" PRIu64 " (object %" PRIu32 ") in %" PRIu64
                 " ms",
              j->version, j->object, j->ms);
@@ -323,6 +328,7 @@ static void on_apply(void *user, uint64_t version, uint32_t object) {
   j->a = a;
   j->version = version;
   j->object = object;
+  j->ready_ms = unix_ms();
   j->id = v[i].id;
   if (a->queue_tail != NULL)
     a->queue_tail->next = j;
@@ -384,8 +390,11 @@ static void write_status(agent *a) {
           s.bytes_to_other_region, s.verify_failures, s.chunks_twice, s.bans,
           s.refused, s.policy_serial, s.manifests_forwarded);
   for (size_t i = 0; i < a->n_applied; i++)
-    fprintf(f, "%s{\"version\": %" PRIu64 ", \"unix_ms\": %" PRIu64 "}",
-            i ? ", " : "", a->applied[i].version, a->applied[i].unix_ms);
+    fprintf(f,
+            "%s{\"version\": %" PRIu64 ", \"unix_ms\": %" PRIu64
+            ", \"ready_unix_ms\": %" PRIu64 "}",
+            i ? ", " : "", a->applied[i].version, a->applied[i].unix_ms,
+            a->applied[i].ready_ms);
   fprintf(f, "]}\n");
   int bad = ferror(f);
   if (fclose(f) != 0 || bad || rename(tmp, a->status) != 0) {
@@ -453,6 +462,38 @@ static void scan_policy(agent *a) {
 static void on_scan_timer(uv_timer_t *t) {
   scan_store(t->data);
   scan_policy(t->data);
+}
+
+/* A change in the store's directory: `stitch publish` renames `latest`
+ * into place as its last step (a temporary file, fsync, rename), so an
+ * event naming it means a version may have landed, and the scan that
+ * follows reads only what `latest` names: a manifest being written (a
+ * temporary beside it) is never announced. Any other name is ignored but
+ * `policy` (`stitch revoke`). The timer stays as the fallback for a
+ * directory whose changes are not reported (a network file system). */
+static void on_store_event(uv_fs_event_t *h, const char *name, int events,
+                           int status) {
+  agent *a = h->data;
+  if (status < 0 || a->stopping)
+    return;
+  if (name == NULL || !strcmp(name, "latest"))
+    scan_store(a);
+  if (name == NULL || !strcmp(name, "policy"))
+    scan_policy(a);
+}
+
+/* Watches the store's directory; without it (no inotify, or the limit of
+ * watches reached) the timer alone finds a publish, within SCAN_EVERY_MS. */
+static void watch_store(agent *a) {
+  int rc = uv_fs_event_init(&a->loop, &a->store_watch);
+  if (rc == 0) {
+    a->store_watch.data = a;
+    a->watching = 1;
+    rc = uv_fs_event_start(&a->store_watch, on_store_event, a->dir, 0);
+  }
+  if (rc != 0)
+    log_line(a, "store: cannot watch %s (%s): found by a scan every %d ms",
+             a->dir, uv_strerror(rc), SCAN_EVERY_MS);
 }
 
 /* ---- Start-up --------------------------------------------------------------- */
@@ -614,6 +655,8 @@ static void shutdown_agent(agent *a, const char *why) {
   log_line(a, "stopping: %s", why);
   uv_close((uv_handle_t *)&a->status_timer, on_closed);
   uv_close((uv_handle_t *)&a->scan_timer, on_closed);
+  if (a->watching)
+    uv_close((uv_handle_t *)&a->store_watch, on_closed);
   uv_close((uv_handle_t *)&a->sigterm, on_closed);
   uv_close((uv_handle_t *)&a->sigint, on_closed);
   stitch_net_close(a->net);
@@ -676,6 +719,8 @@ static int start_sidecar(agent *a, opt *o, int manual) {
 static int run(agent *a, opt *o) {
   stitch_swarm_config cfg;
   memset(&cfg, 0, sizeof(cfg));
+  /* io_chunk_write's put hashes each chunk: the core need not (swarm.h) */
+  cfg.write_verifies = 1;
   stitch_diag d = {{0}};
   int rc;
   unsigned v;
@@ -772,6 +817,7 @@ static int run(agent *a, opt *o) {
   stitch_net_start(a->net, a->swarm);
   scan_policy(a); /* the policy held before a restart, or the store's */
   if (a->seed) {
+    watch_store(a); /* before the first scan: nothing lands between */
     scan_store(a);
     uv_timer_start(&a->scan_timer, on_scan_timer, SCAN_EVERY_MS,
                    SCAN_EVERY_MS);

@@ -107,9 +107,6 @@ int sparse_decode(const sym_fmt *f, uint8_t *data, block_span sp,
  * exactly CHANGED changes, the index's count. */
 #define GAPS_DECLINED 1
 #define GAPS_MIN_CHANGES 256
-/* Tests set this to 1 to run GAPS's scalar loops, the reference, on a CPU
- * whose vector loops would otherwise run: both must code the same bytes. */
-extern int gaps_force_scalar;
 /* Tests: nonzero makes the encoder's first pass count the whole block
  * rather than a sample of it (gaps.c count_changes). */
 extern int gaps_count_all;
@@ -147,8 +144,6 @@ int rans_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
 int rans_decode(const sym_fmt *f, int coding, uint8_t *data, block_span sp,
                 const uint8_t *in, size_t len, uint64_t changed,
                 stitch_diag *d);
-/* Tests: nonzero runs the scalar reference loops even on CPUs with AVX2. */
-void rans_force_scalar(int on);
 
 /* Dense codings over the byte range of a block. */
 size_t dense_bound(size_t nbytes);

@@ -35,6 +35,7 @@
  * sent with it), so the size is that of the per-class rates, about
  * H(mask | class): 1-7% above what SPARSE's adaptive contexts reach
  * (docs/codec.md, "Two sparse codings"). */
+#include "codec/cpu.h"
 #include "codec/delta_internal.h"
 #include "codec/rangecoder.h"
 #include "codec/symbol.h"
@@ -102,8 +103,7 @@ weight_of(const gaps_model *m, const sym_fmt *f, const unsigned bits,
 
 /* ---- Weight sums, 16 symbols at a time -------------------------------- */
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(STITCH_NO_AVX2) && \
-    !defined(STITCH_NO_SIMD)
+#ifdef CODEC_X86_SIMD
 #include <immintrin.h>
 #define GAPS_AVX2 1
 #define GAPS_AVX2_FN __attribute__((target("avx2"), always_inline)) static inline
@@ -465,7 +465,6 @@ static unsigned lut_changes(const gaps_lut *l, const uint8_t *old,
 
 #endif
 
-int gaps_force_scalar;
 int gaps_count_all;
 
 typedef struct gaps_walk {
@@ -477,11 +476,9 @@ typedef struct gaps_walk {
 } gaps_walk;
 
 #ifdef GAPS_AVX2
-/* Whether the vector loops run for format F: a layout, a CPU with AVX2,
- * and no test asking for the scalar ones. */
+/* Whether the vector loops run for format F: a layout, and codec_avx2. */
 static int vec_ok(const sym_fmt *f, unsigned bits) {
-  return !gaps_force_scalar && layout_of(f, bits) != LAYOUT_NONE &&
-         __builtin_cpu_supports("avx2");
+  return layout_of(f, bits) != LAYOUT_NONE && codec_avx2();
 }
 #endif
 

@@ -32,6 +32,7 @@
  * (in the caller's scratch) and writes the raw bits; the second codes the
  * symbols from the last to the first, both streams in one loop so that
  * the states' chains overlap. */
+#include "codec/cpu.h"
 #include "codec/delta_internal.h"
 #include "codec/symbol.h"
 #include "common/diag.h"
@@ -370,8 +371,7 @@ change_words_ref(const unsigned bits, const uint8_t *o, const uint8_t *q,
   }
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(STITCH_NO_AVX2) && \
-    !defined(STITCH_NO_SIMD)
+#ifdef CODEC_X86_SIMD
 #include <immintrin.h>
 #define RANSC_AVX2 1
 
@@ -1304,15 +1304,9 @@ decode_classes_impl(const int simd, const sym_fmt *f, const unsigned bits,
 
 /* ---- Entry points ----------------------------------------------------- */
 
-static int force_scalar; /* tests: the reference loops where AVX2 runs */
-
-void rans_force_scalar(int on) { force_scalar = on; }
+int codec_force_scalar; /* codec/cpu.h */
 
 #ifdef RANSC_AVX2
-static int simd_ok(void) {
-  return !force_scalar && __builtin_cpu_supports("avx2") &&
-         __builtin_cpu_supports("popcnt");
-}
 #define SIMD_FN __attribute__((target("avx2,popcnt"))) static int
 #endif
 
@@ -1366,7 +1360,7 @@ SIMD_FN decode_simd(DECODE_PARAMS) {
 
 int rans_encode(ENCODE_PARAMS) {
 #ifdef RANSC_AVX2
-  if (simd_ok())
+  if (codec_avx2())
     return encode_simd(f, old, new_, sp, out, cap, out_len, changed, coding,
                        classes, scratch, scratch_cap);
 #endif
@@ -1378,7 +1372,7 @@ int rans_decode(DECODE_PARAMS) {
   if (coding == STITCH_CODING_RANSC)
     pthread_once(&sel8_once, sel8_init);
 #ifdef RANSC_AVX2
-  if (simd_ok())
+  if (codec_avx2())
     return decode_simd(f, coding, data, sp, in, len, changed, d);
 #endif
   return decode_plain(f, coding, data, sp, in, len, changed, d);

@@ -144,12 +144,6 @@ static inline __attribute__((always_inline)) unsigned tree_q(uint32_t a32,
   return q4 * 4 + q2 * 2 + (a >= n);
 }
 
-#ifdef SCAN_AVX2
-#define SCAN_CPU_AVX2() scan_have_avx2()
-#else
-#define SCAN_CPU_AVX2() 0
-#endif
-
 /* Groups per chunk: the chunk's buckets and change mask come from one
  * pass over its bytes, and the flag loop then reads them back. */
 #define CHUNK 64
@@ -582,7 +576,7 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
   rc_enc_init(&e, &eo, out + hl, cap - hl);
   uint64_t nchanged = 0, nfull = sp.n / GROUP;
   uint8_t bkt[CHUNK];
-  int avx2 = SCAN_CPU_AVX2();
+  int avx2 = codec_avx2();
   for (uint64_t g0 = 0; g0 < nfull; g0 += CHUNK) {
     unsigned ng = nfull - g0 < CHUNK ? (unsigned)(nfull - g0) : CHUNK;
     uint64_t at = sp.start + g0 * GROUP;
@@ -642,7 +636,7 @@ decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
   rc_dec_init(&r, in + hl, len - hl);
   uint64_t nchanged = 0, nfull = sp.n / GROUP;
   uint8_t bkt[CHUNK];
-  int avx2 = SCAN_CPU_AVX2();
+  int avx2 = codec_avx2();
   for (uint64_t g0 = 0; g0 < nfull; g0 += CHUNK) {
     unsigned ng = nfull - g0 < CHUNK ? (unsigned)(nfull - g0) : CHUNK;
     uint64_t at = sp.start + g0 * GROUP;

@@ -25,6 +25,8 @@
 #ifndef STITCH_CODEC_SPARSE_SCAN_H
 #define STITCH_CODEC_SPARSE_SCAN_H
 
+#include "codec/cpu.h"
+
 #include <stdint.h>
 
 #if defined(__SSE2__) && !defined(STITCH_NO_SIMD)
@@ -162,18 +164,13 @@ SCAN_INLINE void scan_buckets(const uint8_t *q, const unsigned bits,
   }
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(STITCH_NO_AVX2)
+#ifdef CODEC_X86_SIMD
 /* The chunk scans again, 16 lanes to a register, for CPUs with AVX2:
- * compiled for AVX2 here only and chosen at run time (scan_have_avx2), so
- * the library still runs on any x86-64. They store the same buckets and
- * change masks. */
+ * compiled for AVX2 here only and chosen at run time (codec_avx2, in
+ * codec/cpu.h). They store the same buckets and change masks. */
 #include <immintrin.h>
 #define SCAN_AVX2 1
 #define SCAN_AVX2_FN __attribute__((target("avx2"))) static inline
-
-static inline int scan_have_avx2(void) {
-  return __builtin_cpu_supports("avx2");
-}
 
 /* Bit length of each byte: two 16-entry table lookups. */
 SCAN_AVX2_FN __m128i scan_bitlen8_avx2(__m128i v) {

@@ -16,6 +16,7 @@
 
 #include "common/diag.h"
 #include "common/fileio.h"
+#include "version/store_patch.h"
 
 #include <inttypes.h>
 #include <sodium.h>
@@ -278,9 +279,10 @@ static int write_version(pub *p, const stitch_seckey *sk,
     total += p->b[i].obj.n_chunks;
   for (size_t i = 0; rc == 0 && i < p->nb; i++)
     for (uint64_t c = 0; rc == 0 && c < p->b[i].obj.n_chunks; c++) {
-      rc = stitch_store_put_chunk(p->s, &p->b[i].obj.chunks[c].hash,
-                                  p->b[i].bufs[c],
-                                  (size_t)p->b[i].obj.chunks[c].size, d);
+      /* chunk.c named each chunk by hashing these bytes: no second hash */
+      rc = store_put_named_chunk(p->s, &p->b[i].obj.chunks[c].hash,
+                                 p->b[i].bufs[c],
+                                 (size_t)p->b[i].obj.chunks[c].size, d);
       progress(p, "write chunks", ++done, total);
     }
   uint8_t *signed_buf = NULL;

@@ -51,7 +51,11 @@ int store_patch_open(const stitch_store *s, const stitch_vref *vr, uint32_t obj,
   for (size_t c = 0; rc == 0 && c < n; c++) {
     rc = stitch_store_get_chunk(s, &ob->chunks[c].hash, &sp->bufs[c],
                                 &sp->lens[c], d);
-    if (rc == 0)
+    /* Hashed once on this node's path: by the put that stored it, if
+     * this handle's (proofs.h), else here. */
+    if (rc == 0 && store_chunk_proven(s, &ob->chunks[c].hash))
+      rc = patch_add_proven(sp->p, c, sp->bufs[c], sp->lens[c], d);
+    else if (rc == 0)
       rc = stitch_patch_add(sp->p, c, sp->bufs[c], sp->lens[c], d);
     /* A chunk that does not verify stays where it is: the store is its
      * owner's (a publisher's, or stitchd's, whose next put of the chunk

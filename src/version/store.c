@@ -14,6 +14,8 @@
 
 #include "common/diag.h"
 #include "common/fileio.h"
+#include "version/proofs.h"
+#include "version/store_patch.h"
 
 #include <dirent.h>
 #include <sodium.h>
@@ -34,6 +36,7 @@ struct stitch_store {
   stitch_vref *v; /* ascending by version; owns each m */
   size_t n, cap;
   uint64_t latest; /* what DIR/latest names (0: no such file) */
+  chunk_proofs *proofs; /* the chunks checked since open (proofs.h) */
 };
 
 static char *path_join(const char *a, const char *b) {
@@ -210,6 +213,7 @@ int stitch_store_open(const char *dir, const stitch_pubkey *swarm, int create,
   RETURN_IF(s == NULL, d, STITCH_ENOMEM, "out of memory");
   s->swarm = *swarm;
   s->dir = strdup(dir);
+  s->proofs = proofs_new(); /* NULL: every apply hashes, as before */
   char *mdir = path_join(dir, "manifests"), *cdir = path_join(dir, "chunks");
   int rc = s->dir && mdir && cdir ? 0 : STITCH_ENOMEM;
   if (rc == 0)
@@ -247,6 +251,7 @@ void stitch_store_close(stitch_store *s) {
     stitch_manifest_free((stitch_manifest *)s->v[i].m);
   free(s->v);
   free(s->dir);
+  proofs_free(s->proofs);
   free(s);
 }
 
@@ -289,6 +294,12 @@ int stitch_store_put_chunk(stitch_store *s, const stitch_digest *hash,
   stitch_hash(buf, len, &h);
   RETURN_IF(memcmp(h.b, hash->b, 32) != 0, d, STITCH_ECHECKSUM,
             "chunk does not hash to its name");
+  return store_put_named_chunk(s, hash, buf, len, d);
+}
+
+int store_put_named_chunk(stitch_store *s, const stitch_digest *hash,
+                          const uint8_t *buf, size_t len, stitch_diag *d) {
+  stitch_digest h;
   char path[4096];
   if (stitch_store_has_chunk(s, hash)) {
     /* Keep a good copy; replace one whose bytes went bad on disk. A
@@ -303,14 +314,22 @@ int stitch_store_put_chunk(stitch_store *s, const stitch_digest *hash,
       good = memcmp(h.b, hash->b, 32) == 0;
       stitch_store_release(old, old_len);
     }
-    if (good)
+    if (good) {
+      proofs_add(s->proofs, hash);
       return 0;
+    }
   }
   RETURN_IF(chunk_path(s, hash, path, sizeof(path), 1) != 0, d, STITCH_ELIMIT,
             "store path too long");
   CHECK_RC(stitch_mkdir(path, d));
   chunk_path(s, hash, path, sizeof(path), 0);
-  return stitch_write_file(path, buf, len, d);
+  CHECK_RC(stitch_write_file(path, buf, len, d));
+  proofs_add(s->proofs, hash);
+  return 0;
+}
+
+int store_chunk_proven(const stitch_store *s, const stitch_digest *hash) {
+  return proofs_has(s->proofs, hash);
 }
 
 int stitch_store_get_chunk(const stitch_store *s, const stitch_digest *hash,
@@ -332,6 +351,7 @@ int stitch_store_get_chunk(const stitch_store *s, const stitch_digest *hash,
 
 void stitch_store_drop_chunk(const stitch_store *s, const stitch_digest *hash) {
   char path[4096];
+  proofs_remove(s->proofs, hash);
   if (chunk_path(s, hash, path, sizeof(path), 0) == 0)
     unlink(path);
 }

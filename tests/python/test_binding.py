@@ -8,49 +8,20 @@ Plain script (ctest runs it): exit 0 pass, 1 fail, 77 skip (no torch or
 safetensors). STITCH_SEED=N replays a run; the seed is printed.
 """
 import os
-import random
 import shutil
 import sys
 import tempfile
 
-try:
-    import torch
-    from safetensors.torch import load_file
-except ImportError as e:
-    print("test_binding: SKIP: %s (run tools/setup-python.sh)" % e)
-    sys.exit(77)
+import harness
+
+SEED = harness.start()  # exits 77 without torch or safetensors
+import torch
+from safetensors.torch import load_file
+from harness import check, raises, raw
 
 import stitch
 from stitch import (DigestMismatch, EngineAdapter, Publisher, StitchError,
                     tensors_for)
-
-SEED = int(os.environ.get("STITCH_SEED", random.randrange(1 << 31)))
-print("test_binding: Seed = %d" % SEED)
-torch.manual_seed(SEED)
-torch.set_num_threads(1)
-FAILS = []
-
-
-def check(cond, what):
-    if not cond:
-        FAILS.append(what)
-        print("test_binding: FAIL: %s" % what, file=sys.stderr)
-
-
-def raises(fn, name, contains, what):
-    """fn() must raise StitchError NAME whose message contains CONTAINS."""
-    try:
-        fn()
-    except StitchError as e:
-        check(e.name == name and contains in str(e),
-              "%s: got %s '%s', want %s containing '%s'"
-              % (what, e.name, e, name, contains))
-        return e
-    check(False, "%s: no error raised" % what)
-
-
-def raw(t):
-    return t.contiguous().reshape(-1).view(torch.uint8)
 
 
 class Tiny(torch.nn.Module):
@@ -374,11 +345,7 @@ def main():
         test_background(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if FAILS:
-        print("test_binding: %d failure(s) (seed %d)" % (len(FAILS), SEED))
-        return 1
-    print("test_binding: OK")
-    return 0
+    return harness.finish(SEED)
 
 
 if __name__ == "__main__":

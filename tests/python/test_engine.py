@@ -16,49 +16,21 @@ Plain script (ctest runs it): exit 0 pass, 1 fail, 77 skip (no torch or
 safetensors). STITCH_SEED=N replays a run; the seed is printed.
 """
 import os
-import random
 import shutil
 import sys
 import tempfile
 
-try:
-    import torch
-    from safetensors.torch import load_file
-except ImportError as e:
-    print("test_engine: SKIP: %s (run tools/setup-python.sh)" % e)
-    sys.exit(77)
+import harness
+
+SEED = harness.start()  # exits 77 without torch or safetensors
+import torch
+from safetensors.torch import load_file
+from harness import check, raises, raw
 
 from stitch import (DigestMismatch, EngineAdapter, Publisher, StitchError,
                     tensors_for)
 
-SEED = int(os.environ.get("STITCH_SEED", random.randrange(1 << 31)))
-print("test_engine: Seed = %d" % SEED)
-torch.manual_seed(SEED)
-torch.set_num_threads(1)
-FAILS = []
-MIRROR = {"host_mirror": None}  # the adapters' option, per pass
-
-
-def check(cond, what):
-    if not cond:
-        FAILS.append(what)
-        print("test_engine: FAIL: %s" % what, file=sys.stderr)
-
-
-def raises(fn, name, contains, what):
-    """fn() must raise StitchError NAME whose message contains CONTAINS."""
-    try:
-        fn()
-    except StitchError as e:
-        check(e.name == name and contains in str(e),
-              "%s: got %s '%s', want %s containing '%s'"
-              % (what, e.name, e, name, contains))
-        return e
-    check(False, "%s: no error raised" % what)
-
-
-def raw(t):
-    return t.contiguous().reshape(-1).view(torch.uint8)
+MIRROR = {"host_mirror": None, "scatter": "auto"}  # the adapters' options
 
 
 def snapshot(tensors):
@@ -153,6 +125,25 @@ def test_two_phases(tr, kind):
     same_as_view(tr, tensors, v, "%s: prepare + commit" % kind)
     raises(ad.commit, "EINVAL", "nothing is prepared", "%s: a second commit" % kind)
     return tensors, ad
+
+
+def test_scatter_option(tr):
+    """scatter='stitch' writes every list through libstitch's apply and
+    'torch' through none; both bit-exact; an unknown mode is refused."""
+    for mode in ("stitch", "torch"):
+        tensors = tensors_for(tr.store, tr.pub)
+        ad = EngineAdapter(tensors, tr.store, tr.pub, scatter=mode)
+        ad.apply(1)  # an anchor: whole copies, no lists
+        calls = []
+        real = ad._lib_apply
+        ad._lib_apply = lambda *a: (calls.append(1), real(*a))
+        v = tr.step()
+        ad.apply()
+        same_as_view(tr, tensors, v, "scatter=%s" % mode)
+        check((len(calls) > 0) == (mode == "stitch"),
+              "scatter=%s: %d writes through libstitch" % (mode, len(calls)))
+    raises(lambda: EngineAdapter({}, tr.store, tr.pub, scatter="cuda"),
+           "EINVAL", "not auto, torch or stitch", "scatter='cuda'")
 
 
 def test_catch_up(tr, tensors, ad):
@@ -344,10 +335,14 @@ def main():
     try:
         import stitch
         stitch.keygen(os.path.join(tmp, "tr"))
-        for mirror in (None, True):
-            MIRROR["host_mirror"] = mirror
-            print("test_engine: host_mirror=%s" % mirror)
-            tr = Trainer(tmp, "bf16", "-%s" % mirror)
+        # The third pass writes through libstitch's apply (its C
+        # reference on CPU tensors; stitch_gpu_apply's kernels on a GPU).
+        for mirror, scatter in ((None, "auto"), (True, "auto"),
+                                (None, "stitch")):
+            MIRROR["host_mirror"], MIRROR["scatter"] = mirror, scatter
+            print("test_engine: host_mirror=%s scatter=%s" % (mirror, scatter))
+            tag = "-%s-%s" % (mirror, scatter)
+            tr = Trainer(tmp, "bf16", tag)
             tensors, ad = test_two_phases(tr, "bf16")
             test_catch_up(tr, tensors, ad)
             test_refusals(tr, tensors, ad)
@@ -355,18 +350,16 @@ def main():
             test_stale(tr, tensors, ad)
             if mirror:
                 test_mirrors(tr, tensors, ad)
-            else:
+            elif scatter == "auto":
                 test_no_nbytes(tr)
+            else:
+                test_scatter_option(tr)
             for kind in ("fp8", "nvfp4"):
-                k = Trainer(tmp, kind, "-%s" % mirror)
+                k = Trainer(tmp, kind, tag)
                 test_two_phases(k, kind)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if FAILS:
-        print("test_engine: %d failure(s) (seed %d)" % (len(FAILS), SEED))
-        return 1
-    print("test_engine: OK")
-    return 0
+    return harness.finish(SEED)
 
 
 if __name__ == "__main__":

@@ -40,46 +40,29 @@ STITCH_TEST_DEVICE=cuda puts the stand-ins' parameters on the GPU.
 import importlib
 import os
 import pickle
-import random
 import shutil
 import sys
 import tempfile
 import time
 
-try:
-    import torch
-    from safetensors.torch import load_file
-except ImportError as e:
-    print("test_engines_ext: SKIP: %s (run tools/setup-python.sh)" % e)
-    sys.exit(77)
+import harness
+
+SEED = harness.start()  # exits 77 without torch or safetensors
+import torch
+from safetensors.torch import load_file
+from harness import check, raw
 
 import stitch
 from stitch import DigestMismatch, Publisher, StitchError
 from stitch import sglang as SG
 from stitch.vllm import StitchWorkerExtension
 
-SEED = int(os.environ.get("STITCH_SEED", random.randrange(1 << 31)))
-print("test_engines_ext: Seed = %d" % SEED)
-torch.manual_seed(SEED)
-torch.set_num_threads(1)
 DEVICE = os.environ.get("STITCH_TEST_DEVICE", "cpu")
-FAILS = []
 
 H, KV, I, V = 32, 8, 48, 64  # hidden, k/v rows, MLP, vocab
 K = 2                        # tensor-parallel workers
 LAYERS = 2
 P = "model.layers.%d."
-
-
-def check(cond, what):
-    if not cond:
-        FAILS.append(what)
-        print("test_engines_ext: FAIL: %s" % what, file=sys.stderr)
-    return cond
-
-
-def raw(t):
-    return t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
 
 
 # ---- the trainer: HF Llama names ---------------------------------------
@@ -828,11 +811,7 @@ def main():
           "an engine was imported: %s" % [m for m in sys.modules
                                            if m.split(".")[0] in
                                            ("vllm", "sglang")])
-    if FAILS:
-        print("test_engines_ext: %d failure(s) (seed %d)" % (len(FAILS), SEED))
-        return 1
-    print("test_engines_ext: OK")
-    return 0
+    return harness.finish(SEED)
 
 
 if __name__ == "__main__":

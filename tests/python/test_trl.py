@@ -12,41 +12,25 @@ Plain script (ctest runs it): exit 0 pass, 1 fail, 77 skip. STITCH_SEED=N
 replays a run.
 """
 import os
-import random
 import shutil
 import subprocess
 import sys
 import tempfile
 
-try:
-    import torch
-    from safetensors import safe_open
-    from safetensors.torch import load_file, save_file
-except ImportError as e:
-    print("test_trl: SKIP: %s (run tools/setup-python.sh)" % e)
-    sys.exit(77)
+import harness
+
+SEED = harness.start()  # exits 77 without torch or safetensors
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+from harness import check, raw
 
 import stitch
 from stitch import trl
 
-SEED = int(os.environ.get("STITCH_SEED", random.randrange(1 << 31)))
-print("test_trl: Seed = %d" % SEED)
-torch.manual_seed(SEED)
-torch.set_num_threads(1)
-FAILS = []
 TRL_FIELDS = ("format", "version", "sparse", "model_version",
               "num_changed_params", "total_changed_elements", "total_elements",
               "sparsity", "encoding")
-
-
-def check(cond, what):
-    if not cond:
-        FAILS.append(what)
-        print("test_trl: FAIL: %s" % what, file=sys.stderr)
-
-
-def raw(t):
-    return t.contiguous().reshape(-1).view(torch.uint8)
 
 
 def same(a_path, b_path, what):
@@ -267,11 +251,7 @@ def main():
         test_feed_the_mesh(tmp, old, imported)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if FAILS:
-        print("test_trl: %d failure(s) (seed %d)" % (len(FAILS), SEED))
-        return 1
-    print("test_trl: OK")
-    return 0
+    return harness.finish(SEED)
 
 
 if __name__ == "__main__":

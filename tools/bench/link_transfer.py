@@ -14,9 +14,11 @@ warm-up round that is not counted, every build in turn: `stitchd seed` on
 that store, then a fresh `stitchd node` (new data directory and weights
 file), timed from the node's start until its status file (--status,
 polled every 10 ms; stitchd writes it when an apply ends) shows
-held_version 1. The node and seed are stopped and the node's files
-removed before the next run. Prints every run, then per build the median
-and the range, and the ratio of the medians (first build over second).
+held_version 1, and the node's CPU time (user + system, from
+/proc/PID/stat) at that moment. The node and seed are stopped and the
+node's files removed before the next run. Prints every run, then per build
+the medians and the range, and the ratios of the medians (first build over
+second).
 Only the standard library is used.
 """
 import argparse
@@ -56,6 +58,13 @@ def stop(p):
         p.wait()
 
 
+def cpu_seconds(pid):
+    """User + system CPU time of process PID so far."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def held(path):
     try:
         with open(path) as f:
@@ -80,7 +89,8 @@ class Build:
              self.store, ckpt])
 
     def once(self, timeout=300.0):
-        """Seconds from the node's start until it holds version 1."""
+        """Seconds from the node's start until it holds version 1, and the
+        node's CPU seconds by then."""
         stitchd = os.path.join(self.bin, "stitchd")
         seed, addr = start([stitchd, "seed", "--key", self.key + ".key",
                             "--listen", "127.0.0.1:0", "--store", self.store],
@@ -114,7 +124,7 @@ class Build:
                     sys.exit("link_transfer: %s: no version 1 in %.0f s"
                              % (self.name, timeout))
                 time.sleep(0.01)
-            return time.monotonic() - t0
+            return time.monotonic() - t0, cpu_seconds(node.pid)
         finally:
             stop(node)
             stop(seed)
@@ -131,26 +141,33 @@ def main():
     a = ap.parse_args()
     builds = [Build(s, a.work, a.ckpt) for s in a.bin]
     times = {b.name: [] for b in builds}
+    cpus = {b.name: [] for b in builds}
     for r in range(a.runs + 1):
         for b in builds:
-            t = b.once()
-            print("round %d %-10s %.3f s%s" % (r, b.name, t,
-                                               "  (warm-up)" if r == 0 else ""),
+            t, c = b.once()
+            print("round %d %-10s %.3f s, node CPU %.2f s%s"
+                  % (r, b.name, t, c, "  (warm-up)" if r == 0 else ""),
                   flush=True)
             if r > 0:
                 times[b.name].append(t)
+                cpus[b.name].append(c)
     mb = os.path.getsize(a.ckpt) / 1e6
     for b in builds:
         xs = times[b.name]
         med = statistics.median(xs)
+        cs = cpus[b.name]
         print("%-10s median %.3f s (%.0f MB/s of checkpoint), range "
-              "%.3f..%.3f s, %d runs" % (b.name, med, mb / med, min(xs),
-                                         max(xs), len(xs)))
+              "%.3f..%.3f s, %d runs; node CPU median %.2f s, range "
+              "%.2f..%.2f s" % (b.name, med, mb / med, min(xs), max(xs),
+                                len(xs), statistics.median(cs), min(cs),
+                                max(cs)))
     if len(builds) >= 2:
         m0 = statistics.median(times[builds[0].name])
         m1 = statistics.median(times[builds[1].name])
-        print("ratio %s / %s: %.3f" % (builds[0].name, builds[1].name,
-                                       m0 / m1))
+        c0 = statistics.median(cpus[builds[0].name])
+        c1 = statistics.median(cpus[builds[1].name])
+        print("ratio %s / %s: %.3f (time), %.3f (node CPU)"
+              % (builds[0].name, builds[1].name, m0 / m1, c0 / c1))
 
 
 if __name__ == "__main__":

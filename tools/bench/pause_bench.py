@@ -165,7 +165,8 @@ def run_size(nbytes, args, work):
           % (nbytes >> 20, len(model), time.perf_counter() - t0), flush=True)
     one = {n: t.clone() for n, t in model.items()}
     two = {n: t.clone().to(args.device) for n, t in model.items()}
-    ad = stitch.EngineAdapter(two, store, pub, version=1)
+    ad = stitch.EngineAdapter(two, store, pub, version=1,
+                              scatter=args.scatter)
     held, held_id = 1, ad.id
     rows = []
     for k, density in enumerate(args.densities):
@@ -214,13 +215,17 @@ def main():
     ap.add_argument("--work", default=None, help="scratch directory")
     ap.add_argument("--device", default="cpu",
                     help="where the two-phase engine's tensors live")
+    ap.add_argument("--scatter", default="auto",
+                    choices=("auto", "torch", "stitch"),
+                    help="how commit() writes (EngineAdapter's scatter): "
+                    "libstitch's apply kernel or torch's scatter_")
     args = ap.parse_args()
     args.densities = [float(x) for x in args.densities.split(",")]
     sizes = [parse_size(x) for x in args.size.split(",")]
     work = tempfile.mkdtemp(prefix="pause-bench-", dir=args.work)
-    print("# pause_bench: torch %s, %d torch threads, %d CPUs, engine on %s"
-          % (torch.__version__, torch.get_num_threads(), os.cpu_count(),
-             args.device))
+    print("# pause_bench: torch %s, %d torch threads, %d CPUs, engine on %s, "
+          "scatter %s" % (torch.__version__, torch.get_num_threads(),
+                          os.cpu_count(), args.device, args.scatter))
     # torch's first indexed write starts its thread pool: not a pause.
     w = torch.zeros(1 << 16, dtype=torch.int16)
     w[torch.arange(0, 1 << 16, 7)] = 1

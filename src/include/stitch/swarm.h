@@ -74,13 +74,14 @@ typedef struct stitch_swarm_config {
   /* What the weights hold when the core starts (0: nothing). */
   uint64_t held_version;
   stitch_digest held_id;
-  /* 0 for any real store. 1: chunk_write checks a chunk's bytes against
-   * its name itself and returns STITCH_ECHECKSUM when they differ, which
-   * the core then treats as a chunk that does not verify (its sender is
-   * banned) instead of hashing it first. For a host that holds bytes known
-   * to hash to every name, as the simulator's chunk table does: comparing
-   * is the same check at a fraction of BLAKE2b's cost, which would
-   * otherwise be most of a 10,000-node simulation's time. */
+  /* 1: chunk_write checks a chunk's bytes against its name itself and
+   * returns STITCH_ECHECKSUM when they differ, which the core then treats
+   * as a chunk that does not verify (its sender is banned) instead of
+   * hashing it first. stitchd sets it, since stitch_store_put_chunk
+   * hashes what it writes: the one hash on a node's path (the apply then
+   * trusts the store's proof). The simulator sets it too: its chunk table
+   * holds bytes known to hash to every name, and comparing is the same
+   * check at a fraction of BLAKE2b's cost. 0: the core hashes first. */
   int write_verifies;
   /* This node's ticket (stitch/admit.h), shown in every handshake. None
    * (ticket_len 0) for the seed, whose node key is the swarm key, or in an

@@ -15,7 +15,11 @@ def load(path, test, network):
         return json.load(f), fail
 
 
-def check_common(r, fail):
+def check_common(r, fail, seed_spans=True, own_links=True):
+    """SEED_SPANS False: a version's seed_bytes span (its publish to the
+    next) may hold less than its bytes, as when the seed was down at its
+    publish (a seed restart) and sent it during the next one's. OWN_LINKS
+    False: nodes alone in their region (no links to it to count)."""
     if r["verify_failures"] != 0 or r["bad_writes"] != 0 or r["apply_errors"] != 0:
         fail("verify_failures %d, bad_writes %d, apply_errors %d"
              % (r["verify_failures"], r["bad_writes"], r["apply_errors"]))
@@ -26,11 +30,11 @@ def check_common(r, fail):
         if v["min_s"] < v["node_bound_s"]:
             fail("version %d: a node finished in %.6f s, under %.6f s"
                  % (v["version"], v["min_s"], v["node_bound_s"]))
-        if v["seed_bytes"] < v["bytes"]:
+        if seed_spans and v["seed_bytes"] < v["bytes"]:
             fail("version %d: the seed sent %d B of %d"
                  % (v["version"], v["seed_bytes"], v["bytes"]))
         lo, mid = v["own_region_links_min"], v["own_region_links_p50"]
-        if r["mode"] == "p2p" and (lo > mid or mid == 0):
+        if r["mode"] == "p2p" and (lo > mid or (mid == 0 and own_links)):
             fail("version %d: links to their own region at publish, min %d "
                  "and median %d" % (v["version"], lo, mid))
 

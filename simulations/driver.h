@@ -67,9 +67,15 @@
  * chunks behind HAVEs on far links. */
 #define PIPE_MSGS 16
 #define CTL_BYTES 64  /* simulated size of DIAL, ACCEPT, CLOSE */
+#define SIM_WARMUP_S 2.0 /* nodes join before version 1 */
 
+/* MSG_UNREACH answers a DIAL that no process takes: a node behind a NAT
+ * (none of its own dialers), or a killed one whose host is up (the
+ * kernel's reset): the dialer's core hears stitch_swarm_dial_failed, as
+ * stitchd's does on a refused connect. */
 typedef enum msg_kind {
-  MSG_DATA, MSG_DIAL, MSG_ACCEPT, MSG_REFUSE, MSG_CLOSE, MSG_PUBLISH
+  MSG_DATA, MSG_DIAL, MSG_ACCEPT, MSG_REFUSE, MSG_CLOSE, MSG_PUBLISH,
+  MSG_UNREACH
 } msg_kind;
 
 /* One message. Bytes that lie in the chunk table (a chunk's payload, which
@@ -107,6 +113,7 @@ typedef struct conn {
   int closed;
   int fin[2];       /* flows: CLOSE waits for that side's sends in flight */
   uint32_t peer[2]; /* the id each side's core gave */
+  unsigned life;    /* the dialer's life when it dialed (node.life) */
   pipe_ d[2];       /* d[s]: from node[s] to node[1 - s] */
 } conn;
 
@@ -114,7 +121,9 @@ struct sim;
 
 /* Churn (churn.c plans it): a joiner waits for its time, a leaver is gone
  * for good; only live nodes run a core and count toward completion. */
-typedef enum node_state { NODE_WAITING, NODE_LIVE, NODE_LEFT } node_state;
+typedef enum node_state { NODE_WAITING, NODE_LIVE, NODE_LEFT,
+                          NODE_DOWN /* killed (faults), back later */
+} node_state;
 
 typedef struct node {
   struct sim *sim;
@@ -122,7 +131,17 @@ typedef struct node {
   node_state state;
   sg_host_t host; /* flows */
   stitch_swarm *sw; /* NULL unless live (and always in central mode) */
-  stitch_swarm_stats final; /* its core's, when it left */
+  stitch_swarm_stats past; /* its cores' counters over lives that ended
+                              (a leave, a kill), added to the live one */
+  int nat;                  /* behind a NAT: takes no inbound link */
+  unsigned life;            /* its core's starts: a restart is a new one */
+  int boot[3], n_boot;      /* the nodes it was first told of (a restart
+                               is told of them again, as stitchd's
+                               command line) */
+  stitch_pubkey pk;         /* its keys, kept for a restart */
+  stitch_seckey sk;
+  uint64_t known;           /* newest manifest its core held when killed */
+  uint64_t nat_refused, nat_out; /* DIALs to it refused; its links out */
   double join_s, left_s;    /* when it joined (0: at start), left (or inf) */
   uint64_t key_seed;        /* a joiner's keys and first peers */
   uint64_t rng;
@@ -148,6 +167,14 @@ typedef struct snap {
 } snap;
 
 struct qnet;
+typedef struct faults faults;
+
+/* What a route does to a message (faults.c sim_path). */
+typedef struct sim_route {
+  double depart;  /* when it can leave (a partition holds it) */
+  double inflate; /* its bytes on the links: loss's retransmissions */
+  double extra;   /* added to its arrival: jitter, loss recovery */
+} sim_route;
 
 typedef struct sim {
   sim_scenario sc;
@@ -181,6 +208,14 @@ typedef struct sim {
                              live nodes now */
   sim_churn ch; /* node slots, who joins and leaves when */
   unsigned nodes_left, nodes_joined;
+  faults *faults;    /* faults.c; NULL without */
+  uint64_t path_rng; /* loss draws (faults.c sim_path) */
+  unsigned n_nat;
+  int nat_punch;     /* STITCH_SIM_NAT_PUNCH=1: NATed pairs may link (the
+                        most coordinated hole punching could give) */
+  uint64_t nat_accepted, nat_punched, dials_unreach;
+  uint64_t loss_recoveries; /* messages that paid a loss's recovery */
+  double loss_resent;       /* bytes sent again for loss */
 } sim;
 
 /* sim.c */
@@ -212,6 +247,29 @@ double controller_step(sim *s);
  * stops (freed). */
 void node_join(sim *s, node *n);
 void node_leave(sim *s, node *n);
+/* kill -9 of N (faults.c): its connections reset, its core stops; its
+ * store and weights stay, as stitchd's on disk. node_restart starts a
+ * core again with the same keys, store and held version, told of the
+ * same peers, and steps it. */
+void node_kill(sim *s, node *n);
+void node_restart(sim *s, node *n);
+
+/* faults.c */
+void nat_assign(sim *s);
+void faults_init(sim *s); /* dies with one line on a bad plan */
+void faults_free(sim *s);
+double faults_next(const sim *s); /* the next event's time, or inf */
+void faults_due(sim *s, double now);     /* carries out events due */
+void faults_observe(sim *s, double now); /* after each controller turn */
+int faults_done(const sim *s);       /* every event out, each converged */
+int faults_converged(const sim *s);  /* each fault converged */
+void *faults_json(const sim *s);     /* the "faults" array */
+/* Does a partition hold the route from host A to host B at T? */
+int sim_path_cut(const sim *s, int a, int b, double t);
+/* What the route from host A to host B does to a message of BYTES sent
+ * at NOW (BULK: larger than a control frame). */
+void sim_path(sim *s, int a, int b, size_t bytes, int bulk, double now,
+              sim_route *out);
 
 /* flows.c: SimGrid comms */
 void flows_ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c);

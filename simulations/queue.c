@@ -191,14 +191,18 @@ static void book(qlink *l, double now, double bytes, double *start,
 static double transfer(sim *s, int a, int b, size_t bytes, double up[2]) {
   qnet *q = s->q;
   int ra = q->region[a], rb = q->region[b];
-  double now = s->clock, sz = (double)bytes;
+  /* Partitions, loss and jitter (faults.c): when it can leave, its bytes
+   * with loss's retransmissions, and the delay they add. */
+  sim_route rt;
+  sim_path(s, a, b, bytes, bytes > SMALL_BYTES, s->clock, &rt);
+  double now = rt.depart, sz = (double)bytes * rt.inflate;
   if (up != NULL)
     up[0] = up[1] = now;
   if (bytes <= SMALL_BYTES) { /* beside the queues, at the slowest rate */
     double bps = fmin(q->up[a].bps, q->down[b].bps);
     if (ra != rb)
       bps = fmin(bps, fmin(q->out[ra].bps, q->in[rb].bps));
-    return now + sz / bps + route_latency(q, a, b);
+    return now + sz / bps + route_latency(q, a, b) + rt.extra;
   }
   double start = now, end = now;
   book(&q->up[a], now, sz, &start, &end);
@@ -211,7 +215,7 @@ static double transfer(sim *s, int a, int b, size_t bytes, double up[2]) {
     book(&q->in[rb], now, sz, &start, &end);
   }
   book(&q->down[b], now, sz, &start, &end);
-  return end + route_latency(q, a, b);
+  return end + route_latency(q, a, b) + rt.extra;
 }
 
 /* ---- Sending ---------------------------------------------------------- */

@@ -125,13 +125,18 @@ static void read_regions(rd *r, json_t *root, sim_scenario *sc) {
     g->up_mbps = rd_num(r, o, path, "up_mbps", 1, 0, 1e-3, 1e7);
     g->down_mbps = rd_num(r, o, path, "down_mbps", 1, 0, 1e-3, 1e7);
     g->latency_ms = rd_num(r, o, path, "latency_ms", 1, 0, 0, 1e5);
-    /* NAT, like faults, is tools/netlab's: every simulated node can dial
-     * every other. Read, so that the bound (which rests on link capacities
-     * alone) can be given for the file; sim.c refuses to simulate it. */
-    if (rd_num(r, o, path, "nat", 0, 0, 0, 1) > 0 && !sc->unsimulated[0])
-      snprintf(sc->unsimulated, sizeof(sc->unsimulated),
-               "%s: %snat: not simulated by stitch-sim; tools/netlab runs it "
-               "(docs/netlab.md)", r->file, path);
+    g->jitter_ms = rd_num(r, o, path, "jitter_ms", 0, 0, 0, 1e5);
+    g->loss_pct = rd_num(r, o, path, "loss_pct", 0, 0, 0, 99);
+    if (!r->failed && g->jitter_ms > g->latency_ms) {
+      char full[96];
+      snprintf(full, sizeof(full), "%sjitter_ms", path);
+      rd_fail(r, full, "%g is more than latency_ms %g (the jitter is a bound "
+                       "around the latency)", g->jitter_ms, g->latency_ms);
+    }
+    /* NAT: how many of the region's nodes, rounded as netlab's Python
+     * round() does (half to even; nearbyint's default mode). */
+    g->nat = rd_num(r, o, path, "nat", 0, 0, 0, 1);
+    g->nat_nodes = (unsigned)nearbyint(g->nat * g->nodes);
     for (size_t j = 0; j < i && !r->failed; j++)
       if (strcmp(sc->regions[j].name, g->name) == 0)
         rd_fail(r, path, "region \"%s\" named twice", g->name);
@@ -140,6 +145,135 @@ static void read_regions(rd *r, json_t *root, sim_scenario *sc) {
   if (!r->failed && (sc->nodes == 0 || sc->nodes > 100000))
     rd_fail(r, "regions", "%u nodes in all; expected 1 to 100000",
             sc->nodes);
+}
+
+static int unsigned_cmp(const void *a, const void *b) {
+  unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
+  return x < y ? -1 : x > y;
+}
+
+static int region_index(const sim_scenario *sc, const char *name) {
+  for (size_t i = 0; i < sc->n_regions; i++)
+    if (strcmp(sc->regions[i].name, name) == 0)
+      return (int)i;
+  return -1;
+}
+
+/* "faults": tools/netlab's schema and checks (tools/netlab_faults.py),
+ * so a file one driver takes the other takes too. A kill's "fraction" is
+ * turned into nodes at run time (faults.c draws them as netlab does). */
+static void read_faults(rd *r, json_t *root, sim_scenario *sc) {
+  json_t *a = json_object_get(root, "faults");
+  if (a == NULL || r->failed)
+    return;
+  if (!json_is_array(a)) {
+    rd_fail(r, "faults", "expected an array");
+    return;
+  }
+  if (json_array_size(a) > SIM_FAULTS_MAX) {
+    rd_fail(r, "faults", "%zu faults; at most %d", json_array_size(a),
+            SIM_FAULTS_MAX);
+    return;
+  }
+  if (sc->central && json_array_size(a) > 0) {
+    rd_fail(r, "faults", "simulated in p2p mode only, not with \"mode\": "
+                         "\"central\"");
+    return;
+  }
+  double limit = sc->time_limit_s;
+  for (size_t i = 0; i < json_array_size(a) && !r->failed; i++) {
+    json_t *o = json_array_get(a, i);
+    char path[32], key[48];
+    snprintf(path, sizeof(path), "faults[%zu].", i);
+    sim_fault *f = &sc->faults[sc->n_faults++];
+    if (!json_is_object(o)) {
+      snprintf(key, sizeof(key), "faults[%zu]", i);
+      rd_fail(r, key, "expected an object");
+      return;
+    }
+    char kind[24];
+    snprintf(key, sizeof(key), "%skind", path);
+    json_t *k = json_object_get(o, "kind");
+    snprintf(kind, sizeof(kind), "%s",
+             json_is_string(k) ? json_string_value(k) : "");
+    if (strcmp(kind, "partition") == 0)
+      f->kind = SIM_FAULT_PARTITION;
+    else if (strcmp(kind, "kill") == 0)
+      f->kind = SIM_FAULT_KILL;
+    else if (strcmp(kind, "seed_restart") == 0)
+      f->kind = SIM_FAULT_SEED_RESTART;
+    else {
+      rd_fail(r, key, "'%s' is not a fault (partition, kill, seed_restart)",
+              kind);
+      return;
+    }
+    f->at_s = rd_num(r, o, path, "at_s", 1, 0, 0, limit);
+    if (f->kind == SIM_FAULT_PARTITION) {
+      char ra[SIM_NAME_MAX], rb[SIM_NAME_MAX];
+      rd_str(r, o, path, "a", 1, ra, sizeof(ra), "");
+      rd_str(r, o, path, "b", 1, rb, sizeof(rb), "");
+      f->a = region_index(sc, ra);
+      f->b = region_index(sc, rb);
+      if (!r->failed && (f->a < 0 || f->b < 0)) {
+        snprintf(key, sizeof(key), "%s%s", path, f->a < 0 ? "a" : "b");
+        rd_fail(r, key, "expected the name of a region");
+      } else if (!r->failed && f->a == f->b) {
+        snprintf(key, sizeof(key), "%sb", path);
+        rd_fail(r, key, "the same region as a");
+      }
+      f->end_s = f->at_s + rd_num(r, o, path, "for_s", 1, 0, 0.001, limit);
+    } else if (f->kind == SIM_FAULT_KILL) {
+      json_t *ns = json_object_get(o, "nodes");
+      int has_frac = json_object_get(o, "fraction") != NULL;
+      if ((ns != NULL) == has_frac) {
+        snprintf(key, sizeof(key), "faults[%zu]", i);
+        rd_fail(r, key, "give nodes or fraction, one of them");
+        return;
+      }
+      if (has_frac) {
+        f->fraction = rd_num(r, o, path, "fraction", 1, 0, 0.001, 1);
+      } else {
+        size_t n = json_is_array(ns) ? json_array_size(ns) : 0;
+        f->nodes = calloc(n ? n : 1, sizeof(*f->nodes));
+        int ok = n > 0 && f->nodes != NULL;
+        for (size_t j = 0; ok && j < n; j++) {
+          json_t *x = json_array_get(ns, j);
+          json_int_t v = json_is_integer(x) ? json_integer_value(x) : -1;
+          ok = v >= 0 && v < (json_int_t)sc->nodes;
+          f->nodes[j] = ok ? (unsigned)v : 0;
+        }
+        if (ok) { /* ascending, as netlab's sorted(); distinct */
+          qsort(f->nodes, n, sizeof(*f->nodes), unsigned_cmp);
+          for (size_t j = 1; ok && j < n; j++)
+            ok = f->nodes[j] != f->nodes[j - 1];
+          f->n_nodes = (unsigned)n;
+        }
+        if (!ok) {
+          snprintf(key, sizeof(key), "%snodes", path);
+          rd_fail(r, key, "expected distinct node numbers from 0 to %u",
+                  sc->nodes - 1);
+          return;
+        }
+      }
+      f->end_s = rd_num(r, o, path, "restart_at_s", 1, 0, f->at_s, limit);
+    } else {
+      f->end_s = rd_num(r, o, path, "restart_at_s", 0, f->at_s, f->at_s,
+                        limit);
+    }
+  }
+  /* Seed restarts must not overlap in time (kills of one node are checked
+   * once their nodes are drawn, faults.c). */
+  for (unsigned i = 0; i < sc->n_faults && !r->failed; i++)
+    for (unsigned j = 0; j < i; j++) {
+      const sim_fault *x = &sc->faults[i], *y = &sc->faults[j];
+      if (x->kind == SIM_FAULT_SEED_RESTART && y->kind == x->kind &&
+          x->at_s <= y->end_s && y->at_s <= x->end_s) {
+        char key[32];
+        snprintf(key, sizeof(key), "faults[%u]", i);
+        rd_fail(r, key, "overlaps faults[%u] on the same process", j);
+        break;
+      }
+    }
 }
 
 int sim_scenario_load(const char *path, sim_scenario *sc, char *err,
@@ -168,6 +302,13 @@ int sim_scenario_load(const char *path, sim_scenario *sc, char *err,
   sc->inter_mbps = rd_num(&r, ir, "inter_region.", "mbps", 1, 0, 1e-3, 1e9);
   sc->inter_latency_ms =
       rd_num(&r, ir, "inter_region.", "latency_ms", 1, 0, 0, 1e5);
+  sc->inter_jitter_ms =
+      rd_num(&r, ir, "inter_region.", "jitter_ms", 0, 0, 0, 1e5);
+  sc->inter_loss_pct = rd_num(&r, ir, "inter_region.", "loss_pct", 0, 0, 0, 99);
+  if (!r.failed && sc->inter_jitter_ms > sc->inter_latency_ms)
+    rd_fail(&r, "inter_region.jitter_ms", "%g is more than latency_ms %g (the "
+            "jitter is a bound around the latency)", sc->inter_jitter_ms,
+            sc->inter_latency_ms);
   json_t *v = rd_obj(&r, root, "", "versions", 1);
   sc->versions = (unsigned)rd_num(&r, v, "versions.", "count", 1, 0, 1, 64);
   sc->version_bytes =
@@ -207,16 +348,16 @@ int sim_scenario_load(const char *path, sim_scenario *sc, char *err,
   sc->cross_region =
       (unsigned)rd_num(&r, sw, "swarm.", "cross_region", 0, 0, 0, 256);
   sc->pipeline = (unsigned)rd_num(&r, sw, "swarm.", "pipeline", 0, 0, 0, 64);
-  /* Faults (partitions, kills, seed restarts) are tools/netlab's: the
-   * simulator has none of them, and figures of a run without the faults
-   * asked for would pass for figures with them (sim.c refuses to run the
-   * file; the bound, a lower one, still holds). An empty array is none. */
-  json_t *fa = json_object_get(root, "faults");
-  if (!r.failed && fa != NULL &&
-      !(json_is_array(fa) && json_array_size(fa) == 0) && !sc->unsimulated[0])
+  read_faults(&r, root, sc);
+  /* The flows network has no way to hold a route's packets (a partition)
+   * or stop a node's actor and start it again: faults run on the queues
+   * network, and a file asking for them on flows is refused at run time
+   * (sim.c), so that figures without the faults never pass for figures
+   * with them. The bound, a lower one, still holds (--bounds). */
+  if (!r.failed && sc->n_faults > 0 && !sc->queues)
     snprintf(sc->unsimulated, sizeof(sc->unsimulated),
-             "%s: faults: not simulated by stitch-sim; tools/netlab runs "
-             "them (docs/netlab.md)", path);
+             "%s: faults: simulated on the queues network only; add "
+             "\"network\": \"queues\" (docs/simulator.md, Faults)", path);
   if (!r.failed) {
     int found = 0;
     for (size_t i = 0; i < sc->n_regions; i++)
@@ -234,6 +375,9 @@ int sim_scenario_load(const char *path, sim_scenario *sc, char *err,
 }
 
 void sim_scenario_free(sim_scenario *sc) {
+  for (unsigned i = 0; i < sc->n_faults; i++)
+    free(sc->faults[i].nodes);
+  sc->n_faults = 0;
   free(sc->regions);
   sc->regions = NULL;
   sc->n_regions = 0;

@@ -47,7 +47,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define WARMUP_S 2.0 /* nodes join before version 1 */
+#define WARMUP_S SIM_WARMUP_S
 #define POLL_S 0.05  /* the controller checks completion */
 #define LINKS_HIST 256 /* take_snap's link counts, the last bin "or more" */
 
@@ -126,6 +126,14 @@ const uint8_t *msg_bytes(const msg *m) { return m->ref ? m->ref : m->data; }
 
 /* A control message from node FROM to node TO. */
 static void ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c) {
+  /* A connection's first packet into a partition is lost, and so are its
+   * retries while the cut lasts: the dialer's core times its CONNECT out
+   * (its SYN's retransmission, 1 s on, would rarely beat that). */
+  if (kind == MSG_DIAL && s->faults != NULL &&
+      sim_path_cut(s, from, to, now_s(s))) {
+    s->conn[c]->closed = 1;
+    return;
+  }
   if (s->q != NULL)
     queue_ctl_send(s, from, to, kind, c);
   else
@@ -207,6 +215,7 @@ static void dial(sim *s, node *n, const char *addr) {
   s->conn[ci] = c;
   c->node[0] = n->idx;
   c->node[1] = to;
+  c->life = n->life;
   node_add_conn(n, ci);
   ctl_send(s, n->idx, to, MSG_DIAL, ci);
 }
@@ -409,12 +418,27 @@ static void flush(sim *s, node *n) {
 
 void on_ctl(sim *s, node *n, msg *m) {
   uint64_t t = now_ms(s);
+  if (n->state == NODE_DOWN && m->kind == MSG_PUBLISH) {
+    /* The trainer publishes into the store of a seed that is down: its
+     * core hears of it when it starts again (node_restart). */
+    const sim_version *v = &s->tr.v[m->conn];
+    for (size_t k = 0; k < v->n_all; k++)
+      set_bit(n->have, v->all[k]);
+    return;
+  }
+  if (n->state == NODE_DOWN && m->kind == MSG_DIAL) {
+    /* Killed, its host up: the kernel resets the connect (faults). */
+    s->dials_unreach++;
+    ctl_send(s, n->idx, s->conn[m->conn]->node[0], MSG_UNREACH, m->conn);
+    return;
+  }
   if (n->state != NODE_LIVE) {
-    /* Nobody listens: the connect fails. stitchd's driver tells its core
-     * nothing then (src/net/driver.c on_connect), and the core times its
-     * CONNECT out; here the dialer's side is just marked closed. Anything
-     * else for a node that left is dropped, as by a closed socket. */
-    if (m->kind == MSG_DIAL)
+    /* Nobody listens: the connect fails. A node that left (churn) is
+     * taken to be gone with its host, so the connect gets no answer and
+     * the dialer's core times its CONNECT out; here the dialer's side is
+     * just marked closed. Anything else for a node that is not live is
+     * dropped, as by a closed socket. */
+    if (m->kind == MSG_DIAL || m->kind == MSG_UNREACH)
       s->conn[m->conn]->closed = 1;
     return;
   }
@@ -430,6 +454,28 @@ void on_ctl(sim *s, node *n, msg *m) {
   }
   conn *c = s->conn[m->conn];
   int side = side_of(c, n->idx);
+  if ((m->kind == MSG_ACCEPT || m->kind == MSG_REFUSE ||
+       m->kind == MSG_UNREACH) && c->life != n->life) {
+    c->closed = 1; /* the answer to a dial of a life killed since */
+    return;
+  }
+  if (m->kind == MSG_UNREACH) { /* our DIAL: refused or reset */
+    char addr[16];
+    c->closed = 1;
+    snprintf(addr, sizeof(addr), "n%d", c->node[1]);
+    stitch_swarm_dial_failed(n->sw, addr, t);
+    return;
+  }
+  if (m->kind == MSG_DIAL && n->nat &&
+      !(s->nat_punch && s->node[c->node[0]].nat)) {
+    /* Behind a NAT nothing comes in. netlab's NAT drops the SYN; the
+     * driver refuses at once (the core backs off as for a refused
+     * connect). No core knows a NATed node's address (it advertises
+     * none), so no dial should come here: counted to show it. */
+    n->nat_refused++;
+    ctl_send(s, n->idx, c->node[0], MSG_UNREACH, m->conn);
+    return;
+  }
   if (m->kind == MSG_DIAL) {
     char eph[40];
     snprintf(eph, sizeof(eph), "n%d.%u", c->node[0], m->conn);
@@ -439,6 +485,10 @@ void on_ctl(sim *s, node *n, msg *m) {
       return;
     }
     c->open[side] = 1;
+    if (n->nat) { /* only with STITCH_SIM_NAT_PUNCH, from a NATed node */
+      s->nat_accepted++;
+      s->nat_punched += s->nat_punch;
+    }
     node_add_conn(n, m->conn);
     pipe_listen(s, n, m->conn);
     ctl_send(s, n->idx, c->node[0], MSG_ACCEPT, m->conn);
@@ -458,6 +508,7 @@ void on_ctl(sim *s, node *n, msg *m) {
       conn_close(s, n, m->conn, 1);
       return;
     }
+    n->nat_out += n->nat;
     pipe_listen(s, n, m->conn);
   } else if (m->kind == MSG_CLOSE) {
     c->closed = 1;
@@ -498,7 +549,28 @@ static void node_stats(const node *n, stitch_swarm_stats *st) {
   if (n->sw != NULL)
     stitch_swarm_get_stats(n->sw, st);
   else
-    *st = n->final;
+    memset(st, 0, sizeof(*st));
+  const stitch_swarm_stats *p = &n->past; /* lives that ended */
+  st->bytes_up += p->bytes_up;
+  st->bytes_down += p->bytes_down;
+  st->bytes_from_seed += p->bytes_from_seed;
+  st->bytes_same_region += p->bytes_same_region;
+  st->bytes_other_region += p->bytes_other_region;
+  st->bytes_to_same_region += p->bytes_to_same_region;
+  st->bytes_to_other_region += p->bytes_to_other_region;
+  st->verify_failures += p->verify_failures;
+  st->chunks_twice += p->chunks_twice;
+  st->bans += p->bans;
+}
+
+/* Ends the life of N's core: its counters join the past ones. */
+static void core_end(node *n) {
+  stitch_swarm_stats st;
+  node_stats(n, &st);
+  n->past = st;
+  n->known = st.latest_version;
+  stitch_swarm_free(n->sw);
+  n->sw = NULL;
 }
 
 static void take_snap(sim *s, snap *sn) {
@@ -648,12 +720,16 @@ double controller_step(sim *s) {
     due = WARMUP_S + (next - 1) * s->sc.interval_s;
   }
   s->next_version = next;
+  faults_due(s, t);     /* kills, restarts (partitions act by their times) */
+  faults_observe(s, t); /* and what they cost, as netlab measures it */
   if (s->trace != NULL)
     trace_row(s, t);
   progress(s, t);
   /* With churn the run lasts at least the churn window (docs/simulator.md,
-   * Churn): the same joins and leaves happen however fast the swarm is. */
-  int over = next > s->tr.count && t >= s->ch.end_s && all_done(s);
+   * Churn): the same joins and leaves happen however fast the swarm is.
+   * With faults, until each has ended and the swarm converged after it. */
+  int over = next > s->tr.count && t >= s->ch.end_s && all_done(s) &&
+             faults_done(s);
   if (over || t >= s->sc.time_limit_s) {
     take_snap(s, &s->end);
     s->end_s = t;
@@ -663,7 +739,7 @@ double controller_step(sim *s) {
   double wake = fmin(t + POLL_S, s->sc.time_limit_s);
   if (next <= s->tr.count)
     wake = fmin(wake, due);
-  return wake;
+  return fmin(wake, fmax(faults_next(s), t));
 }
 
 /* ---- Setting up ------------------------------------------------------- */
@@ -683,16 +759,22 @@ static void keypair(uint64_t *rng, stitch_pubkey *pk, stitch_seckey *sk) {
 static void bootstrap(sim *s, node *n, uint64_t *rng, const int *cand,
                       int n_cand) {
   stitch_swarm_add_peer_addr(n->sw, "n0", s->sc.seed_region);
+  /* Never a node behind a NAT, which nobody can dial (netlab tells no
+   * node of one); with NATed nodes, more tries to find the others. */
+  int tries_max = s->n_nat > 0 ? 256 : 16;
+  n->n_boot = 0;
   for (int k = 0; k < 3 && n_cand > 1; k++) {
-    for (int tries = 0; tries < 16; tries++) {
+    for (int tries = 0; tries < tries_max; tries++) {
       uint64_t x = sim_xorshift(rng) % (uint64_t)n_cand;
       int o = cand != NULL ? cand[x] : 1 + (int)x;
-      if (o == n->idx || ((s->node[o].region == n->region) != (k < 2)))
+      if (o == n->idx || ((s->node[o].region == n->region) != (k < 2)) ||
+          s->node[o].nat)
         continue;
       char addr[16];
       snprintf(addr, sizeof(addr), "n%d", o);
       stitch_swarm_add_peer_addr(n->sw, addr,
                                  s->sc.regions[s->node[o].region].name);
+      n->boot[n->n_boot++] = o;
       break;
     }
   }
@@ -701,8 +783,10 @@ static void bootstrap(sim *s, node *n, uint64_t *rng, const int *cand,
 /* N's core, with an empty store; KEYS gives a node's keys. */
 static void node_core(sim *s, node *n, uint64_t *keys) {
   size_t words = (s->tr.chunks.n + 63) / 64;
-  n->have = xcalloc(words, sizeof(*n->have));
-  n->needed = xcalloc(words, sizeof(*n->needed));
+  if (n->have == NULL) { /* a restart keeps its store */
+    n->have = xcalloc(words, sizeof(*n->have));
+    n->needed = xcalloc(words, sizeof(*n->needed));
+  }
   stitch_swarm_config cfg;
   memset(&cfg, 0, sizeof(cfg));
   memcpy(cfg.swarm.b, s->tr.swarm_pk, 32);
@@ -710,7 +794,11 @@ static void node_core(sim *s, node *n, uint64_t *keys) {
     memcpy(cfg.node_pk.b, s->tr.swarm_pk, 32);
     memcpy(cfg.node_sk.b, s->tr.swarm_sk, 64);
   } else {
-    keypair(keys, &cfg.node_pk, &cfg.node_sk);
+    if (keys != NULL) { /* a first start; a restart keeps its keys */
+      keypair(keys, &n->pk, &n->sk);
+    }
+    cfg.node_pk = n->pk;
+    cfg.node_sk = n->sk;
     /* A closed swarm, as stitchd's: each node shows the trainer's ticket
      * for its key. */
     stitch_ticket t;
@@ -726,10 +814,19 @@ static void node_core(sim *s, node *n, uint64_t *keys) {
       die(td.msg);
     cfg.ticket_len = STITCH_TICKET_BYTES;
   }
-  snprintf(cfg.listen, sizeof(cfg.listen), "n%d", n->idx);
+  /* Behind a NAT a node advertises no address, as stitchd listening on
+   * the wildcard address (docs/stitchd.md): dial-out only. With
+   * STITCH_SIM_NAT_PUNCH it does, so that NATed nodes learn of each
+   * other, and the driver lets only NATed dialers in. */
+  if (!n->nat || s->nat_punch)
+    snprintf(cfg.listen, sizeof(cfg.listen), "n%d", n->idx);
   snprintf(cfg.region, sizeof(cfg.region), "%s",
            s->sc.regions[n->region].name);
   cfg.seed = n->idx == 0;
+  if (n->held > 0) { /* the weights file recovered to what it held */
+    cfg.held_version = n->held;
+    cfg.held_id = n->held_id;
+  }
   cfg.max_peers = s->sc.max_peers;
   cfg.cross_region = s->sc.cross_region;
   cfg.pipeline = s->sc.pipeline;
@@ -755,6 +852,8 @@ static void node_core(sim *s, node *n, uint64_t *keys) {
 static void nodes_make(sim *s, void **hosts) {
   s->n_node = (int)s->ch.slots;
   s->node = xcalloc((size_t)s->n_node, sizeof(*s->node));
+  if (!s->sc.central)
+    nat_assign(s); /* before any core: bootstrap skips NATed nodes */
   uint64_t rng = s->sc.rng_seed * 0x2545f4914f6cdd1dull + 3;
   for (int i = 0; i < s->n_node; i++) {
     node *n = &s->node[i];
@@ -803,9 +902,10 @@ void node_join(sim *s, node *n) {
   free(cand);
 }
 
-void node_leave(sim *s, node *n) {
-  if (n->state != NODE_LIVE || n->idx == 0)
-    return;
+/* Closes every connection of N, whose process ends: its core is told
+ * nothing (it stops), the other sides hear CLOSE; a DIAL it had out is
+ * closed too. */
+static void drop_conns(sim *s, node *n) {
   for (size_t i = 0; i < n->n_conns; i++) {
     uint32_t ci = n->conns[i];
     conn *c = s->conn[ci];
@@ -821,15 +921,63 @@ void node_leave(sim *s, node *n) {
       ctl_send(s, n->idx, c->node[1 - side], MSG_CLOSE, ci);
     }
   }
-  stitch_swarm_get_stats(n->sw, &n->final);
-  stitch_swarm_free(n->sw);
-  n->sw = NULL;
+}
+
+void node_leave(sim *s, node *n) {
+  if (n->state != NODE_LIVE || n->idx == 0)
+    return;
+  drop_conns(s, n);
+  core_end(n);
   free(n->have);
   free(n->needed);
   n->have = n->needed = NULL;
   n->state = NODE_LEFT;
   n->left_s = now_s(s);
   s->nodes_left++;
+}
+
+void node_kill(sim *s, node *n) {
+  if (n->state != NODE_LIVE)
+    return;
+  /* kill -9: the kernel closes the sockets, so peers see the reset at
+   * once; what the core held in memory (requests, partial chunks, peers)
+   * is gone, the store and the weights are not. */
+  drop_conns(s, n);
+  core_end(n);
+  n->state = NODE_DOWN;
+}
+
+void node_restart(sim *s, node *n) {
+  if (n->state != NODE_DOWN)
+    return;
+  n->life++;
+  node_core(s, n, NULL);
+  n->state = NODE_LIVE;
+  /* As stitchd's start: the store's manifests first, then the peers of
+   * its command line. The seed's store has every version published (some
+   * while it was down); a node's, those its core held. */
+  uint64_t last = s->next_version > 0 ? s->next_version - 1 : 0;
+  if (n->idx > 0 && n->known < last)
+    last = n->known;
+  for (uint64_t v = 1; v <= last; v++) {
+    stitch_diag d = {{0}};
+    const sim_version *sv = &s->tr.v[v];
+    int rc = stitch_swarm_add_manifest(n->sw, sv->manifest, sv->manifest_len,
+                                       now_ms(s), &d);
+    if (rc < 0 && rc != STITCH_EROLLBACK)
+      die(d.msg[0] ? d.msg : "a restarted core refused a manifest");
+  }
+  if (n->idx > 0) {
+    stitch_swarm_add_peer_addr(n->sw, "n0", s->sc.seed_region);
+    for (int k = 0; k < n->n_boot; k++) {
+      char addr[16];
+      int o = n->boot[k];
+      snprintf(addr, sizeof(addr), "n%d", o);
+      stitch_swarm_add_peer_addr(n->sw, addr,
+                                 s->sc.regions[s->node[o].region].name);
+    }
+  }
+  node_step(s, n);
 }
 
 static void sim_free(sim *s) {
@@ -850,12 +998,73 @@ static void sim_free(sim *s) {
   free(s->stable);
   free(s->ramp_v1);
   queue_free(s);
+  faults_free(s);
   sim_churn_free(&s->ch);
   sim_trajectory_free(&s->tr);
   sim_scenario_free(&s->sc);
 }
 
 /* ---- Running and reporting -------------------------------------------- */
+
+/* tools/netlab's keys for its schema additions: "nat" (null without)
+ * and "faults" (empty without), and what the run modelled of loss and
+ * jitter. */
+static void extras_json(const sim *s, json_t *o) {
+  json_object_set_new(o, "faults", faults_json(s));
+  json_object_set_new(o, "loss_recoveries",
+                      json_integer((json_int_t)s->loss_recoveries));
+  json_object_set_new(o, "loss_resent_bytes",
+                      json_integer((json_int_t)s->loss_resent));
+  json_object_set_new(o, "dials_reset",
+                      json_integer((json_int_t)s->dials_unreach));
+  if (s->n_nat == 0 || s->sc.central) {
+    json_object_set_new(o, "nat", json_null());
+    return;
+  }
+  json_t *x = json_object(), *ns = json_array();
+  uint64_t mine = 0, all = 0, out = 0, refused = 0;
+  double links_nat = 0, links_other = 0;
+  unsigned hold = 0, nn = s->sc.nodes;
+  for (unsigned i = 1; i <= nn; i++) {
+    const node *n = &s->node[i];
+    stitch_swarm_stats st;
+    node_stats(n, &st);
+    all += st.bytes_up;
+    refused += n->nat_refused;
+    unsigned peers = n->sw != NULL ? st.peers : 0;
+    if (n->nat) {
+      json_array_append_new(ns, json_integer(i - 1)); /* netlab's number */
+      mine += st.bytes_up;
+      out += n->nat_out;
+      links_nat += peers;
+      hold += n->done[s->tr.count] >= 0;
+    } else {
+      links_other += peers;
+    }
+  }
+  unsigned other = nn - s->n_nat;
+  json_object_set_new(x, "nodes", ns);
+  json_object_set_new(x, "node_share",
+                      json_real(round(1e3 * s->n_nat / nn) / 1e3));
+  json_object_set_new(x, "holding_last", json_integer(hold));
+  json_object_set_new(x, "bytes_up", json_integer((json_int_t)mine));
+  json_object_set_new(x, "nodes_bytes_up", json_integer((json_int_t)all));
+  json_object_set_new(x, "upload_share",
+                      all ? json_real(round(1e3 * (double)mine / (double)all)
+                                      / 1e3)
+                          : json_null());
+  json_object_set_new(x, "peers_mean",
+                      json_real(round(10 * links_nat / s->n_nat) / 10));
+  json_object_set_new(x, "others_peers_mean",
+                      other ? json_real(round(10 * links_other / other) / 10)
+                            : json_null());
+  json_object_set_new(x, "connections_out", json_integer((json_int_t)out));
+  json_object_set_new(x, "inbound_refused", json_integer((json_int_t)refused));
+  json_object_set_new(x, "inbound_accepted",
+                      json_integer((json_int_t)s->nat_accepted));
+  json_object_set_new(x, "punch", json_boolean(s->nat_punch));
+  json_object_set_new(o, "nat", x);
+}
 
 static int report(sim *s, double wall_s, double rss_base, int as_json,
                   const char *plot_dir) {
@@ -937,6 +1146,7 @@ static int report(sim *s, double wall_s, double rss_base, int as_json,
   r.rss_peak_mib = sim_rss_mib("VmHWM:");
   int rc = 0;
   json_t *o = sim_report_json(&r, 0);
+  extras_json(s, o);
   if (as_json) {
     json_dumpf(o, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(8));
     fputc('\n', stdout);
@@ -946,6 +1156,7 @@ static int report(sim *s, double wall_s, double rss_base, int as_json,
   json_decref(o);
   if (plot_dir != NULL) {
     o = sim_report_json(&r, 1);
+    extras_json(s, o);
     rc = sim_plot(plot_dir, o);
     json_decref(o);
   }
@@ -1064,6 +1275,22 @@ int main(int argc, char **argv) {
     die(err);
   if (s.sc.unsimulated[0])
     die(s.sc.unsimulated);
+  const char *pn = getenv("STITCH_SIM_NAT_PUNCH");
+  s.nat_punch = pn != NULL && *pn == '1';
+  s.path_rng = s.sc.rng_seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
+  if (s.path_rng == 0)
+    s.path_rng = 1;
+  if (!s.sc.queues) {
+    /* Loss and jitter act on the queues network (faults.c sim_path); the
+     * flows network's links are SimGrid's. Said, never silently. */
+    int lossy = s.sc.inter_loss_pct > 0 || s.sc.inter_jitter_ms > 0;
+    for (size_t g = 0; g < s.sc.n_regions; g++)
+      lossy |= s.sc.regions[g].loss_pct > 0 || s.sc.regions[g].jitter_ms > 0;
+    if (lossy)
+      fprintf(stderr, "stitch-sim: loss_pct and jitter_ms are modelled on "
+                      "the queues network only; the flows network runs "
+                      "without them\n");
+  }
   if (sim_trajectory_make(&s.sc, steps, &s.tr, err, sizeof(err)) != 0)
     die(err);
   if (rp != NULL && *rp == '1' && !s.sc.central) {
@@ -1131,6 +1358,7 @@ int main(int argc, char **argv) {
       die(err);
     queue_init(&s);
     nodes_make(&s, NULL);
+    faults_init(&s);
     queue_start(&s, hosts[0]);
   } else {
     if (sim_platform_build(&s.sc, &s.ch, hosts, err, sizeof(err)) != 0)

@@ -22,7 +22,31 @@ typedef struct sim_region {
   char name[SIM_NAME_MAX];
   unsigned nodes;
   double up_mbps, down_mbps, latency_ms;
+  /* Optional, 0: a route's one-way jitter bound (at most latency_ms) and
+   * loss in percent, as tools/netlab emulates them (faults.c models what
+   * they cost); the fraction of the nodes behind a NAT and how many that
+   * is (round half to even, as netlab's Python rounds). */
+  double jitter_ms, loss_pct, nat;
+  unsigned nat_nodes;
 } sim_region;
+
+/* A timed event of "faults" (docs/simulator.md, docs/netlab.md "Faults"):
+ * times in seconds after the first publish. */
+typedef enum sim_fault_kind {
+  SIM_FAULT_PARTITION, SIM_FAULT_KILL, SIM_FAULT_SEED_RESTART
+} sim_fault_kind;
+
+#define SIM_FAULTS_MAX 16 /* as tools/netlab_faults.py */
+
+typedef struct sim_fault {
+  sim_fault_kind kind;
+  double at_s, end_s;  /* partition: at_s + for_s; else restart_at_s */
+  int a, b;            /* partition: region indices */
+  double fraction;     /* kill: 0 when nodes[] are listed */
+  unsigned *nodes;     /* kill: node numbers from 0 (region order),
+                          ascending; malloc'd (sim_scenario_free) */
+  unsigned n_nodes;
+} sim_fault;
 
 typedef struct sim_scenario {
   /* Required keys (docs/simulator.md). */
@@ -31,6 +55,7 @@ typedef struct sim_scenario {
   sim_region *regions; /* malloc'd; sim_scenario_free */
   size_t n_regions;
   double inter_mbps, inter_latency_ms;
+  double inter_jitter_ms, inter_loss_pct; /* optional, 0 */
   unsigned versions;
   uint64_t version_bytes; /* the checkpoint's served bytes */
   double interval_s;
@@ -47,10 +72,13 @@ typedef struct sim_scenario {
   int queues;             /* "network": "flows" (0, SimGrid's max-min
                              flows) or "queues" (1, link queues: scale) */
   unsigned nodes;         /* derived: the sum over regions */
-  /* Empty, or why stitch-sim cannot simulate the file (a nonzero
-   * regions[].nat, a non-empty faults: tools/netlab's keys), as one line
-   * naming the key. The loader accepts such a file, so that the bound can
-   * be given for it (stitch-sim --bounds); sim.c refuses to run it. */
+  sim_fault faults[SIM_FAULTS_MAX]; /* "faults", in the file's order */
+  unsigned n_faults;
+  /* Empty, or why stitch-sim cannot simulate the file (faults on the
+   * flows network, which has no way to hold a route's packets), as one
+   * line naming the key. The loader accepts such a file, so that the
+   * bound can be given for it (stitch-sim --bounds); sim.c refuses to run
+   * it. */
   char unsimulated[256];
 } sim_scenario;
 

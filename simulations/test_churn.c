@@ -52,9 +52,9 @@ static void check_plan(const sim_scenario *sc, const sim_churn *ch) {
 
 int main(int argc, char **argv) {
   char err[512];
-  sim_region r[3] = {{"us", 12, 1000, 1000, 5},
-                     {"eu", 8, 500, 1000, 8},
-                     {"none", 0, 100, 100, 5}};
+  sim_region r[3] = {{"us", 12, 1000, 1000, 5, 0, 0, 0, 0},
+                     {"eu", 8, 500, 1000, 8, 0, 0, 0, 0},
+                     {"none", 0, 100, 100, 5, 0, 0, 0, 0}};
   sim_scenario sc;
   memset(&sc, 0, sizeof(sc));
   snprintf(sc.seed_region, sizeof(sc.seed_region), "us");

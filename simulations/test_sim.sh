@@ -13,7 +13,9 @@
 # at most 2.25 times (sim_regions).
 # What every run must show (nothing failed to verify, no version beat its
 # bound) is simulations/check_sim.py.
-# Usage: test_sim.sh STITCH-SIM SIMULATIONS-DIR [churn [NETWORK...] | fair | regions]
+# With "schema": tools/netlab's NAT, faults, loss and jitter, simulated
+# (sim_schema).
+# Usage: test_sim.sh STITCH-SIM SIMULATIONS-DIR [churn [NETWORK...] | fair | regions | schema]
 set -eu
 sim="$1"
 dir="$2"
@@ -95,6 +97,168 @@ print("sim_churn (%s, joins only): ok, %d joined, catch-up max %.3f s"
       % (sys.argv[2], r["nodes_joined"], r["catch_up_max_s"]))
 PY
   done
+  exit 0
+fi
+
+if [ "${3:-}" = schema ]; then
+  # tools/netlab's schema additions, simulated (docs/simulator.md "NAT,
+  # faults, loss and jitter"). Every run must complete (each node holding
+  # each version; after each fault every live node the latest) and pass
+  # check_sim.py's checks; no figure of time is asserted beyond that,
+  # except that loss and jitter never make a lone transfer faster.
+  q() { sed 's/"mode": "p2p"/"network": "queues", "mode": "p2p"/' "$1"; }
+  # NAT, on both networks: netlab_nat.json (half of each region behind a
+  # NAT). The same nodes as netlab draws (Python's random.sample from
+  # "nat-SEED"); none ever takes an inbound link; they dial out and serve.
+  q "$dir/scenarios/netlab_nat.json" > "$tmp/natq.json"
+  "$sim" "$dir/scenarios/netlab_nat.json" --json > "$tmp/nat-flows.out" 2> /dev/null
+  "$sim" "$tmp/natq.json" --json > "$tmp/nat-queues.out"
+  STITCH_SIM_NAT_PUNCH=1 "$sim" "$tmp/natq.json" --json > "$tmp/nat-punch.out"
+  # Both branches of Python's sample(): a pool (30 nodes, 24 drawn: 30 is
+  # at most 21 + 4^ceil(log4(3 x 24))) and a set (40 nodes, 4 drawn: more
+  # than 21); 80 % of a region behind NAT.
+  printf '%s\n' '{"seed": {"region": "us", "up_mbps": 1000}, "regions": [{"name": "us", "nodes": 30, "up_mbps": 100, "down_mbps": 100, "latency_ms": 5, "nat": 0.8}, {"name": "eu", "nodes": 40, "up_mbps": 100, "down_mbps": 100, "latency_ms": 5, "nat": 0.1}], "inter_region": {"mbps": 10000, "latency_ms": 20}, "versions": {"count": 1, "bytes": 20000, "interval_s": 1}, "churn": {"leave_per_min": 0, "join_per_min": 0}, "mode": "p2p", "network": "queues", "rng_seed": 7, "time_limit_s": 60}' > "$tmp/natbig.json"
+  "$sim" "$tmp/natbig.json" --json > "$tmp/natbig.out"
+  python3 - "$tmp" "$dir" <<'PY'
+import json, random, sys
+sys.path.insert(0, sys.argv[2])
+from check_sim import load, check_common
+t = sys.argv[1]
+def natted(sizes, fracs, seed):  # tools/netlab's draw
+    r, out, base = random.Random("nat-%d" % seed), [], 0
+    for n, f in zip(sizes, fracs):
+        out += sorted(base + j for j in r.sample(range(n), int(round(f * n))))
+        base += n
+    return sorted(out)
+for name, sizes, fracs, seed in (("nat-flows", (6, 4), (.5, .5), 1),
+                                 ("nat-queues", (6, 4), (.5, .5), 1),
+                                 ("nat-punch", (6, 4), (.5, .5), 1),
+                                 ("natbig", (30, 40), (.8, .1), 7)):
+    r, fail = load("%s/%s.out" % (t, name), "sim_schema", name)
+    x = r["nat"]
+    if r["completed"] is not True or r["chunks_stored"] != r["chunks_needed"]:
+        fail("not every node held every version")
+    check_common(r, fail)
+    want = natted(sizes, fracs, seed)
+    if x["nodes"] != want:
+        fail("NATed nodes %s, netlab draws %s" % (x["nodes"][:8], want[:8]))
+    if x["holding_last"] != len(want):
+        fail("%d of %d NATed nodes hold the last version"
+             % (x["holding_last"], len(want)))
+    punch = name == "nat-punch"
+    if x["punch"] != punch or (x["inbound_accepted"] > 0) != punch:
+        fail("a NATed node accepted %d links (punch %s)"
+             % (x["inbound_accepted"], x["punch"]))
+    if x["connections_out"] <= 0:
+        fail("NATed nodes dialed out %d times" % x["connections_out"])
+    if name != "natbig" and not x["bytes_up"] > 0:
+        fail("the NATed nodes uploaded nothing")
+    print("sim_schema (%s): ok, %d NATed, %.1f %% of the upload, links %.1f "
+          "(others %.1f), %d accepted, %d refused"
+          % (name, len(want), 100 * (x["upload_share"] or 0), x["peers_mean"],
+             x["others_peers_mean"], x["inbound_accepted"],
+             x["inbound_refused"]))
+PY
+  # Faults (queues network): tools/netlab's three files, the same keys.
+  for f in partition kill seed_restart; do
+    q "$dir/scenarios/netlab_$f.json" > "$tmp/$f.json"
+    "$sim" "$tmp/$f.json" --json > "$tmp/$f.out"
+  done
+  python3 - "$tmp" "$dir" <<'PY'
+import json, random, sys
+sys.path.insert(0, sys.argv[2])
+from check_sim import load, check_common
+t = sys.argv[1]
+def run(name):
+    r, fail = load("%s/%s.out" % (t, name), "sim_schema", name)
+    if r["completed"] is not True:
+        fail("not complete")
+    check_common(r, fail, seed_spans=name != "seed_restart")
+    for f in r["faults"]:
+        if f["began_s"] is None or f["ended_s"] is None or \
+                f["converged_s"] is None:
+            fail("fault %s: began %s, ended %s, converged %s"
+                 % (f["kind"], f["began_s"], f["ended_s"], f["converged_s"]))
+    return r, fail
+# eu (3 nodes) cut from us and ap from 5 to 15 s, version 3 at 8 s: eu
+# lacks it at the heal, and every node holds it after.
+r, fail = run("partition")
+for f in r["faults"]:
+    if f["behind_at_end"] != 3 or f["converged_version"] != 3:
+        fail("partition: %d behind at the heal, converged on %s"
+             % (f["behind_at_end"], f["converged_version"]))
+print("sim_schema (partition): ok, every node held version 3 %.2f s after "
+      "the heal" % r["faults"][0]["converged_s"])
+# 30 % killed during the anchor, and again later: the nodes netlab kills
+# (random.Random("SEED-I")), the rest converge, the killed come back with
+# what they held and catch up.
+r, fail = run("kill")
+for i, f in enumerate(r["faults"]):
+    want = sorted(random.Random("1-%d" % i).sample(range(10), 3))
+    if f["nodes"] != want:
+        fail("kill %d took %s, netlab %s" % (i, f["nodes"], want))
+    if f["rest_converged_s"] is None or any(
+            b < a for a, b in zip(f["held_at_kill"], f["recovered"])):
+        fail("kill %d: rest converged %s, held %s, back with %s"
+             % (i, f["rest_converged_s"], f["held_at_kill"], f["recovered"]))
+if r["faults"][0]["behind_at_kill"] != 3:
+    fail("the first kill took %d nodes without the anchor, not 3"
+         % r["faults"][0]["behind_at_kill"])
+print("sim_schema (kill): ok, the rest held the anchor %.2f s after the "
+      "kill, the killed caught up %.2f s after the restart"
+      % (r["faults"][0]["rest_converged_s"], r["faults"][0]["converged_s"]))
+# The seed down from 3.2 to 6.5 s, version 3 published into its store at
+# 6 s: nothing is lost, every node holds it and version 4.
+r, fail = run("seed_restart")
+f = r["faults"][0]
+if f["converged_version"] != 4 or f["behind_at_end"] != 8 or \
+        r["versions"][2]["max_s"] is None:
+    fail("seed restart: %s behind at the restart, converged on %s"
+         % (f["behind_at_end"], f["converged_version"]))
+print("sim_schema (seed_restart): ok, every node held version 4 %.2f s "
+      "after the restart" % f["converged_s"])
+PY
+  # Loss and jitter (queues network): one node and the seed across a
+  # backbone, one 600 KB version: nothing else shares the route, so loss
+  # (its retransmitted bytes, a round trip per message that lost a
+  # packet) and jitter (its bound, as a FIFO link delays) can only make
+  # the transfer later. Without them nothing is lost.
+  base='{"seed": {"region": "us", "up_mbps": 50}, "regions": [{"name": "us", "nodes": 0, "up_mbps": 50, "down_mbps": 50, "latency_ms": 10}, {"name": "eu", "nodes": 1, "up_mbps": 50, "down_mbps": 50, "latency_ms": 10}], "inter_region": {"mbps": 100, "latency_ms": 40}, "versions": {"count": 1, "bytes": 600000, "interval_s": 1}, "churn": {"leave_per_min": 0, "join_per_min": 0}, "mode": "p2p", "network": "queues", "time_limit_s": 60}'
+  printf '%s\n' "$base" > "$tmp/clean.json"
+  printf '%s\n' "$base" | sed 's/"latency_ms": 40}/"latency_ms": 40, "loss_pct": 5}/' > "$tmp/lossy.json"
+  printf '%s\n' "$base" | sed 's/"latency_ms": 40}/"latency_ms": 40, "jitter_ms": 20}/' > "$tmp/jitter.json"
+  for f in clean lossy jitter; do "$sim" "$tmp/$f.json" --json > "$tmp/$f.out"; done
+  # On flows, said in one line rather than ignored.
+  sed 's/"network": "queues"/"network": "flows"/' "$tmp/lossy.json" > "$tmp/lossyf.json"
+  "$sim" "$tmp/lossyf.json" --json > /dev/null 2> "$tmp/lossyf.err"
+  grep -q "modelled on the queues network only" "$tmp/lossyf.err" ||
+    { echo "sim_schema: loss on flows:"; cat "$tmp/lossyf.err"; exit 1; }
+  python3 - "$tmp" "$dir" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[2])
+from check_sim import load, check_common
+t = sys.argv[1]
+out = {}
+for name in ("clean", "lossy", "jitter"):
+    r, fail = load("%s/%s.out" % (t, name), "sim_schema", name)
+    if r["completed"] is not True:
+        fail("not complete")
+    check_common(r, fail, own_links=False)  # one node: no region to link
+    out[name] = r
+c, l, j = out["clean"], out["lossy"], out["jitter"]
+if c["loss_recoveries"] or c["loss_resent_bytes"]:
+    fail("lossless: %d recoveries" % c["loss_recoveries"])
+if not l["loss_recoveries"] > 0 or not l["loss_resent_bytes"] > 0:
+    fail("5 %% loss: %d recoveries, %d bytes resent"
+         % (l["loss_recoveries"], l["loss_resent_bytes"]))
+a, b, x = (r["versions"][0]["max_s"] for r in (c, l, j))
+if not (b > a and x > a):
+    fail("the transfer took %.4f s clean, %.4f s with loss, %.4f s with "
+         "jitter" % (a, b, x))
+print("sim_schema (loss, jitter): ok, %.3f s clean, %.3f s at 5 %% loss "
+      "(%d recoveries), %.3f s with 20 ms jitter"
+      % (a, b, l["loss_recoveries"], x))
+PY
   exit 0
 fi
 
@@ -211,8 +375,9 @@ for x, y in zip(b["versions"], run["versions"]):
             sys.exit("sim_small: --bounds: version %d: %s %s, the run %s"
                      % (y["version"], k, x[k], y[k]))
 PY
-# A file with NAT or faults is not simulated, but its bounds are given;
-# a bad size is refused in one line.
+# A file with faults on the flows network is not simulated, but its
+# bounds are given (so is a NAT file's); a bad size is refused in one
+# line.
 "$sim" "$dir/scenarios/netlab_nat.json" --bounds 1000000 > "$tmp/bnat.out" &&
   grep -q '"bound_s"' "$tmp/bnat.out" ||
   { echo "sim_small: --bounds on a NAT file failed"; exit 1; }
@@ -363,8 +528,13 @@ bad syntax "{\"seed\": " "bad.json\|syntax\|end of file"
 bad network "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"network\": \"fast\", $good}" "network"
 churn=$(printf '%s' "$good" | sed 's/"leave_per_min": 0/"leave_per_min": 5/; s/"mode": "p2p"/"mode": "central", "central": {"mbps": 100}/')
 bad central_churn "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $churn}" "churn"
-bad nat "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $(printf '%s' "$good" | sed 's/"latency_ms": 1}\]/"latency_ms": 1, "nat": 0.5}]/')}" "regions\[0\].nat: not simulated"
-bad faults "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"faults\": [{\"at_s\": 1, \"kind\": \"seed_restart\"}], $good}" "faults: not simulated"
+bad nat "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $(printf '%s' "$good" | sed 's/"latency_ms": 1}\]/"latency_ms": 1, "nat": 1.5}]/')}" "regions\[0\].nat: 1.5 is outside"
+bad jitter "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $(printf '%s' "$good" | sed 's/"latency_ms": 1}\]/"latency_ms": 1, "jitter_ms": 2}]/')}" "regions\[0\].jitter_ms: 2 is more than latency_ms"
+# Faults run on the queues network only: on flows (the default) refused.
+bad faults "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"faults\": [{\"at_s\": 1, \"kind\": \"seed_restart\"}], $good}" "faults: simulated on the queues network only"
+bad fault_kind "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"network\": \"queues\", \"faults\": [{\"at_s\": 1, \"kind\": \"flood\"}], $good}" "faults\[0\].kind: 'flood' is not a fault"
+bad fault_nodes "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"network\": \"queues\", \"faults\": [{\"at_s\": 1, \"kind\": \"kill\", \"nodes\": [0, 2], \"restart_at_s\": 2}], $good}" "faults\[0\].nodes: expected distinct node numbers"
+bad fault_overlap "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"network\": \"queues\", \"faults\": [{\"at_s\": 1, \"kind\": \"kill\", \"nodes\": [0], \"restart_at_s\": 3}, {\"at_s\": 2, \"kind\": \"kill\", \"nodes\": [0, 1], \"restart_at_s\": 4}], $good}" "faults\[1\]: overlaps faults\[0\]"
 printf '%s\n' "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"extra\": 1, $good}" > "$tmp/ok.json"
 "$sim" "$tmp/ok.json" > /dev/null || { echo "sim_small: an unknown key was refused"; exit 1; }
 echo "sim_small: bad scenario files refused"

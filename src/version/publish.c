@@ -85,17 +85,22 @@ static uint32_t anchor_block_log2(size_t chunk_bytes) {
 }
 
 /* With no chunk size given, the publisher picks one from the object's
- * size (docs/swarm.md "Chunk size from the version's size"): the largest
- * power of two from CHUNK_AUTO_MIN up to STITCH_CHUNK_DEFAULT that still
- * cuts BYTES into CHUNK_AUTO_AIM chunks or more. A small version in one
- * chunk spreads a whole chunk's time per hop, down one path; in many, its
- * chunks go down different paths at once, each hop a small chunk's time
- * (docs/simulator.md, issue 36). */
+ * size (docs/swarm.md "Chunk size from the version's size"): under
+ * CHUNK_AUTO_BELOW bytes, the largest power of two from CHUNK_AUTO_MIN up
+ * to STITCH_CHUNK_DEFAULT that still cuts BYTES into CHUNK_AUTO_AIM
+ * chunks or more. A small version in one chunk spreads a whole chunk's
+ * time per hop, down one path; in many, its chunks go down different
+ * paths at once, each hop a small chunk's time (docs/simulator.md, issue
+ * 36). From CHUNK_AUTO_BELOW up, STITCH_CHUNK_DEFAULT: a 120 MB anchor in
+ * 256 KiB chunks sent 0.07 F back into the seed's region in ctest
+ * sim_regions (at most 0.05). */
 #define CHUNK_AUTO_MIN (16u << 10)
 #define CHUNK_AUTO_AIM 256u
+#define CHUNK_AUTO_BELOW (64ull << 20)
 static size_t auto_chunk(uint64_t bytes) {
   size_t t = STITCH_CHUNK_DEFAULT;
-  while (t / 2 >= CHUNK_AUTO_MIN && bytes / t < CHUNK_AUTO_AIM)
+  while (bytes < CHUNK_AUTO_BELOW && t / 2 >= CHUNK_AUTO_MIN &&
+         bytes / t < CHUNK_AUTO_AIM)
     t /= 2;
   return t;
 }

@@ -425,7 +425,7 @@ fi
 # 512 KiB chunk of the anchor before about 7 chunk times; at least 3
 # (0.63 s) here (1.16 s now; 0.17 s when whole chunks went one after the
 # other).
-sed 's/"mode": "p2p"/"network": "queues", "mode": "p2p"/' "$dir/scenarios/netlab_sym.json" > "$tmp/sym.json"
+sed 's/"mode": "p2p"/"network": "queues", "mode": "p2p"/; s/"interval_s": 8}/"interval_s": 8, "chunk_bytes": 524288}/' "$dir/scenarios/netlab_sym.json" > "$tmp/sym.json"
 STITCH_SIM_RAMP=1 "$sim" "$tmp/sym.json" --json > "$tmp/sym.out" 2> "$tmp/sym.ramp"
 python3 - "$tmp/sym.ramp" <<'PY'
 import sys

@@ -98,7 +98,7 @@ wait_both() {
 }
 for v in 1 2; do
   "$bin/stitch" publish --key "$work/k.key" --store "$work/store" \
-    "$work/traj/step_000$((v - 1)).safetensors" >/dev/null
+    --chunk-kib 512 "$work/traj/step_000$((v - 1)).safetensors" >/dev/null
   wait_both "$v"
 done
 stop_capture

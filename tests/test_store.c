@@ -157,8 +157,8 @@ static uint64_t test_publish_pull(const char *name,
     for (uint64_t k = 0; k < m->n_objects; k++) {
       const stitch_object *ob = &m->objects[k];
       kinds |= 1 << ob->kind;
-      if (ob->kind != STITCH_OBJ_ANCHOR)
-        continue;
+      if (ob->kind != STITCH_OBJ_ANCHOR || o->chunk_bytes == 0)
+        continue; /* 0: test_auto_chunk checks */
       /* Anchor blocks follow the chunk size: 2^11 BF16 symbols fill 4 KiB
        * (with 2^18, each weight tensor was one chunk of some 48 KiB). A
        * chunk over the size holds one block: an F32 block is 8 KiB. */
@@ -714,6 +714,36 @@ static void test_scan(void) {
   ASSERT(n == 0 && latest == 0);
 }
 
+/* With no chunk size given, the publisher cuts a small version into many
+ * chunks (publish.c auto_chunk: 256 or more, 16 KiB at the least), and a
+ * small checkpoint's delta into blocks that allow it: before, each of
+ * these objects was one chunk of up to 512 KiB. */
+static void test_auto_chunk(void) {
+  stitch_publish_opts o = {0};
+  test_publish_pull("store-auto", &o);
+  stitch_diag d = {{0}};
+  stitch_store *s;
+  ASSERT_OK(stitch_store_open(at("store-auto"), &pk, 0, &s, &d), d);
+  unsigned objects = 0;
+  for (size_t i = 0; i < stitch_store_count(s); i++) {
+    const stitch_manifest *m = stitch_store_at(s, i)->m;
+    for (uint64_t k = 0; k < m->n_objects; k++) {
+      const stitch_object *ob = &m->objects[k];
+      if (ob->kind != STITCH_OBJ_ANCHOR)
+        ASSERT(ob->block_log2 < 21); /* the encoder's default */
+      for (uint64_t c = 0; c < ob->n_chunks; c++)
+        ASSERT(ob->chunks[c].size <= (16u << 10) ||
+               ob->chunks[c].n_blocks == 1);
+      if (ob->bytes > (32u << 10)) {
+        ASSERT(ob->n_chunks >= 2);
+        objects++;
+      }
+    }
+  }
+  ASSERT(objects > 0);
+  stitch_store_close(s);
+}
+
 int main(void) {
   snprintf(root, sizeof(root), "/tmp/stitch-store-XXXXXX");
   ASSERT(mkdtemp(root) != NULL);
@@ -749,6 +779,7 @@ int main(void) {
   test_chain();
   test_bad_chunk();
   test_proven_chunk();
+  test_auto_chunk();
   test_sweep();
   printf("test_store: ok\n");
   return 0;

@@ -85,6 +85,39 @@ static uint32_t anchor_block_log2(size_t chunk_bytes) {
   return b;
 }
 
+/* With no chunk size given, the publisher picks one from the object's
+ * size (docs/swarm.md "Chunk size from the version's size"): under
+ * CHUNK_AUTO_BELOW bytes, the largest power of two from CHUNK_AUTO_MIN up
+ * to STITCH_CHUNK_DEFAULT that still cuts BYTES into CHUNK_AUTO_AIM
+ * chunks or more. A small version in one chunk spreads a whole chunk's
+ * time per hop, down one path; in many, its chunks go down different
+ * paths at once, each hop a small chunk's time (docs/simulator.md, issue
+ * 36). From CHUNK_AUTO_BELOW up, STITCH_CHUNK_DEFAULT: a 120 MB anchor in
+ * 256 KiB chunks sent 0.07 F back into the seed's region in ctest
+ * sim_regions (at most 0.05). */
+#define CHUNK_AUTO_MIN (16u << 10)
+#define CHUNK_AUTO_AIM 256u
+#define CHUNK_AUTO_BELOW (64ull << 20)
+static size_t auto_chunk(uint64_t bytes) {
+  size_t t = STITCH_CHUNK_DEFAULT;
+  while (bytes < CHUNK_AUTO_BELOW && t / 2 >= CHUNK_AUTO_MIN &&
+         bytes / t < CHUNK_AUTO_AIM)
+    t /= 2;
+  return t;
+}
+
+/* A delta's blocks are whole in a chunk: a small checkpoint's delta gets
+ * blocks small enough to cut it into chunks of auto_chunk's size (at least
+ * 256 blocks in the checkpoint, blocks of 2^12 symbols at the least), a
+ * large one the encoder's default (2^21). */
+static uint32_t delta_block_log2(uint64_t ckpt_bytes) {
+  uint64_t symbols = ckpt_bytes / 2;
+  uint32_t b = 21;
+  while (b > 12 && (symbols >> b) < 256)
+    b--;
+  return b;
+}
+
 /* Encodes BASE -> the checkpoint as one object and cuts it into chunks. */
 static int build(pub *p, const stitch_st *base, const stitch_digest *base_view,
                  stitch_obj_kind kind, const stitch_vref *from,
@@ -93,8 +126,14 @@ static int build(pub *p, const stitch_st *base, const stitch_digest *base_view,
   stitch_delta_opts dopts = {0};
   /* Sparse delta blocks are small at any size and code better long: the
    * encoder's default. */
-  dopts.block_log2 =
-      kind == STITCH_OBJ_ANCHOR ? anchor_block_log2(p->o->chunk_bytes) : 0;
+  size_t chunk = p->o->chunk_bytes;
+  uint64_t ck_bytes = stitch_st_file_size(p->ckpt);
+  int autosz = chunk == 0;
+  if (autosz && kind == STITCH_OBJ_ANCHOR)
+    chunk = auto_chunk(ck_bytes);
+  dopts.block_log2 = kind == STITCH_OBJ_ANCHOR ? anchor_block_log2(chunk)
+                     : autosz                  ? delta_block_log2(ck_bytes)
+                                               : 0;
   dopts.base_digest = base_view;
   dopts.result_digest = &p->view;
   dopts.sparse_mode = p->o->sparse_mode;
@@ -109,7 +148,9 @@ static int build(pub *p, const stitch_st *base, const stitch_digest *base_view,
   built *b = &p->b[p->nb];
   memset(b, 0, sizeof(*b));
   if (rc == 0) {
-    rc = stitch_chunks_from_delta(dl, p->o->chunk_bytes, &b->obj, &b->bufs, d);
+    if (autosz && kind != STITCH_OBJ_ANCHOR)
+      chunk = auto_chunk(len);
+    rc = stitch_chunks_from_delta(dl, chunk, &b->obj, &b->bufs, d);
     stitch_delta_free(dl);
   }
   free(buf);

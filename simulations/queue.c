@@ -15,10 +15,13 @@
  * (send_piece), so that the chunks a sender has out at once take turns
  * on its uplink, as its sockets' segments do; it arrives whole.
  *
- * Messages of at most SMALL_BYTES (control frames: HAVE, REQUEST, ...) do
+ * Messages of at most FRAME_CTL_MAX (control frames: HAVE, REQUEST, ...) do
  * not queue: they cost their route's latency and their bytes at the
  * slowest link's rate, as a small packet does beside bulk TCP flows that
- * share a link fairly. Every message of a pipe still arrives after the one
+ * share a link fairly. A chunk never counts as one, however small: when
+ * the limit was SMALL_BYTES (16 KiB), versions cut into 16 KiB chunks
+ * crossed every link at its full rate at once, and nodes held them in a
+ * quarter of the time the links allow. Every message of a pipe still arrives after the one
  * sent before it: a pipe is a byte stream. A larger message's bytes
  * count as unsent (pipe_.unsent) until no more than their low-water mark
  * of them waits to leave the sender's uplink (EV_SENT): a pipe takes more
@@ -39,6 +42,9 @@
 
 /* As stitchd, whose writes over it are bulk and set their own mark. */
 #define SMALL_BYTES STITCH_SWARM_LOWAT_MIN
+/* At most this: a control frame, beside the queues (above). Below the
+ * smallest chunk the publisher makes (16 KiB, or one small block). */
+#define FRAME_CTL_MAX 2048
 
 typedef enum ev_kind {
   EV_WAKE, EV_CTL, EV_DATA, EV_CENTRAL, EV_JOIN, EV_LEAVE, EV_SENT, EV_PIECE
@@ -194,11 +200,11 @@ static double transfer(sim *s, int a, int b, size_t bytes, double up[2]) {
   /* Partitions, loss and jitter (faults.c): when it can leave, its bytes
    * with loss's retransmissions, and the delay they add. */
   sim_route rt;
-  sim_path(s, a, b, bytes, bytes > SMALL_BYTES, s->clock, &rt);
+  sim_path(s, a, b, bytes, bytes > FRAME_CTL_MAX, s->clock, &rt);
   double now = rt.depart, sz = (double)bytes * rt.inflate;
   if (up != NULL)
     up[0] = up[1] = now;
-  if (bytes <= SMALL_BYTES) { /* beside the queues, at the slowest rate */
+  if (bytes <= FRAME_CTL_MAX) { /* beside the queues, at the slowest rate */
     double bps = fmin(q->up[a].bps, q->down[b].bps);
     if (ra != rb)
       bps = fmin(bps, fmin(q->out[ra].bps, q->in[rb].bps));

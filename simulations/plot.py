@@ -3,7 +3,8 @@
 version, egress per node, and each version's ratio to the bound.
 
 Usage: plot.py SIM.json DIR   (stitch-sim --plot DIR runs it)
-Without matplotlib it prints one line and writes nothing."""
+Its one line (what it wrote, or that matplotlib is missing) goes to
+stderr, so that it never lands inside stitch-sim's --json report."""
 import json
 import sys
 
@@ -16,7 +17,8 @@ def main():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("plot: matplotlib is not installed; no plots written")
+        print("plot: matplotlib is not installed; no plots written",
+              file=sys.stderr)
         return
     r = json.load(open(sys.argv[1]))
     out = sys.argv[2]
@@ -57,7 +59,8 @@ def main():
     ax.legend()
     fig.tight_layout()
     fig.savefig(out + "/ratio.png", dpi=120)
-    print("plot: wrote completion_cdf.png, egress.png, ratio.png in " + out)
+    print("plot: wrote completion_cdf.png, egress.png, ratio.png in " + out,
+          file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -2,10 +2,11 @@
  * src/swarm/wire.c): round trips of every type at typical and edge values,
  * the frame reader under every split of a stream, and every refusal.
  *
- * Reference bodies, valid and malformed, are built with msgpack-c's packer,
- * not with the codec's own writer: that the codec writes exactly
- * msgpack-c's bytes for every valid message is checked on each round trip,
- * so the encoding is canonical by a second implementation's standard. */
+ * Reference bodies, valid and malformed, are built here with msgpack-c's
+ * packer, field by field from the message, apart from the codec's own
+ * emit (which packs with msgpack-c too): that the codec writes exactly
+ * these bytes for every valid message is checked on each round trip, so
+ * a field out of order, missing or packed in another form shows. */
 #include "test.h"
 
 #include "stitch.h"

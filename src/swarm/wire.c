@@ -10,10 +10,10 @@
  *    allocated: every count and length was checked against the bytes that
  *    are there, and the fields are few and fixed.
  *
- * The writer is hand-written and emits the shortest msgpack form of every
- * header, the bytes msgpack-c's packer gives (tests/test_wire.c compares).
- * It runs twice over a message, once to measure and once to write, so the
- * size it reserves is the size it writes. It refuses any message that the
+ * The writer is msgpack-c's packer, as the manifest's is (manifest.c),
+ * over a sink that copies at most a given number of bytes: it runs twice
+ * over a message, once to measure and once to write, so the size it
+ * reserves is the size it writes. It refuses any message that the
  * decoder would refuse: encode(m) always decodes back to m. */
 #define _POSIX_C_SOURCE 200809L /* strnlen */
 #include "swarm/wire.h"
@@ -21,6 +21,7 @@
 #include "common/diag.h"
 #include "common/msgpack_check.h"
 
+#include <msgpack.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <string.h>
@@ -344,69 +345,44 @@ int wire_decode(int type, const uint8_t *body, size_t len, wire_msg *m,
 
 /* ---- encoding ----------------------------------------------------------- */
 
-/* A writer that only counts when p is NULL (the measuring pass), and
- * copies only its first `cap` bytes (wire_encode_head leaves a CHUNK's
- * payload, the body's last bytes, to the caller). */
+/* msgpack-c's packer writes into this sink, which only counts when p is
+ * NULL (the measuring pass), and copies only its first `cap` bytes
+ * (wire_encode_head leaves a CHUNK's payload, the body's last bytes, to
+ * the caller). */
 typedef struct wr {
   uint8_t *p;
   size_t n;
   size_t cap;
 } wr;
 
-static void w_put(wr *w, const void *src, size_t k) {
+static int w_sink(void *data, const char *src, size_t k) {
+  wr *w = data;
   if (w->p != NULL && k > 0 && w->n < w->cap)
     memcpy(w->p + w->n, src, k < w->cap - w->n ? k : w->cap - w->n);
   w->n += k;
+  return 0;
 }
 
-static void w_byte(wr *w, uint8_t b) { w_put(w, &b, 1); }
-
-static void w_be(wr *w, uint64_t v, unsigned k) {
-  for (unsigned i = k; i-- > 0;)
-    w_byte(w, (uint8_t)(v >> (8 * i)));
+/* The sink never fails, so neither do these. */
+static void w_uint(msgpack_packer *pk, uint64_t v) {
+  msgpack_pack_uint64(pk, v);
 }
 
-/* The shortest header for N: the fix form FIX | N up to FIXMAX (FIX < 0:
- * none), then the 8-bit form B8 (B8 < 0: none), then 16 and 32 bits. */
-static void w_head(wr *w, int fix, uint64_t fixmax, int b8, uint8_t b16,
-                   uint8_t b32, uint64_t n) {
-  if (fix >= 0 && n <= fixmax)
-    w_byte(w, (uint8_t)((unsigned)fix | n));
-  else if (b8 >= 0 && n < 256)
-    w_byte(w, (uint8_t)b8), w_be(w, n, 1);
-  else if (n < 65536)
-    w_byte(w, b16), w_be(w, n, 2);
-  else
-    w_byte(w, b32), w_be(w, n, 4);
+static void w_array(msgpack_packer *pk, size_t n) {
+  msgpack_pack_array(pk, n);
 }
 
-static void w_uint(wr *w, uint64_t v) {
-  if (v < 128)
-    w_byte(w, (uint8_t)v);
-  else if (v < 256)
-    w_byte(w, 0xcc), w_be(w, v, 1);
-  else if (v < 65536)
-    w_byte(w, 0xcd), w_be(w, v, 2);
-  else if (v <= UINT32_MAX)
-    w_byte(w, 0xce), w_be(w, v, 4);
-  else
-    w_byte(w, 0xcf), w_be(w, v, 8);
+static void w_str(msgpack_packer *pk, const char *s) {
+  msgpack_pack_str_with_body(pk, s, strlen(s));
 }
 
-static void w_array(wr *w, size_t n) { w_head(w, 0x90, 15, -1, 0xdc, 0xdd, n); }
-
-static void w_str(wr *w, const char *s) {
-  size_t n = strlen(s);
-  w_head(w, 0xa0, 31, 0xd9, 0xda, 0xdb, n);
-  w_put(w, s, n);
+static void w_bin(msgpack_packer *pk, const void *p, size_t n) {
+  msgpack_pack_bin_with_body(pk, p, n);
 }
 
-static void w_bin(wr *w, const void *p, size_t n) {
-  w_head(w, -1, 0, 0xc4, 0xc5, 0xc6, n);
-  w_put(w, p, n);
-}
-
-static void emit(wr *w, const wire_msg *m) {
+static void emit(wr *sink, const wire_msg *m) {
+  msgpack_packer pk, *w = &pk;
+  msgpack_packer_init(&pk, sink, w_sink);
   w_array(w, n_fields[m->type]);
   switch (m->type) {
   case WIRE_HELLO:

@@ -168,6 +168,33 @@ typedef struct snap {
 
 struct qnet;
 typedef struct faults faults;
+typedef struct sim sim;
+
+/* A network model's operations (flows.c: SimGrid comms; queue.c: link
+ * queues): sim.c calls the chosen one's, never a model by name. NULL:
+ * the model has nothing to do there. */
+typedef struct sim_net {
+  /* The simulated time, seconds. */
+  double (*now)(const sim *s);
+  /* Whether pipe P may take more bytes now (within PIPE_WINDOW). */
+  int (*pipe_ready)(const pipe_ *p);
+  /* A control message (DIAL, ACCEPT, CLOSE, ...) from host FROM to TO. */
+  void (*ctl_send)(sim *s, int from, int to, msg_kind kind, uint32_t c);
+  /* N's bytes M on connection CI. */
+  void (*send)(sim *s, node *n, uint32_t ci, msg *m);
+  /* Central mode: the store sends version V to every node. */
+  void (*publish_central)(sim *s, unsigned v);
+  /* N's core knows CI's peer: take what arrives; N's side closed. */
+  void (*listen)(sim *s, node *n, uint32_t ci);
+  void (*unlisten)(sim *s, node *n, uint32_t ci);
+  /* N's core wants a tick at stitch_swarm_wake. */
+  void (*wake)(sim *s, node *n);
+  /* 1: a CLOSE waits until the data sent before it was taken (flows);
+   * 0: the model orders it after them itself (queues). */
+  int close_after_data;
+} sim_net;
+
+extern const sim_net sim_net_flows, sim_net_queues;
 
 /* What a route does to a message (faults.c sim_path). */
 typedef struct sim_route {
@@ -176,7 +203,7 @@ typedef struct sim_route {
   double extra;   /* added to its arrival: jitter, loss recovery */
 } sim_route;
 
-typedef struct sim {
+struct sim {
   sim_scenario sc;
   sim_trajectory tr;
   struct span { const uint8_t *p; size_t len; } *stable; /* chunk
@@ -194,6 +221,7 @@ typedef struct sim {
   double end_s;
   double clock; /* queues: the driver's clock (SimGrid's follows it) */
   struct qnet *q;
+  const sim_net *net; /* &sim_net_flows or &sim_net_queues */
   uint64_t refused, messages, events;
   int verbose; /* STITCH_SIM_LOG=1: every core's log lines on stderr */
   uint64_t *ramp_v1; /* STITCH_SIM_RAMP=1: version 1's chunks, a bitset
@@ -216,7 +244,7 @@ typedef struct sim {
   uint64_t nat_accepted, nat_punched, dials_unreach;
   uint64_t loss_recoveries; /* messages that paid a loss's recovery */
   double loss_resent;       /* bytes sent again for loss */
-} sim;
+};
 
 /* sim.c */
 void die(const char *what) __attribute__((noreturn));

@@ -16,6 +16,7 @@
 
 #include <simgrid/actor.h>
 #include <simgrid/comm.h>
+#include <simgrid/engine.h>
 #include <simgrid/mailbox.h>
 
 #include <math.h>
@@ -228,3 +229,22 @@ void flows_start(sim *s, void **hosts) {
   char *cargv[] = {"controller", NULL};
   sg_actor_start(ctl, controller_main, 1, cargv);
 }
+
+static double flows_now(const sim *s) {
+  (void)s;
+  return simgrid_get_clock();
+}
+
+/* At most PIPE_MSGS comms in flight on a pipe. */
+static int flows_pipe_ready(const pipe_ *p) { return p->nput < PIPE_MSGS; }
+
+const sim_net sim_net_flows = {
+    .now = flows_now,
+    .pipe_ready = flows_pipe_ready,
+    .ctl_send = flows_ctl_send,
+    .send = flows_send,
+    .publish_central = flows_publish_central,
+    .listen = flows_listen,
+    .unlisten = flows_unlisten,
+    .close_after_data = 1,
+};

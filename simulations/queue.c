@@ -425,3 +425,19 @@ void queue_start(sim *s, void *host) {
   char *argv[] = {"network", NULL};
   sg_actor_start(a, queue_main, 1, argv);
 }
+
+/* The driver's clock, which SimGrid's follows. */
+static double queue_now(const sim *s) { return s->clock; }
+
+/* A pipe takes more once none of its bytes waits to leave (EV_SENT). */
+static int queue_pipe_ready(const pipe_ *p) { return p->unsent == 0; }
+
+const sim_net sim_net_queues = {
+    .now = queue_now,
+    .pipe_ready = queue_pipe_ready,
+    .ctl_send = queue_ctl_send,
+    .send = queue_send,
+    .publish_central = queue_publish_central,
+    .wake = queue_wake,
+    .close_after_data = 0,
+};

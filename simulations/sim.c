@@ -52,7 +52,7 @@
 #define LINKS_HIST 256 /* take_snap's link counts, the last bin "or more" */
 
 double now_s(const sim *s) {
-  return s->q != NULL ? s->clock : simgrid_get_clock();
+  return s->net->now(s);
 }
 
 uint64_t now_ms(const sim *s) {
@@ -134,10 +134,7 @@ static void ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c) {
     s->conn[c]->closed = 1;
     return;
   }
-  if (s->q != NULL)
-    queue_ctl_send(s, from, to, kind, c);
-  else
-    flows_ctl_send(s, from, to, kind, c);
+  s->net->ctl_send(s, from, to, kind, c);
 }
 
 /* ---- Connections ------------------------------------------------------ */
@@ -174,8 +171,8 @@ static void conn_close(sim *s, node *n, uint32_t ci, int tell_core) {
   if (!c->open[side])
     return;
   c->open[side] = 0;
-  if (s->q == NULL)
-    flows_unlisten(s, n, ci);
+  if (s->net->unlisten != NULL)
+    s->net->unlisten(s, n, ci);
   if (tell_core)
     stitch_swarm_peer_close(n->sw, c->peer[side], now_ms(s));
   if (!c->closed) {
@@ -183,7 +180,7 @@ static void conn_close(sim *s, node *n, uint32_t ci, int tell_core) {
     /* A CLOSE follows the data already sent, as TCP's FIN does: the
      * queues network orders it after them (queue_ctl_send); the flows
      * network sends it once they are taken (flows.c). */
-    if (s->q == NULL && c->d[side].nput > 0)
+    if (s->net->close_after_data && c->d[side].nput > 0)
       c->fin[side] = 1;
     else
       ctl_send(s, n->idx, c->node[1 - side], MSG_CLOSE, ci);
@@ -192,8 +189,8 @@ static void conn_close(sim *s, node *n, uint32_t ci, int tell_core) {
 
 /* N's core knows the peer of C now: take what arrives on the pipe to N. */
 static void pipe_listen(sim *s, node *n, uint32_t ci) {
-  if (s->q == NULL)
-    flows_listen(s, n, ci);
+  if (s->net->listen != NULL)
+    s->net->listen(s, n, ci);
 }
 
 static void dial(sim *s, node *n, const char *addr) {
@@ -389,8 +386,7 @@ void pipe_flush(sim *s, node *n, uint32_t ci) {
   conn *c = s->conn[ci];
   int side = side_of(c, n->idx);
   pipe_ *p = &c->d[side];
-  while (c->open[side] && p->inflight < PIPE_WINDOW &&
-         (s->q != NULL ? p->unsent == 0 : p->nput < PIPE_MSGS)) {
+  while (c->open[side] && p->inflight < PIPE_WINDOW && s->net->pipe_ready(p)) {
     const uint8_t *buf;
     size_t len;
     stitch_swarm_peer_pending(n->sw, c->peer[side], &buf, &len);
@@ -401,10 +397,7 @@ void pipe_flush(sim *s, node *n, uint32_t ci) {
     n->wire_up += len;
     s->messages++;
     stitch_swarm_peer_sent(n->sw, c->peer[side], len);
-    if (s->q != NULL)
-      queue_send(s, n, ci, m);
-    else
-      flows_send(s, n, ci, m);
+    s->net->send(s, n, ci, m);
   }
 }
 
@@ -537,8 +530,8 @@ void node_step(sim *s, node *n) {
   flush(s, n);
   if (n->n_conns > 64)
     node_prune(s, n);
-  if (s->q != NULL)
-    queue_wake(s, n);
+  if (s->net->wake != NULL)
+    s->net->wake(s, n);
 }
 
 /* ---- The controller: publishes, watches, stops ------------------------ */
@@ -678,10 +671,8 @@ static void trace_row(sim *s, double t) {
 static void publish(sim *s, unsigned v) {
   if (!s->sc.central)
     ctl_send(s, 0, 0, MSG_PUBLISH, v);
-  else if (s->q != NULL)
-    queue_publish_central(s, v);
   else
-    flows_publish_central(s, v);
+    s->net->publish_central(s, v);
 }
 
 /* A line on stderr every progress_s of wall time (STITCH_SIM_PROGRESS_S,
@@ -1275,6 +1266,7 @@ int main(int argc, char **argv) {
     die(err);
   if (s.sc.unsimulated[0])
     die(s.sc.unsimulated);
+  s.net = s.sc.queues ? &sim_net_queues : &sim_net_flows;
   const char *pn = getenv("STITCH_SIM_NAT_PUNCH");
   s.nat_punch = pn != NULL && *pn == '1';
   s.path_rng = s.sc.rng_seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;

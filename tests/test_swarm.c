@@ -790,8 +790,48 @@ static void scenario_dial_failed(void) {
   sn_free(&net);
 }
 
+/* A node whose every dial comes to nothing (a node behind a NAT, say,
+ * among full nodes: here, 100 addresses that refuse) backs off its
+ * dialing as a whole after CORE_DIAL_STREAK (8) in a row: the per-address
+ * backoff alone (2 s doubling to 64 s) would dial these 100 about 500
+ * times in 60 s. While it holds no link it still dials every 2 s or so. */
+static void scenario_dial_storm(void) {
+  sn_net net;
+  build(&net, &default_params, 1);
+  sn_node *n = &net.node[1];
+  sn_start(&net, n, NULL, 0);
+  stitch_diag d = {{0}};
+  for (int i = 0; i < 100; i++) {
+    char a[32];
+    snprintf(a, sizeof(a), "nowhere%d", i);
+    ASSERT_OK(stitch_swarm_add_peer_addr(n->sw, a, "eu"), d);
+  }
+  size_t dials = 0;
+  uint64_t last = 0, gap_max = 0;
+  for (uint64_t t = 0; t <= 60000; t += 50) {
+    stitch_swarm_tick(n->sw, t);
+    stitch_swarm_action a;
+    for (stitch_swarm_next_action(n->sw, &a); a.kind != STITCH_SWARM_NONE;
+         stitch_swarm_next_action(n->sw, &a)) {
+      if (a.kind != STITCH_SWARM_CONNECT)
+        continue;
+      dials++;
+      if (dials > 8 && t - last > gap_max)
+        gap_max = t - last;
+      last = t;
+      stitch_swarm_dial_failed(n->sw, a.addr, t);
+    }
+  }
+  printf("dial_storm: %zu dials in 60 s, longest pause %" PRIu64 " ms\n",
+         dials, gap_max);
+  ASSERT(dials >= 30 && dials <= 60);
+  ASSERT(gap_max <= 2600); /* 2 s, and one neighbour-upkeep beat */
+  sn_free(&net);
+}
+
 static const sw_scenario scenarios[] = {
     {"fanout", scenario_fanout_once},
+    {"dial_storm", scenario_dial_storm},
     {"corrupt", scenario_corrupt},
     {"corrupt_store", scenario_corrupt_store},
     {"flood", scenario_flood},

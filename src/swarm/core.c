@@ -361,10 +361,31 @@ static addr_entry *find_addr(stitch_swarm *s, const char *a) {
 }
 
 /* A dial to E failed, or its link closed too soon: try it again later
- * and later (2 s, doubling, at most 64 s). */
-static void addr_failed(addr_entry *e, uint64_t now_ms) {
+ * and later (2 s, doubling, at most 64 s). Past CORE_DIAL_STREAK such
+ * dials in a row, the node waits before its next dial to anyone
+ * (maintain), longer each time. */
+static void addr_failed(stitch_swarm *s, addr_entry *e, uint64_t now_ms) {
   e->failures++;
   e->next_try_ms = now_ms + (1000ull << (e->failures < 6 ? e->failures : 6));
+  s->dial_failed_ms = now_ms;
+  if (++s->dial_streak < CORE_DIAL_STREAK)
+    return;
+  unsigned k = s->dial_streak - CORE_DIAL_STREAK;
+  uint64_t quiet = (uint64_t)CORE_DIAL_QUIET_MS << (k < 8 ? k : 8);
+  s->dial_quiet_ms =
+      now_ms + (quiet < CORE_DIAL_QUIET_MAX_MS ? quiet : CORE_DIAL_QUIET_MAX_MS);
+}
+
+/* Has a link we dialed since the last dial that came to nothing lasted?
+ * Then dials work again: the streak ends. */
+static void dials_lasting(stitch_swarm *s) {
+  for (size_t i = 0; i < s->n_peers && s->dial_streak > 0; i++) {
+    const peer *p = &s->peers[i];
+    if (p->outbound && p->state == PEER_READY &&
+        p->opened_ms > s->dial_failed_ms &&
+        s->now_ms - p->opened_ms >= CORE_SHORT_LINK_MS)
+      s->dial_streak = 0;
+  }
 }
 
 /* STITCH_ENOMEM when the address could not be kept (peer exchange will
@@ -438,7 +459,7 @@ static void maintain(stitch_swarm *s) {
     s->far_known += far_region(s, e->region);
     if (e->connecting && s->now_ms - e->connect_ms >= CORE_CONNECT_MS) {
       e->connecting = 0; /* never answered: count as a failure */
-      addr_failed(e, s->now_ms);
+      addr_failed(s, e, s->now_ms);
     }
     pending += e->connecting;
     pending_same += e->connecting && !far_region(s, e->region);
@@ -458,6 +479,14 @@ static void maintain(stitch_swarm *s) {
    * only what the region lacks) and finished last
    * (docs/history/simulator.md "Ten of its own region"). */
   size_t same_min = s->cfg.max_peers + CORE_SAME_EXTRA;
+  dials_lasting(s);
+  int backing_off = s->dial_streak >= CORE_DIAL_STREAK;
+  if (backing_off) {
+    uint64_t low = s->dial_failed_ms + CORE_DIAL_QUIET_LOW_MS;
+    if (s->now_ms < s->dial_quiet_ms &&
+        (out >= CORE_OUTBOUND_MIN || s->now_ms < low))
+      return;
+  }
   while (have + pending < target || same + pending_same < same_min ||
          out + pending < CORE_OUTBOUND_MIN) {
     /* Links wanted only for CORE_OUTBOUND_MIN go to our region, as the
@@ -493,6 +522,8 @@ static void maintain(stitch_swarm *s) {
       cross++;
     else
       pending_same++;
+    if (backing_off)
+      return; /* one dial a pause */
   }
 }
 
@@ -533,7 +564,8 @@ static void send_peers(stitch_swarm *s, peer *p) {
  * same slots as 20 (tests/test_hostile.c thousand). */
 static size_t slots_max(const stitch_swarm *s) {
   return 2 * (size_t)s->cfg.max_peers + CORE_INBOUND_SLACK + CORE_FULL_MAX +
-         CORE_SAME_EXTRA + s->cfg.cross_region + CORE_OUTBOUND_MIN +
+         CORE_SAME_EXTRA + CORE_DIALOUT_ROOM + s->cfg.cross_region +
+         CORE_OUTBOUND_MIN +
          CORE_CLOSING_MAX + (s->cfg.seed ? s->cfg.max_peers : 0);
 }
 
@@ -711,7 +743,7 @@ void stitch_swarm_peer_close(stitch_swarm *s, uint32_t id, uint64_t now_ms) {
   addr_entry *e = p->outbound ? find_addr(s, p->addr) : NULL;
   if (e != NULL && (p->state == PEER_HELLO ||
                     now_ms - p->opened_ms < CORE_SHORT_LINK_MS)) {
-    addr_failed(e, now_ms);
+    addr_failed(s, e, now_ms);
   } else if (e != NULL) {
     e->failures = 0;
   }
@@ -726,7 +758,7 @@ void stitch_swarm_dial_failed(stitch_swarm *s, const char *addr,
   if (e == NULL || !e->connecting)
     return;
   e->connecting = 0;
-  addr_failed(e, now_ms);
+  addr_failed(s, e, now_ms);
 }
 
 /* ---- Manifests -------------------------------------------------------- */
@@ -959,6 +991,12 @@ void core_ready(stitch_swarm *s, peer *p) {
   if (p->full && !s->cfg.seed && p->same_region &&
       links_that_count(s) <
           s->cfg.max_peers + CORE_INBOUND_SLACK + CORE_SAME_EXTRA)
+    p->full = 0;
+  /* And a dialer that cannot be dialed, up to CORE_DIALOUT_ROOM links
+   * beyond that: it has no other way to link. */
+  if (p->full && !s->cfg.seed && !p->listen[0] &&
+      count_peers(s, 1) < s->cfg.max_peers + CORE_INBOUND_SLACK +
+                              s->cfg.cross_region + CORE_DIALOUT_ROOM)
     p->full = 0;
   if (p->full) {
     p->state = PEER_FULL;

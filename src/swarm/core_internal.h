@@ -28,6 +28,13 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
 #define CORE_SERVE_SLOTS 4      /* same-region requesters served at once */
 #define CORE_SERVE_WAIT_MS 200  /* ...but none waits longer for a chunk */
 #define CORE_FULL_MAX 8         /* dialers pointed elsewhere at once */
+/* Links from dialers with no address of their own (behind a NAT: they
+ * can only dial) taken beyond the limits. Nodes that can be dialed fill
+ * each other's slots, and a NATed node, which links only through its own
+ * dials, found every one of them full: at 80 % behind NAT, 5 of 200
+ * nodes held no link and no version in 60 s (docs/netlab.md "The
+ * redialing"). */
+#define CORE_DIALOUT_ROOM 4
 /* Links we dialed ourselves, kept however many dial in: a victim whose
  * slots an attacker's nodes fill by dialing it (an eclipse) still picks
  * some neighbours of its own choosing (Bitcoin Core keeps 8 outbound for
@@ -69,6 +76,18 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
 #define CORE_REFUSED_LOG 64 /* addresses whose refusal was logged lately */
 #define CORE_CONNECT_MS 5000    /* a CONNECT not answered by peer_open */
 #define CORE_SHORT_LINK_MS 2000 /* a link closed sooner counts as a failure */
+/* Dials in a row that came to nothing (refused, unanswered, or closed
+ * within CORE_SHORT_LINK_MS: a full node's PEERS and close) before the
+ * node backs off its dialing as a whole: one dial, then a pause that
+ * doubles from CORE_DIAL_QUIET_MS to CORE_DIAL_QUIET_MAX_MS (at most
+ * CORE_DIAL_QUIET_LOW_MS while it holds fewer than CORE_OUTBOUND_MIN
+ * links). The per-address backoff alone let a node behind a NAT, which
+ * nobody can dial, redial hundreds of full nodes ~450 times in 42 s
+ * (docs/netlab.md "The redialing"). */
+#define CORE_DIAL_STREAK 8
+#define CORE_DIAL_QUIET_MS 250
+#define CORE_DIAL_QUIET_MAX_MS 8000
+#define CORE_DIAL_QUIET_LOW_MS 2000
 #define CORE_REQUEST_MS 15000   /* a request not answered */
 #define CORE_MAINTAIN_MS 500    /* neighbour upkeep */
 #define CORE_PEX_MS 20000
@@ -298,6 +317,10 @@ struct stitch_swarm {
   uint32_t next_peer_id;
   addr_entry *addrs;
   size_t n_addrs;
+  /* Dials in a row that came to nothing, when the last did, and when
+   * the node may dial again once they reach CORE_DIAL_STREAK. */
+  unsigned dial_streak;
+  uint64_t dial_failed_ms, dial_quiet_ms;
   stitch_pubkey bans[CORE_MAX_BANS];
   size_t n_bans;
   char ban_addrs[CORE_MAX_BANS][STITCH_SWARM_ADDR_MAX];

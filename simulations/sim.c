@@ -311,18 +311,9 @@ static int io_manifest(void *user, const uint8_t *buf, size_t len) {
 
 /* ---- Applying --------------------------------------------------------- */
 
-static const stitch_vref *find_version(const node *n, uint64_t v) {
-  const stitch_vref *refs;
-  size_t k = stitch_swarm_versions(n->sw, &refs);
-  for (size_t i = 0; i < k; i++)
-    if (refs[i].m->version == v)
-      return &refs[i];
-  return NULL;
-}
-
 /* Every chunk of (V, OBJ) held and the base matching: the node holds V. */
 static int apply(sim *s, node *n, uint64_t v, uint32_t obj) {
-  const stitch_vref *vr = find_version(n, v);
+  const stitch_vref *vr = stitch_swarm_find_version(n->sw, v);
   if (vr == NULL || obj >= vr->m->n_objects)
     return STITCH_ENOTFOUND;
   const stitch_object *ob = &vr->m->objects[obj];
@@ -352,34 +343,41 @@ static int apply(sim *s, node *n, uint64_t v, uint32_t obj) {
   return 0;
 }
 
-/* Carries out every action N's core asks for. */
-static void actions(sim *s, node *n) {
-  for (int guard = 0; guard < 100000; guard++) {
-    stitch_swarm_action a;
-    stitch_swarm_next_action(n->sw, &a);
-    if (a.kind == STITCH_SWARM_NONE)
+/* N's core's actions (stitch_swarm_drain). */
+static void op_connect(void *user, const char *addr) {
+  node *n = user;
+  dial(n->sim, n, addr);
+}
+
+static void op_close(void *user, uint32_t peer) {
+  node *n = user;
+  sim *s = n->sim;
+  for (size_t i = 0; i < n->n_conns; i++) {
+    conn *c = s->conn[n->conns[i]];
+    int side = side_of(c, n->idx);
+    if (c->open[side] && c->peer[side] == peer) {
+      conn_close(s, n, n->conns[i], 1);
       return;
-    if (a.kind == STITCH_SWARM_CONNECT) {
-      dial(s, n, a.addr);
-    } else if (a.kind == STITCH_SWARM_CLOSE) {
-      for (size_t i = 0; i < n->n_conns; i++) {
-        conn *c = s->conn[n->conns[i]];
-        int side = side_of(c, n->idx);
-        if (c->open[side] && c->peer[side] == a.peer) {
-          conn_close(s, n, n->conns[i], 1);
-          break;
-        }
-      }
-    } else if (a.kind == STITCH_SWARM_APPLY) {
-      if (apply(s, n, a.version, a.object) == 0) {
-        stitch_swarm_applied(n->sw, a.version, &n->held_id, now_ms(s));
-      } else {
-        n->apply_errors++;
-        stitch_swarm_apply_failed(n->sw, a.version, a.object, now_ms(s));
-      }
     }
   }
-  die("a core asked for 100000 actions in a row");
+}
+
+static void op_apply(void *user, uint64_t version, uint32_t object) {
+  node *n = user;
+  sim *s = n->sim;
+  if (apply(s, n, version, object) == 0) {
+    stitch_swarm_applied(n->sw, version, &n->held_id, now_ms(s));
+  } else {
+    n->apply_errors++;
+    stitch_swarm_apply_failed(n->sw, version, object, now_ms(s));
+  }
+}
+
+/* Carries out every action N's core asks for. */
+static void actions(node *n) {
+  const stitch_swarm_host ops = {n, op_connect, op_close, op_apply};
+  if (stitch_swarm_drain(n->sw, &ops, NULL) != 0)
+    die("a core asked for STITCH_SWARM_DRAIN_MAX actions in a row");
 }
 
 void pipe_flush(sim *s, node *n, uint32_t ci) {
@@ -526,7 +524,7 @@ void node_step(sim *s, node *n) {
   if (stitch_swarm_wake(n->sw) <= now_ms(s) &&
       stitch_swarm_tick(n->sw, now_ms(s)) != 0)
     n->tick_errors++;
-  actions(s, n);
+  actions(n);
   flush(s, n);
   if (n->n_conns > 64)
     node_prune(s, n);

@@ -256,7 +256,7 @@ static void check_exact(sn_net *net, const sn_node *n, uint64_t v) {
   CHECK_NET(net, n->apply_errors == 0);
   CHECK_NET(net, n->bad_writes == 0);
   CHECK_NET(net, n->tick_errors == 0);
-  const stitch_vref *vr = sn_find_version(n, v);
+  const stitch_vref *vr = stitch_swarm_find_version(n->sw, v);
   CHECK_NET(net, vr != NULL && vr->m->n_tensors == NT + 1);
   CHECK_NET(net, n->w_n == NT + 1);
   for (size_t i = 0; i < n->w_n; i++) {

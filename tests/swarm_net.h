@@ -457,15 +457,6 @@ static void sn_start(sn_net *net, sn_node *n, const int *peers,
 
 /* ---- The applier ------------------------------------------------------ */
 
-static const stitch_vref *sn_find_version(const sn_node *n, uint64_t v) {
-  const stitch_vref *refs;
-  size_t k = stitch_swarm_versions(n->sw, &refs);
-  for (size_t i = 0; i < k; i++)
-    if (refs[i].m->version == v)
-      return &refs[i];
-  return NULL;
-}
-
 static void sn_free_tensors(uint8_t **data, size_t n) {
   for (size_t i = 0; data != NULL && i < n; i++)
     free(data[i]);
@@ -476,7 +467,7 @@ static void sn_free_tensors(uint8_t **data, size_t n) {
  * of its tensors; adopts the copy only when every digest matches. */
 static int sn_apply(sn_node *n, uint64_t version, uint32_t object,
                     stitch_diag *d) {
-  const stitch_vref *vr = sn_find_version(n, version);
+  const stitch_vref *vr = stitch_swarm_find_version(n->sw, version);
   if (vr == NULL)
     return stitch_diag_set(d, STITCH_ENOTFOUND, "no manifest for %" PRIu64,
                            version);
@@ -509,7 +500,7 @@ static int sn_apply(sn_node *n, uint64_t version, uint32_t object,
   ASSERT(data != NULL && nb != NULL);
   /* A delta's tensors start from the weights' (matched by name); an
    * anchor's, and NEW tensors, from nothing. */
-  const stitch_vref *old = sn_find_version(n, n->w_version);
+  const stitch_vref *old = stitch_swarm_find_version(n->sw, n->w_version);
   for (size_t i = 0; rc == 0 && i < nt; i++) {
     nb[i] = m->tensors[i].nbytes;
     data[i] = calloc(nb[i] ? nb[i] : 1, 1);
@@ -703,65 +694,69 @@ static void sn_log_line(sn_node *n, const char *fmt, ...) {
   sn_io_log(n, tagged);
 }
 
+/* N's core's actions (stitch_swarm_drain). */
+static void sn_op_connect(void *user, const char *addr) {
+  sn_node *n = user;
+  /* An evil node attacks only the links the test gives it. */
+  int to = n->evil == SN_HONEST ? sn_node_by_addr(n->net, addr) : -1;
+  sn_log_line(n, "CONNECT %s%s", addr, to >= 0 ? "" : " (ignored)");
+  if (to >= 0)
+    sn_dial_later(n->net, n->idx, to);
+  else
+    n->net->dials_failed++;
+}
+
+static void sn_op_close(void *user, uint32_t peer) {
+  sn_node *n = user;
+  int side;
+  sn_conn *c = sn_conn_of(n->net, n->idx, peer, &side);
+  if (c != NULL && n->evil != SN_HONEST) { /* keep the transport */
+    c->d[side].core_gone = 1;
+    uint64_t h0 = sn_h0(n);
+    stitch_swarm_peer_close(n->sw, peer, n->net->now);
+    sn_h1(n, h0);
+  } else if (c != NULL) { /* it hears peer_close like the other side */
+    sn_conn_close(n->net, c, n->idx, 0, -1);
+  }
+}
+
+static void sn_op_apply(void *user, uint64_t version, uint32_t object) {
+  sn_node *n = user;
+  uint64_t now = n->net->now;
+  stitch_diag d = {{0}};
+  int rc = sn_apply(n, version, object, &d);
+  if (rc == 0) {
+    n->applies++;
+    if (version <= SN_MAX_VERSIONS)
+      n->applied_at[version] = now;
+    const stitch_vref *vr = stitch_swarm_find_version(n->sw, version);
+    size_t l = strlen(n->path);
+    snprintf(n->path + l, sizeof(n->path) - l, "%sv%" PRIu64 "%c",
+             l ? " " : "", version,
+             stitch_obj_kind_name(vr->m->objects[object].kind)[0]);
+    sn_log_line(n, "applied v%" PRIu64 " object %u", version, object);
+    uint64_t h0 = sn_h0(n);
+    stitch_swarm_applied(n->sw, version, &n->w_id, now);
+    sn_h1(n, h0);
+  } else {
+    n->apply_errors++;
+    snprintf(n->apply_err, sizeof(n->apply_err), "t=%" PRIu64 ": %s", now,
+             d.msg);
+    sn_log_line(n, "apply failed: %s", d.msg);
+    uint64_t h0 = sn_h0(n);
+    stitch_swarm_apply_failed(n->sw, version, object, now);
+    sn_h1(n, h0);
+  }
+}
+
 /* Carries out every action N's core asks for. */
 static void sn_actions(sn_net *net, sn_node *n) {
-  stitch_swarm_action a;
   if (!n->alive)
     return;
-  for (int guard = 0; guard < 100000; guard++) {
-    stitch_swarm_next_action(n->sw, &a);
-    if (a.kind == STITCH_SWARM_NONE)
-      return;
-    if (a.kind == STITCH_SWARM_CONNECT) {
-      /* An evil node attacks only the links the test gives it. */
-      int to = n->evil == SN_HONEST ? sn_node_by_addr(net, a.addr) : -1;
-      sn_log_line(n, "CONNECT %s%s", a.addr, to >= 0 ? "" : " (ignored)");
-      if (to >= 0)
-        sn_dial_later(net, n->idx, to);
-      else
-        net->dials_failed++;
-    } else if (a.kind == STITCH_SWARM_CLOSE) {
-      int side;
-      sn_conn *c = sn_conn_of(net, n->idx, a.peer, &side);
-      if (c != NULL && n->evil != SN_HONEST) { /* keep the transport */
-        c->d[side].core_gone = 1;
-        uint64_t h0 = sn_h0(n);
-        stitch_swarm_peer_close(n->sw, a.peer, net->now);
-        sn_h1(n, h0);
-      } else if (c != NULL) { /* it hears peer_close like the other side */
-        sn_conn_close(net, c, n->idx, 0, -1);
-      }
-    } else if (a.kind == STITCH_SWARM_APPLY) {
-      stitch_diag d = {{0}};
-      int rc = sn_apply(n, a.version, a.object, &d);
-      if (rc == 0) {
-        n->applies++;
-        if (a.version <= SN_MAX_VERSIONS)
-          n->applied_at[a.version] = net->now;
-        const stitch_vref *vr = sn_find_version(n, a.version);
-        size_t l = strlen(n->path);
-        snprintf(n->path + l, sizeof(n->path) - l, "%sv%" PRIu64 "%c",
-                 l ? " " : "", a.version,
-                 stitch_obj_kind_name(vr->m->objects[a.object].kind)[0]);
-        sn_log_line(n, "applied v%" PRIu64 " object %u", a.version,
-                    a.object);
-        uint64_t h0 = sn_h0(n);
-        stitch_swarm_applied(n->sw, a.version, &n->w_id, net->now);
-        sn_h1(n, h0);
-      } else {
-        n->apply_errors++;
-        snprintf(n->apply_err, sizeof(n->apply_err), "t=%" PRIu64 ": %s",
-                 net->now, d.msg);
-        sn_log_line(n, "apply failed: %s", d.msg);
-        uint64_t h0 = sn_h0(n);
-        stitch_swarm_apply_failed(n->sw, a.version, a.object, net->now);
-        sn_h1(n, h0);
-      }
-    }
-  }
-  FAIL_("%s at t=%" PRIu64 " asked for 100000 actions in a row, the last "
-        "kind %d peer %u addr \"%s\" v%" PRIu64 " object %u",
-        n->name, net->now, (int)a.kind, a.peer, a.addr, a.version, a.object);
+  const stitch_swarm_host ops = {n, sn_op_connect, sn_op_close, sn_op_apply};
+  if (stitch_swarm_drain(n->sw, &ops, NULL) != 0)
+    FAIL_("%s at t=%" PRIu64 " asked for %u actions in a row", n->name,
+          net->now, STITCH_SWARM_DRAIN_MAX);
 }
 
 /* Kills N: every link goes down at once, the core hears nothing more. */

@@ -72,8 +72,9 @@ static int fa_out_(int rc) {
 #define stitch_swarm_peer_close(...)                                          \
   FA_IN_VOID_(stitch_swarm_peer_close(__VA_ARGS__))
 #define stitch_swarm_tick(...) FA_IN_(stitch_swarm_tick(__VA_ARGS__))
-#define stitch_swarm_next_action(...)                                         \
-  FA_IN_VOID_(stitch_swarm_next_action(__VA_ARGS__))
+/* Not stitch_swarm_drain: it runs the harness's operations (an apply
+ * decodes with library code), and the calls they make into the core are
+ * counted by the lines here; taking an action allocates nothing. */
 #define stitch_swarm_add_peer_addr(...)                                       \
   FA_IN_(stitch_swarm_add_peer_addr(__VA_ARGS__))
 #define stitch_swarm_add_manifest(...)                                        \
@@ -637,7 +638,7 @@ static int swarm_run(uint64_t n) {
           node->apply_errors, node->bad_writes);
   for (size_t i = 0; i < node->w_n; i++) {
     int k = 0;
-    const stitch_vref *vr = sn_find_version(node, STEPS);
+    const stitch_vref *vr = stitch_swarm_find_version(node->sw, STEPS);
     while (k <= N_T && strcmp(tname[k], vr->m->tensors[i].name) != 0)
       k++;
     if (k > N_T || node->w_nbytes[i] != t_bytes(k) ||

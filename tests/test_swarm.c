@@ -829,6 +829,75 @@ static void scenario_dial_storm(void) {
   sn_free(&net);
 }
 
+/* stitch_swarm_drain (src/swarm/host.c) hands each action to its
+ * operation, and takes and drops one whose operation is NULL;
+ * stitch_swarm_find_version finds what stitch_swarm_versions holds and
+ * nothing else. */
+typedef struct drain_seen {
+  unsigned connect, close, apply;
+  char addr[STITCH_SWARM_ADDR_MAX];
+} drain_seen;
+
+static void seen_connect(void *user, const char *addr) {
+  drain_seen *d = user;
+  d->connect++;
+  snprintf(d->addr, sizeof(d->addr), "%s", addr);
+}
+static void seen_close(void *user, uint32_t peer) {
+  ((drain_seen *)user)->close++;
+}
+static void seen_apply(void *user, uint64_t version, uint32_t object) {
+  ((drain_seen *)user)->apply++;
+}
+
+static void scenario_drain(void) {
+  sn_net net;
+  sn_node *seed = build(&net, &default_params, 1);
+  sn_start(&net, seed, NULL, 0);
+  for (uint64_t v = 1; v <= 2; v++)
+    publish(&net, seed, v);
+  const stitch_vref *refs;
+  ASSERT_EQ(stitch_swarm_versions(seed->sw, &refs), 2);
+  ASSERT(stitch_swarm_find_version(seed->sw, 1) == &refs[0]);
+  ASSERT(stitch_swarm_find_version(seed->sw, 2) == &refs[1]);
+  ASSERT(stitch_swarm_find_version(seed->sw, 0) == NULL);
+  ASSERT(stitch_swarm_find_version(seed->sw, 3) == NULL);
+  sn_node *n = &net.node[1];
+  sn_start(&net, n, NULL, 0);
+  ASSERT(stitch_swarm_find_version(n->sw, 1) == NULL);
+  stitch_diag d = {{0}};
+  ASSERT_OK(stitch_swarm_add_peer_addr(n->sw, "nowhere", "eu"), d);
+  drain_seen seen = {0};
+  const stitch_swarm_host ops = {&seen, seen_connect, seen_close, seen_apply};
+  size_t taken = 9;
+  uint64_t t = 0;
+  for (; t <= 2000 && seen.connect == 0; t += 50) {
+    stitch_swarm_tick(n->sw, t);
+    ASSERT_EQ(stitch_swarm_drain(n->sw, &ops, &taken), 0);
+  }
+  ASSERT_EQ(seen.connect, 1);
+  ASSERT_EQ(taken, 1);
+  ASSERT_EQ(seen.close + seen.apply, 0);
+  ASSERT(strcmp(seen.addr, "nowhere") == 0);
+  ASSERT_EQ(stitch_swarm_drain(n->sw, &ops, &taken), 0);
+  ASSERT_EQ(taken, 0);
+  /* Refused: dialed again after its backoff, to a host that drops it. */
+  stitch_swarm_dial_failed(n->sw, "nowhere", t);
+  const stitch_swarm_host none = {NULL, NULL, NULL, NULL};
+  size_t dropped = 0;
+  for (; t <= 20000 && dropped == 0; t += 50) {
+    stitch_swarm_tick(n->sw, t);
+    ASSERT_EQ(stitch_swarm_drain(n->sw, &none, &dropped), 0);
+  }
+  ASSERT_EQ(dropped, 1);
+  stitch_swarm_action a;
+  stitch_swarm_next_action(n->sw, &a);
+  ASSERT_EQ(a.kind, STITCH_SWARM_NONE);
+  printf("drain: one CONNECT taken, one dropped by a host without "
+         "operations\n");
+  sn_free(&net);
+}
+
 static const sw_scenario scenarios[] = {
     {"fanout", scenario_fanout_once},
     {"dial_storm", scenario_dial_storm},
@@ -848,6 +917,7 @@ static const sw_scenario scenarios[] = {
     {"lowat", scenario_lowat},
     {"determinism", scenario_determinism},
     {"dial_failed", scenario_dial_failed},
+    {"drain", scenario_drain},
     {"sweep", scenario_sweep},
 };
 

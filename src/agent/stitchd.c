@@ -312,16 +312,13 @@ static void apply_next(agent *a) {
 static void on_apply(void *user, uint64_t version, uint32_t object) {
   agent *a = user;
   uint64_t now = agent_now(a);
-  const stitch_vref *v;
-  size_t n = stitch_swarm_versions(a->swarm, &v), i;
-  for (i = 0; i < n && v[i].m->version != version; i++)
-    ;
-  apply_job *j = i < n && !a->seed ? calloc(1, sizeof(*j)) : NULL;
+  const stitch_vref *v = stitch_swarm_find_version(a->swarm, version);
+  apply_job *j = v != NULL && !a->seed ? calloc(1, sizeof(*j)) : NULL;
   if (j == NULL) {
     log_line(a, "cannot apply version %" PRIu64 ": %s", version,
              a->seed ? "a seed never applies"
-             : i == n ? "the core holds no such manifest"
-                      : "out of memory");
+             : v == NULL ? "the core holds no such manifest"
+                         : "out of memory");
     stitch_swarm_apply_failed(a->swarm, version, object, now);
     return;
   }
@@ -329,7 +326,7 @@ static void on_apply(void *user, uint64_t version, uint32_t object) {
   j->version = version;
   j->object = object;
   j->ready_ms = unix_ms();
-  j->id = v[i].id;
+  j->id = v->id;
   if (a->queue_tail != NULL)
     a->queue_tail->next = j;
   else

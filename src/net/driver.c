@@ -495,23 +495,20 @@ static void on_timer(uv_timer_t *t) {
   pump(n);
 }
 
-static void take_action(stitch_net *n, const stitch_swarm_action *a) {
-  net_peer *p;
-  switch (a->kind) {
-  case STITCH_SWARM_CONNECT:
-    dial(n, a->addr);
-    break;
-  case STITCH_SWARM_CLOSE:
-    if ((p = peer_find(n, a->peer)) != NULL)
-      peer_linger(p);
-    break;
-  case STITCH_SWARM_APPLY:
-    if (n->cb.apply != NULL)
-      n->cb.apply(n->cb.user, a->version, a->object);
-    break;
-  case STITCH_SWARM_NONE:
-    break;
-  }
+/* The core's actions (stitch_swarm_drain): a CONNECT is dialed, a CLOSE
+ * lingers, an APPLY goes to the agent. */
+static void op_connect(void *user, const char *addr) { dial(user, addr); }
+
+static void op_close(void *user, uint32_t peer) {
+  net_peer *p = peer_find(user, peer);
+  if (p != NULL)
+    peer_linger(p);
+}
+
+static void op_apply(void *user, uint64_t version, uint32_t object) {
+  stitch_net *n = user;
+  if (n->cb.apply != NULL)
+    n->cb.apply(n->cb.user, version, object);
 }
 
 /* Called after every call into the core. Re-entrant calls (an apply
@@ -526,16 +523,12 @@ static void pump(stitch_net *n) {
   n->pumping = 1;
   /* Until a pass finds nothing to do: a flush that fails drops a peer,
    * and the core may answer that with actions. */
-  for (int took = 1; took || n->again;) {
-    n->again = took = 0;
-    for (;;) {
-      stitch_swarm_action a;
-      stitch_swarm_next_action(n->swarm, &a);
-      if (a.kind == STITCH_SWARM_NONE)
-        break;
-      take_action(n, &a);
-      took = 1;
-    }
+  const stitch_swarm_host ops = {n, op_connect, op_close, op_apply};
+  for (size_t took = 1; took || n->again;) {
+    n->again = 0;
+    if (stitch_swarm_drain(n->swarm, &ops, &took) != 0)
+      net_log(n, "actions: more than %u in a row; the rest wait for the "
+                 "next pump", STITCH_SWARM_DRAIN_MAX);
     for (net_peer *p = n->peers; p != NULL; p = p->next)
       peer_flush(p);
   }

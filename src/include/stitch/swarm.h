@@ -172,6 +172,37 @@ typedef struct stitch_swarm_action {
 /* Takes the next action (kind NONE when there is none). */
 void stitch_swarm_next_action(stitch_swarm *s, stitch_swarm_action *a);
 
+/* What a host does for each kind of action, for stitch_swarm_drain. Every
+ * operation gets `user` and may call back into the core: a close tells
+ * it stitch_swarm_peer_close, an apply that ends at once answers
+ * stitch_swarm_applied from inside. How the host carries an action out
+ * (a socket, a simulated pipe, a thread pool) is its own; what it must
+ * tell the core afterwards is said at each kind above. A NULL operation
+ * drops its kind: the core times such a CONNECT out, and waits for such
+ * an APPLY until it is answered. */
+typedef struct stitch_swarm_host {
+  void *user;
+  void (*connect)(void *user, const char *addr);
+  void (*close)(void *user, uint32_t peer);
+  void (*apply)(void *user, uint64_t version, uint32_t object);
+} stitch_swarm_host;
+
+/* Actions one stitch_swarm_drain takes at most. The core queues at most a
+ * few hundred, but each operation may queue more: a drain that goes on
+ * this long is a core and a host answering each other in a loop, a bug of
+ * ours, not a peer's doing. */
+#define STITCH_SWARM_DRAIN_MAX 100000u
+
+/* Takes every action the core has queued, and those queued meanwhile by
+ * the operations' calls into it, and hands each to HOST, in order (the
+ * loop every driver runs after it called into the core). *TAKEN (may be
+ * NULL) counts them. STITCH_ELIMIT after STITCH_SWARM_DRAIN_MAX actions:
+ * the rest stay queued. A drain may run inside an operation of another
+ * (a close that the host follows with a drain of its own). HOST is not
+ * kept. */
+int stitch_swarm_drain(stitch_swarm *s, const stitch_swarm_host *host,
+                       size_t *taken);
+
 /* ---- The agent's side ------------------------------------------------- */
 
 /* A peer address to try (from the command line or a config file);
@@ -197,8 +228,14 @@ int stitch_swarm_applied(stitch_swarm *s, uint64_t version,
 int stitch_swarm_apply_failed(stitch_swarm *s, uint64_t version,
                               uint32_t object, uint64_t now_ms);
 
-/* The manifests the core holds, ascending (for planning and applying). */
+/* The manifests the core holds, ascending (for planning and applying).
+ * Valid until the next call that can give the core a manifest
+ * (stitch_swarm_add_manifest, stitch_swarm_peer_recv). */
 size_t stitch_swarm_versions(const stitch_swarm *s, const stitch_vref **v);
+/* The one of VERSION among them, or NULL (as stitch_store_find): what an
+ * APPLY names. */
+const stitch_vref *stitch_swarm_find_version(const stitch_swarm *s,
+                                             uint64_t version);
 
 typedef struct stitch_swarm_stats {
   uint64_t held_version;    /* applied */

@@ -504,7 +504,7 @@ static int node_at3(sn_net *net, void *arg) {
 /* A joiner of the seed's region takes versions 1 to 3 from the seed. Its
  * other neighbour, in another region, is up to date: weights at version 3
  * and its chunks stored. The joiner passes chunks from the seed across
- * only to a far neighbour that wants them (fetch.c may_pass), so the old
+ * only to a far neighbour that wants them (cross.c may_pass), so the old
  * anchor and delta it takes never reach that node. Passing whatever came
  * from the seed sent it version 1's chunks, which it has no manifest for:
  * it dropped and banned the joiner. */

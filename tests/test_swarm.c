@@ -613,7 +613,7 @@ static void scenario_lowat(void) {
 
 /* The seed's first round goes unasked: at a new version every neighbour
  * gets its share with the manifest, a BITFIELD, HAVE and REQUEST sooner
- * (fetch.c seed_on_manifest, seed_offer). Two nodes of the seed's region:
+ * (seed.c seed_on_manifest, seed_offer). Two nodes of the seed's region:
  * every chunk of v1 leaves the seed in that round, so it hears no REQUEST
  * for any, and the first chunk is at a node one link's latency and its
  * bytes after the publish. */

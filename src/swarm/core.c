@@ -1,7 +1,8 @@
 /* core.c: the swarm core: peers, the handshake, messages, gossip, serving
- * and neighbour upkeep (docs/swarm.md). What to fetch and what the seed
- * offers is in fetch.c, crossing regions in cross.c. No I/O: bytes, time
- * and randomness come in through the API and stitch_swarm_io. */
+ * and neighbour upkeep (docs/swarm.md). What to fetch and what to serve
+ * is in fetch.c, crossing regions in cross.c, what the seed offers
+ * in seed.c. No I/O: bytes, time and randomness come in through the API
+ * and stitch_swarm_io. */
 #include "swarm/core_internal.h"
 
 #include "common/diag.h"
@@ -238,8 +239,7 @@ static void version_free(vstate *v) {
     free(v->held[o].b);
     free(v->avail[o]);
     free(v->inflight[o]);
-    free(v->sent[o]);
-    free(v->offers[o]);
+    seed_obj_free(&v->seed[o]);
     cross_obj_free(&v->cross[o]);
     free(v->asked_at[o]);
   }
@@ -820,8 +820,7 @@ static int add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
     bad = bits_init(&v->held[o], m->version, o, n) != 0 ||
           (v->avail[o] = calloc(n + 1, 2)) == NULL ||
           (v->inflight[o] = calloc(n + 1, 1)) == NULL ||
-          (v->sent[o] = calloc(n + 1, 4)) == NULL ||
-          (v->offers[o] = calloc(n + 1, 2)) == NULL ||
+          seed_obj_init(&v->seed[o], n) != 0 ||
           cross_obj_init(&v->cross[o], n) != 0 ||
           (v->asked_at[o] = calloc(n + 1, 4)) == NULL;
     for (uint64_t c = 0; c < n && !bad; c++) {

@@ -1,7 +1,8 @@
 /* core_internal.h: the swarm core's state, shared by core.c (the session:
  * peers, handshake, messages, gossip) and the policies beside it: fetch.c
- * (what to fetch, from whom, and what the seed offers), cross.c (crossing
- * regions, cross.h) and reach.c. docs/swarm.md explains the behaviour. */
+ * (what to fetch, from whom, and what to serve), cross.c (crossing
+ * regions, cross.h), seed.c (what the seed offers, seed.h) and reach.c
+ * (which regions our links reach). docs/swarm.md explains the behaviour. */
 #ifndef STITCH_SWARM_CORE_INTERNAL_H
 #define STITCH_SWARM_CORE_INTERNAL_H
 
@@ -11,6 +12,7 @@
 #include "swarm/channel.h"
 #include "swarm/cross.h"
 #include "swarm/score.h"
+#include "swarm/seed.h"
 #include "swarm/wire.h"
 
 #include <string.h>
@@ -77,7 +79,6 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
 #define CORE_MAINTAIN_MS 500    /* neighbour upkeep */
 #define CORE_PEX_MS 20000
 #define CORE_REACH_NEW 2        /* regions one peer's REACHes may add */
-#define CORE_SEED_IDLE_MS 2000  /* the seed re-offers to a peer idle this long */
 #define CORE_RATE_PER_S 4000    /* messages a peer may send per second */
 #define CORE_RATE_BURST 20000
 #define CORE_RANDOM_FIRST 4     /* chunks fetched at random before rarest-first */
@@ -229,8 +230,7 @@ typedef struct vstate {
   bits held[STITCH_MAX_OBJECTS];
   uint16_t *avail[STITCH_MAX_OBJECTS];    /* ready peers that hold each chunk */
   uint8_t *inflight[STITCH_MAX_OBJECTS];  /* our requests out for each */
-  uint32_t *sent[STITCH_MAX_OBJECTS];     /* seed: uploads per chunk */
-  uint16_t *offers[STITCH_MAX_OBJECTS];   /* seed: peers offered each */
+  seed_obj seed[STITCH_MAX_OBJECTS];      /* the seed's counts (seed.h) */
   cross_obj cross[STITCH_MAX_OBJECTS]; /* crossing regions (cross.h) */
   /* When our first request out for each chunk went (the endgame). */
   uint32_t *asked_at[STITCH_MAX_OBJECTS];
@@ -421,9 +421,6 @@ uint64_t fetch_chunk_allow(const stitch_swarm *s, const peer *p);
 void fetch_on_have_bit(stitch_swarm *s, peer *p, uint64_t version,
                        uint32_t object, uint64_t chunk);
 void fetch_announce_interest(stitch_swarm *s, peer *p);
-void seed_offer(stitch_swarm *s, peer *p);
-void seed_on_manifest(stitch_swarm *s);
-void seed_on_upload(stitch_swarm *s, const chunk_id *c);
 
 /* reach.c */
 /* Tells the seed which other regions our links reach: P, a seed link

@@ -272,7 +272,7 @@ static void scenario_not_me(void) {
  * CROSSING naming the receiver (the notice of a pass, cross.c pass_to)
  * instead of a HAVE, tells it again of an earlier chunk, and never sends
  * either. Each "us" node tells its region the chunk is coming, once per
- * chunk (fetch_on_crossing, tell_entering), so the liar can hold each
+ * chunk (cross_on_crossing, tell_entering), so the liar can hold each
  * chunk back from turns at most CORE_CROSS_TRUST_MS (3 s); the honest
  * node's passes and the seed bring the chunks in meanwhile. "us" held v1
  * 893 ms after publish (test seed 5707716; not_me's liar 899), with 1,698
@@ -298,7 +298,7 @@ static void scenario_pass_lie(void) {
  * to them, tells each lie again SN_LATE_MS later, and answers requests
  * with REJECTs, so "us" lacks every chunk throughout. The replayed lies
  * make no CROSSING inside "us" (321 before and after, test seed
- * 5707716); without the check on `crossing` in fetch_on_crossing, 472
+ * 5707716); without the check on `crossing` in cross_on_crossing, 472
  * after (checked by hand). */
 static void scenario_lie_late(void) {
   sn_net net;

@@ -1,6 +1,6 @@
 /* core_internal.h: the swarm core's state, shared by core.c (the session:
  * peers, handshake, messages, gossip) and the policies beside it: fetch.c
- * (what to fetch, from whom, and what to serve), cross.c (crossing
+ * (what to fetch, from whom, and what to serve, fetch.h), cross.c (crossing
  * regions, cross.h), seed.c (what the seed offers, seed.h) and reach.c
  * (which regions our links reach). docs/swarm.md explains the behaviour. */
 #ifndef STITCH_SWARM_CORE_INTERNAL_H
@@ -11,6 +11,7 @@
 #include "common/bytes.h"
 #include "swarm/channel.h"
 #include "swarm/cross.h"
+#include "swarm/fetch.h"
 #include "swarm/score.h"
 #include "swarm/seed.h"
 #include "swarm/wire.h"
@@ -31,8 +32,6 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
 #define CORE_MAX_ACTIONS 256
 #define CORE_INBOUND_SLACK 4    /* inbound links beyond max_peers */
 #define CORE_SAME_EXTRA 2       /* links of our region dialed beyond max_peers */
-#define CORE_SERVE_SLOTS 4      /* same-region requesters served at once */
-#define CORE_SERVE_WAIT_MS 200  /* ...but none waits longer for a chunk */
 #define CORE_FULL_MAX 8         /* dialers pointed elsewhere at once */
 /* Links we dialed ourselves, kept however many dial in: a victim whose
  * slots an attacker's nodes fill by dialing it (an eclipse) still picks
@@ -75,31 +74,15 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
 #define CORE_REFUSED_LOG 64 /* addresses whose refusal was logged lately */
 #define CORE_CONNECT_MS 5000    /* a CONNECT not answered by peer_open */
 #define CORE_SHORT_LINK_MS 2000 /* a link closed sooner counts as a failure */
-#define CORE_REQUEST_MS 15000   /* a request not answered */
 #define CORE_MAINTAIN_MS 500    /* neighbour upkeep */
 #define CORE_PEX_MS 20000
 #define CORE_REACH_NEW 2        /* regions one peer's REACHes may add */
 #define CORE_RATE_PER_S 4000    /* messages a peer may send per second */
 #define CORE_RATE_BURST 20000
-#define CORE_RANDOM_FIRST 4     /* chunks fetched at random before rarest-first */
-/* The endgame (fetch.c late): a chunk is asked of a second peer once its
- * request has waited CORE_LATE_FACTOR times the usual wait for a chunk,
- * and at least CORE_LATE_MIN_MS. */
-#define CORE_LATE_FACTOR 2.0
-#define CORE_LATE_MIN_MS 50
-#define CORE_BEHIND_MARGIN 0.02 /* behind our neighbours by this: twice the
-                                   pipeline (fetch.c request_depth); behind
-                                   another requester by this: two serving
-                                   slots (fetch.c serve_turn) */
 /* Each peer's last CORE_SENT_KEPT chunks sent are kept (peer.sent): for
  * the serving slots (fetch.c serve_turn) and for a far peer asking for a
  * chunk already on its way into its region (cross.c coming_into). */
 #define CORE_SENT_KEPT 4
-/* A requester keeps its serving slot while its chunk goes out (fetch.c
- * serve_turn), for at most this long: one that stops reading keeps none.
- * On a slow uplink a chunk can take longer (512 KiB at a quarter of 10
- * Mbit/s takes 1.7 s); its slot then lapses early, as before the rule. */
-#define CORE_SENDING_MAX_MS 200
 
 /* One chunk of one object, as the wire names it. */
 typedef struct chunk_id {
@@ -399,28 +382,6 @@ int hs_policy(stitch_swarm *s, const uint8_t *buf, size_t len, peer *from,
 void hs_send_policy(stitch_swarm *s, peer *p);
 /* Drops links whose ticket expired or whose key is revoked (tick). */
 void hs_check_links(stitch_swarm *s);
-
-/* fetch.c */
-void fetch_replan(stitch_swarm *s);
-void fetch_schedule(stitch_swarm *s);
-int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m);
-void fetch_on_reject(stitch_swarm *s, peer *p, const chunk_id *c);
-void fetch_peer_gone(stitch_swarm *s, peer *p);
-void fetch_tick(stitch_swarm *s);
-void fetch_serve_next(stitch_swarm *s, peer *p);
-/* Where C is among P's requests to us (fetch_queued), or among our
- * requests to P (fetch_asked), or -1. */
-int fetch_queued(const peer *p, const chunk_id *c);
-int fetch_asked(const peer *p, const chunk_id *c);
-/* Is (VERSION, OBJECT) in our plan: do we fetch it? */
-int fetch_in_plan(const stitch_swarm *s, uint64_t version, uint32_t object);
-/* Chunk C of V, queued for Q unasked, counts as Q's from now: Q gets no
- * HAVE of it, and no second pass. */
-void fetch_pushed(stitch_swarm *s, peer *q, vstate *v, const chunk_id *c);
-uint64_t fetch_chunk_allow(const stitch_swarm *s, const peer *p);
-void fetch_on_have_bit(stitch_swarm *s, peer *p, uint64_t version,
-                       uint32_t object, uint64_t chunk);
-void fetch_announce_interest(stitch_swarm *s, peer *p);
 
 /* reach.c */
 /* Tells the seed which other regions our links reach: P, a seed link

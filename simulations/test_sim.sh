@@ -301,7 +301,7 @@ r, v, fail = load_one_version(sys.argv[1], "sim_regions")
 # The seed's region holds every chunk first: a node there that sees a far
 # copy before a nearby one must wait for the nearby one, as its region
 # heard that the chunk came in through the node that asked the seed
-# (CROSSING, fetch.c tell_entering). Without it 0.16 to 0.33 F crossed
+# (CROSSING, cross.c tell_entering). Without it 0.16 to 0.33 F crossed
 # back (rng seeds 1 to 4). Protocol 1 had 0 here; protocol 2, whose
 # handshake changed who links to whom, 0.02 F: nodes of the seed's region
 # fetch across a few chunks the seed's first round gave only to far nodes
@@ -312,7 +312,7 @@ if home > 0.05:
 # Two other regions: 2 F if each chunk crossed into each once. 2.77 to
 # 3.16 F before those CROSSINGs and the one for a chunk passed across
 # (rng seeds 1 to 4), 2.50 to 2.76 F after, 2.33 to 2.36 F before the
-# bids for turns (fetch.c bid), 2.06 to 2.16 F with them (2.15 to 2.23
+# bids for turns (cross.c bid), 2.06 to 2.16 F with them (2.15 to 2.23
 # with the 15 ms and the pass notice but no bids, a scratch build).
 cross = v["cross_region_bytes"] / v["bytes"]
 if cross > 2.25:
@@ -340,7 +340,7 @@ for v in r["versions"]:
     if v["ratio"] < 1:
         fail("version %d: ratio %.6f under 1" % (v["version"], v["ratio"]))
     # A delta's one chunk goes across as soon as the seed has given it out
-    # (fetch.c push_across), not a far node's turn and round trip later.
+    # (cross.c push_across), not a far node's turn and round trip later.
     if v["version"] > 1 and v["lb_ratio"] > 2.5:
         fail("version %d: lb_ratio %.2f, over 2.5: the delta waited to "
              "cross" % (v["version"], v["lb_ratio"]))

@@ -504,7 +504,7 @@ static int node_at3(sn_net *net, void *arg) {
 /* A joiner of the seed's region takes versions 1 to 3 from the seed. Its
  * other neighbour, in another region, is up to date: weights at version 3
  * and its chunks stored. The joiner passes chunks from the seed across
- * only to a far neighbour that wants them (fetch.c may_pass), so the old
+ * only to a far neighbour that wants them (cross.c may_pass), so the old
  * anchor and delta it takes never reach that node. Passing whatever came
  * from the seed sent it version 1's chunks, which it has no manifest for:
  * it dropped and banned the joiner. */
@@ -613,7 +613,7 @@ static void scenario_lowat(void) {
 
 /* The seed's first round goes unasked: at a new version every neighbour
  * gets its share with the manifest, a BITFIELD, HAVE and REQUEST sooner
- * (fetch.c seed_on_manifest, seed_offer). Two nodes of the seed's region:
+ * (seed.c seed_on_manifest, seed_offer). Two nodes of the seed's region:
  * every chunk of v1 leaves the seed in that round, so it hears no REQUEST
  * for any, and the first chunk is at a node one link's latency and its
  * bytes after the publish. */

@@ -10,7 +10,7 @@
 /* The seed and 2 nodes in "eu", 12 nodes in "us", each of which is told
  * of a node of "eu" and of the "us" node before it: every "us" node can
  * fetch across, and they learn of each chunk at about the same time. Each
- * chunk should still cross into "us" about once (fetch.c cross_ok, the
+ * chunk should still cross into "us" about once (cross.c cross_ok, the
  * CROSSING message), and spread inside. Without the rule every "us" node
  * fetched its own copy across: 12 times the bytes. With DEAF_BIDS every
  * node drops the BIDs that reach it. */
@@ -53,7 +53,7 @@ static double regions_across(uint64_t seed_no, int deaf_bids, uint64_t *bids) {
   return x;
 }
 
-/* That swarm with and without BIDs (fetch.c bid: a node that first sees
+/* That swarm with and without BIDs (cross.c bid: a node that first sees
  * a far copy bids for the turn, and a higher rank waits for a lower
  * one's; without, every node drops the BIDs that reach it). Along the
  * chain of "us", over links of 500 B/ms, a CROSSING waits behind a chunk
@@ -113,7 +113,7 @@ static void scenario_regions(void) {
  * one before it, and six of "us", each linked to two of "eu" and to the
  * "us" node before it, over slow far links (300 B/ms, 80 ms), so that an
  * "eu" node often has requests of "us" queued when the seed gives it a
- * chunk and passes that chunk later (fetch.c pass_more). What "eu" sends
+ * chunk and passes that chunk later (cross.c cross_pass_more). What "eu" sends
  * into "us" is counted at the senders, second copies included. Passing
  * later whichever chunk the seed gave that the far neighbour still seemed
  * to lack sent 1.49-1.57 times v1 (test seeds 1 to 8; 1.48-1.52 over
@@ -164,7 +164,7 @@ static void scenario_pass_fresh(void) {
  * it and to the "us" node before it, over slow far links (300 B/ms, 80
  * ms): every "us" node sees the "eu" node's HAVEs at once, and several
  * ask it for the same chunk within a few ms. It should send each chunk
- * into "us" about once (fetch.c coming_into): a later asker is told the
+ * into "us" about once (cross.c coming_into): a later asker is told the
  * chunk is on its way through another node. Returns what was sent into
  * "us" (by the "eu" node and the seed, second copies included) over the
  * bytes of v1, for the swarm built with test seed SEED. */
@@ -252,7 +252,7 @@ static uint64_t past_liar(sn_evil evil, uint64_t *crossings,
 
 /* Two nodes of the seed's region ("eu"), one of which answers every
  * request from "us" with a CROSSING naming a node that does not exist
- * (fetch.c fetch_on_crossing), and four of "us" linked to both and to the
+ * (cross.c cross_on_crossing), and four of "us" linked to both and to the
  * "us" node before them. A far CROSSING counts as a REJECT and holds a
  * chunk back at most CORE_COMING_WAIT_MS, once, so "us" takes v1 from the
  * honest one about as soon: 1.2 s after publish against 0.8 s with two
@@ -269,10 +269,10 @@ static void scenario_not_me(void) {
 }
 
 /* As not_me, but the liar tells "us" of each chunk it holds with a
- * CROSSING naming the receiver (the notice of a pass, fetch.c pass_to)
+ * CROSSING naming the receiver (the notice of a pass, cross.c pass_to)
  * instead of a HAVE, tells it again of an earlier chunk, and never sends
  * either. Each "us" node tells its region the chunk is coming, once per
- * chunk (fetch_on_crossing, tell_entering), so the liar can hold each
+ * chunk (cross_on_crossing, tell_entering), so the liar can hold each
  * chunk back from turns at most CORE_CROSS_TRUST_MS (3 s); the honest
  * node's passes and the seed bring the chunks in meanwhile. "us" held v1
  * 893 ms after publish (test seed 5707716; not_me's liar 899), with 1,698
@@ -289,7 +289,7 @@ static void scenario_pass_lie(void) {
   ASSERT(crossings - lies <= 2 * near);
 }
 
-/* The notice of a pass is news once per chunk (fetch.c fetch_on_crossing):
+/* The notice of a pass is news once per chunk (cross.c cross_on_crossing):
  * a far peer that names us as the receiver of a chunk it never sends
  * holds that chunk back from our region's turns for CORE_CROSS_TRUST_MS,
  * and telling us again later holds it back no more. Two nodes of "us", A
@@ -298,7 +298,7 @@ static void scenario_pass_lie(void) {
  * to them, tells each lie again SN_LATE_MS later, and answers requests
  * with REJECTs, so "us" lacks every chunk throughout. The replayed lies
  * make no CROSSING inside "us" (321 before and after, test seed
- * 5707716); without the check on `crossing` in fetch_on_crossing, 472
+ * 5707716); without the check on `crossing` in cross_on_crossing, 472
  * after (checked by hand). */
 static void scenario_lie_late(void) {
   sn_net net;

@@ -1,7 +1,8 @@
 /* core.c: the swarm core: peers, the handshake, messages, gossip, serving
- * and neighbour upkeep (docs/swarm.md). What to fetch and what the seed
- * offers is in fetch.c. No I/O: bytes, time and randomness come in through
- * the API and stitch_swarm_io. */
+ * and neighbour upkeep (docs/swarm.md). What to fetch and what to serve
+ * is in fetch.c, crossing regions in cross.c, what the seed offers
+ * in seed.c. No I/O: bytes, time and randomness come in through the API
+ * and stitch_swarm_io. */
 #include "swarm/core_internal.h"
 
 #include "common/diag.h"
@@ -99,6 +100,20 @@ vstate *core_find_version(stitch_swarm *s, uint64_t v) {
     if (s->v[i].ref.m->version == v)
       return &s->v[i];
   return NULL;
+}
+
+/* Does a node that has said nothing yet want object O of V? Of the
+ * newest version, every node wants the only object, and every node up to
+ * date the delta from the parent; an anchor beside a delta, a delta from
+ * an older version, or an older version's objects only nodes catching up
+ * do. */
+int core_wanted_by_all(const stitch_swarm *s, const vstate *v, uint32_t o) {
+  const stitch_manifest *m = v->ref.m;
+  if (v != &s->v[s->n_v - 1])
+    return 0;
+  return m->n_objects == 1 ||
+         (m->parent_version != 0 &&
+          m->objects[o].base_version == m->parent_version);
 }
 
 peer *core_peer(stitch_swarm *s, uint32_t id) {
@@ -224,14 +239,8 @@ static void version_free(vstate *v) {
     free(v->held[o].b);
     free(v->avail[o]);
     free(v->inflight[o]);
-    free(v->sent[o]);
-    free(v->offers[o]);
-    free(v->far_at[o]);
-    free(v->crossing[o]);
-    free(v->bid[o]);
-    free(v->bid_at[o]);
-    free(v->bids_sent[o]);
-    free(v->coming[o]);
+    seed_obj_free(&v->seed[o]);
+    cross_obj_free(&v->cross[o]);
     free(v->asked_at[o]);
   }
   free(v->raw);
@@ -843,14 +852,8 @@ static int add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
     bad = bits_init(&v->held[o], m->version, o, n) != 0 ||
           (v->avail[o] = calloc(n + 1, 2)) == NULL ||
           (v->inflight[o] = calloc(n + 1, 1)) == NULL ||
-          (v->sent[o] = calloc(n + 1, 4)) == NULL ||
-          (v->offers[o] = calloc(n + 1, 2)) == NULL ||
-          (v->far_at[o] = calloc(n + 1, 4)) == NULL ||
-          (v->crossing[o] = calloc(n + 1, 4)) == NULL ||
-          (v->bid[o] = calloc(n + 1, 4)) == NULL ||
-          (v->bid_at[o] = calloc(n + 1, 4)) == NULL ||
-          (v->bids_sent[o] = calloc(n + 1, 1)) == NULL ||
-          (v->coming[o] = calloc(n + 1, 4)) == NULL ||
+          seed_obj_init(&v->seed[o], n) != 0 ||
+          cross_obj_init(&v->cross[o], n) != 0 ||
           (v->asked_at[o] = calloc(n + 1, 4)) == NULL;
     for (uint64_t c = 0; c < n && !bad; c++) {
       if (s->io.chunk_has(s->io.user, &m->objects[o].chunks[c].hash))
@@ -1108,7 +1111,7 @@ static void on_have(stitch_swarm *s, peer *p, const wire_msg *m, int field) {
      * carries nothing. */
     if (again && b->count == before && core_score(s, p, SCORE_EMPTY))
       return;
-    fetch_on_interest(s, p, m->version, m->object);
+    cross_on_interest(s, p, m->version, m->object);
   } else if (!bits_get(b, m->chunk)) {
     bits_set(b, m->chunk);
     fetch_on_have_bit(s, p, m->version, m->object, m->chunk);
@@ -1204,10 +1207,10 @@ static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
     break;
   }
   case WIRE_CROSSING:
-    fetch_on_crossing(s, p, m);
+    cross_on_crossing(s, p, m);
     break;
   case WIRE_BID:
-    fetch_on_bid(s, p, m);
+    cross_on_bid(s, p, m);
     break;
   case WIRE_PEERS:
     on_peers(s, p, m);

@@ -1,6 +1,8 @@
-/* core_internal.h: the swarm core's state, shared by core.c (peers,
- * handshake, messages, gossip) and fetch.c (what to fetch, from whom, and
- * what the seed offers). docs/swarm.md explains the behaviour. */
+/* core_internal.h: the swarm core's state, shared by core.c (the session:
+ * peers, handshake, messages, gossip) and the policies beside it: fetch.c
+ * (what to fetch, from whom, and what to serve, fetch.h), cross.c (crossing
+ * regions, cross.h), seed.c (what the seed offers, seed.h) and reach.c
+ * (which regions our links reach). docs/swarm.md explains the behaviour. */
 #ifndef STITCH_SWARM_CORE_INTERNAL_H
 #define STITCH_SWARM_CORE_INTERNAL_H
 
@@ -8,8 +10,13 @@
 
 #include "common/bytes.h"
 #include "swarm/channel.h"
+#include "swarm/cross.h"
+#include "swarm/fetch.h"
 #include "swarm/score.h"
+#include "swarm/seed.h"
 #include "swarm/wire.h"
+
+#include <string.h>
 
 #define CORE_MAX_VERSIONS 64    /* newest kept; older ones are forgotten */
 #define CORE_MAX_PIPELINE 32
@@ -25,8 +32,6 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
 #define CORE_MAX_ACTIONS 256
 #define CORE_INBOUND_SLACK 4    /* inbound links beyond max_peers */
 #define CORE_SAME_EXTRA 2       /* links of our region dialed beyond max_peers */
-#define CORE_SERVE_SLOTS 4      /* same-region requesters served at once */
-#define CORE_SERVE_WAIT_MS 200  /* ...but none waits longer for a chunk */
 #define CORE_FULL_MAX 8         /* dialers pointed elsewhere at once */
 /* Links from dialers with no address of their own (behind a NAT: they
  * can only dial) taken beyond the limits. Nodes that can be dialed fill
@@ -88,57 +93,15 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
 #define CORE_DIAL_QUIET_MS 250
 #define CORE_DIAL_QUIET_MAX_MS 8000
 #define CORE_DIAL_QUIET_LOW_MS 2000
-#define CORE_REQUEST_MS 15000   /* a request not answered */
 #define CORE_MAINTAIN_MS 500    /* neighbour upkeep */
 #define CORE_PEX_MS 20000
 #define CORE_REACH_NEW 2        /* regions one peer's REACHes may add */
-#define CORE_SEED_IDLE_MS 2000  /* the seed re-offers to a peer idle this long */
 #define CORE_RATE_PER_S 4000    /* messages a peer may send per second */
 #define CORE_RATE_BURST 20000
-#define CORE_RANDOM_FIRST 4     /* chunks fetched at random before rarest-first */
-/* The endgame (fetch.c late): a chunk is asked of a second peer once its
- * request has waited CORE_LATE_FACTOR times the usual wait for a chunk,
- * and at least CORE_LATE_MIN_MS. */
-#define CORE_LATE_FACTOR 2.0
-#define CORE_LATE_MIN_MS 50
-#define CORE_BEHIND_MARGIN 0.02 /* behind our neighbours by this: twice the
-                                   pipeline (fetch.c request_depth); behind
-                                   another requester by this: two serving
-                                   slots (fetch.c serve_turn) */
-/* Crossing regions (fetch.c cross_ok): a node fetches a chunk across no
- * sooner than its rank times the region's size times CORE_CROSS_STEP_MS
- * after the version came (at most CORE_CROSS_WAIT_MS), nor
- * CORE_CROSS_HEAR_MS plus its rank times CORE_CROSS_SPREAD_MS after it
- * first saw a far copy, and not at all while a CROSSING for it, heard
- * under CORE_CROSS_TRUST_MS ago, says another node brings it. A node
- * that heard a lower rank's BID waits for that node's turn as it would
- * reckon it, plus CORE_CROSS_BID_SLACK_MS for its CROSSING to come. */
-#define CORE_CROSS_STEP_MS 20
-#define CORE_CROSS_WAIT_MS 1000
-#define CORE_CROSS_HEAR_MS 15
-#define CORE_CROSS_SPREAD_MS 200
-#define CORE_CROSS_BID_SLACK_MS 200
-/* A node sends (or passes on) at most this many BIDs per chunk: each
- * lower rank heard goes on, about ln(bidders) of them, but a neighbour
- * that names ever lower ranks must not flood the region for long. */
-#define CORE_CROSS_BIDS_MAX 8
-#define CORE_CROSS_TRUST_MS 3000
-#define CORE_CROSS_SAMPLES 8    /* crossers' ranks before they size a region */
-/* A far peer asking for a chunk we sent within CORE_SENT_RECENT_MS to
- * another node of its region is told it is coming that way (fetch.c
- * coming_into); each peer's last CORE_SENT_KEPT chunks sent are kept for
- * that. */
+/* Each peer's last CORE_SENT_KEPT chunks sent are kept (peer.sent): for
+ * the serving slots (fetch.c serve_turn) and for a far peer asking for a
+ * chunk already on its way into its region (cross.c coming_into). */
 #define CORE_SENT_KEPT 4
-#define CORE_SENT_RECENT_MS 200
-/* A requester keeps its serving slot while its chunk goes out (fetch.c
- * serve_turn), for at most this long: one that stops reading keeps none.
- * On a slow uplink a chunk can take longer (512 KiB at a quarter of 10
- * Mbit/s takes 1.7 s); its slot then lapses early, as before the rule. */
-#define CORE_SENDING_MAX_MS 200
-/* Told so, a node fetches that chunk across from no one for this long,
- * once per chunk: the copy is about a far round trip away, and a far peer
- * that says so of everything must not hold a region back for long. */
-#define CORE_COMING_WAIT_MS 500
 
 /* One chunk of one object, as the wire names it. */
 typedef struct chunk_id {
@@ -226,7 +189,7 @@ typedef struct peer {
   /* We handed the driver a chunk for it and the driver has not asked for
    * more since: the chunk is on its way out (fetch.c serve_turn). */
   int sending;
-  /* The last chunks we sent it, and when (fetch.c coming_into). */
+  /* The last chunks we sent it, and when (cross.c coming_into). */
   chunk_id sent[CORE_SENT_KEPT];
   uint64_t sent_ms[CORE_SENT_KEPT];
   unsigned sent_next;
@@ -269,27 +232,10 @@ typedef struct vstate {
   bits held[STITCH_MAX_OBJECTS];
   uint16_t *avail[STITCH_MAX_OBJECTS];    /* ready peers that hold each chunk */
   uint8_t *inflight[STITCH_MAX_OBJECTS];  /* our requests out for each */
-  uint32_t *sent[STITCH_MAX_OBJECTS];     /* seed: uploads per chunk */
-  uint16_t *offers[STITCH_MAX_OBJECTS];   /* seed: peers offered each */
-  /* Crossing regions, as ms after added_ms plus one (0: not yet): when a
-   * peer of another region first held each chunk, and when we last heard
-   * (or sent) a CROSSING for it. */
-  uint32_t *far_at[STITCH_MAX_OBJECTS];
-  uint32_t *crossing[STITCH_MAX_OBJECTS];
-  /* The lowest rank (fetch.c rank_bits) a BID for each chunk named, and
-   * when we heard (or sent) it: that node's turn comes first. And how
-   * many BIDs we sent for it (at most CORE_CROSS_BIDS_MAX). */
-  uint32_t *bid[STITCH_MAX_OBJECTS];
-  uint32_t *bid_at[STITCH_MAX_OBJECTS];
-  uint8_t *bids_sent[STITCH_MAX_OBJECTS];
-  /* When a far peer first answered our request for each chunk that it is
-   * coming into our region another way (fetch.c coming_into). */
-  uint32_t *coming[STITCH_MAX_OBJECTS];
+  seed_obj seed[STITCH_MAX_OBJECTS];      /* the seed's counts (seed.h) */
+  cross_obj cross[STITCH_MAX_OBJECTS]; /* crossing regions (cross.h) */
   /* When our first request out for each chunk went (the endgame). */
   uint32_t *asked_at[STITCH_MAX_OBJECTS];
-  /* The chunk the seed gave us last, plus one (0: none): what a far
-   * neighbour that was busy when it came may still be passed. */
-  uint64_t last_seeded[STITCH_MAX_OBJECTS];
   uint64_t added_ms; /* when we learnt of it */
 } vstate;
 
@@ -332,13 +278,12 @@ struct stitch_swarm {
   int phased; /* the maintain beat's phase is set (core.c tick) */
   size_t region_known; /* known addresses in our region (maintain) */
   size_t far_known;    /* known addresses in other regions (maintain) */
-  /* A crossing's wait ends (fetch.c cross_ok), or a request becomes late
+  /* A crossing's wait ends (cross.c cross_ok), or a request becomes late
    * (fetch.c late): the schedule runs again then. */
   uint64_t fetch_wake_ms;
   double wait_ms; /* how long a chunk asked for takes to come (average) */
   uint64_t chunk_max;     /* largest chunk of the versions we know */
-  double xr_sum;          /* ranks of the crossers heard of (region_size) */
-  unsigned xr_n;
+  cross_ranks xr;         /* crossers heard of: our region's size (cross.c) */
   /* Regions met, numbered for reach masks (reach.c); the reach we last
    * told the seed; seed: every region its peers and addresses are in. */
   char regions[CORE_MAX_REGIONS][STITCH_SWARM_REGION_MAX];
@@ -400,8 +345,51 @@ static inline bits *peer_bits(peer *p, uint64_t version, uint32_t object,
 bits *peer_offered(peer *p, uint64_t version, uint32_t object, uint64_t n);
 bits *peer_told(peer *p, uint64_t version, uint32_t object);
 
+/* Small facts the session and its policies (fetch.c, cross.c, seed.c)
+ * share. */
+static inline int same_chunk(const chunk_id *a, const chunk_id *b) {
+  return a->version == b->version && a->object == b->object &&
+         a->chunk == b->chunk;
+}
+static inline const stitch_chunk_ref *chunk_ref(vstate *v, uint32_t o,
+                                                uint64_t c) {
+  return &v->ref.m->objects[o].chunks[c];
+}
+/* M is a message of type T about chunk C, nothing else set. */
+static inline void chunk_msg(wire_msg *m, wire_type t, const chunk_id *c) {
+  memset(m, 0, sizeof(*m));
+  m->type = t;
+  m->version = c->version;
+  m->object = c->object;
+  m->chunk = c->chunk;
+}
+/* Times about a version's chunks are kept as ms after the version arrived,
+ * plus one, so 0 means "not yet". */
+static inline uint32_t vstate_stamp(const stitch_swarm *s, const vstate *v) {
+  uint64_t d = s->now_ms - v->added_ms + 1;
+  return d < UINT32_MAX ? (uint32_t)d : UINT32_MAX;
+}
+static inline uint64_t vstate_at(const vstate *v, uint32_t stamp) {
+  return v->added_ms + stamp - 1;
+}
+/* A peer of another region, not the seed. */
+static inline int peer_far(const peer *p) {
+  return !p->is_seed && !p->same_region;
+}
+/* A ready neighbour of our region, not the seed. */
+static inline int peer_near(const peer *p) {
+  return p->state == PEER_READY && !p->is_seed && p->same_region;
+}
+/* Does P hold chunk C, as far as it told us? */
+static inline int peer_holds(peer *p, const chunk_id *c) {
+  const bits *h = peer_bits(p, c->version, c->object, 0, 0);
+  return h != NULL && bits_get(h, c->chunk);
+}
+
 void core_ready(stitch_swarm *s, peer *p);
 void core_send_manifests(stitch_swarm *s, peer *p);
+/* Does a node that has said nothing yet want object O of V? */
+int core_wanted_by_all(const stitch_swarm *s, const vstate *v, uint32_t o);
 
 /* handshake.c */
 /* Draws P's ephemeral key and queues its HELLO, in clear. */
@@ -417,27 +405,6 @@ int hs_policy(stitch_swarm *s, const uint8_t *buf, size_t len, peer *from,
 void hs_send_policy(stitch_swarm *s, peer *p);
 /* Drops links whose ticket expired or whose key is revoked (tick). */
 void hs_check_links(stitch_swarm *s);
-
-/* fetch.c */
-void fetch_replan(stitch_swarm *s);
-void fetch_schedule(stitch_swarm *s);
-int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m);
-void fetch_on_reject(stitch_swarm *s, peer *p, const chunk_id *c);
-void fetch_on_crossing(stitch_swarm *s, peer *p, const wire_msg *m);
-void fetch_on_bid(stitch_swarm *s, peer *p, const wire_msg *m);
-void fetch_peer_gone(stitch_swarm *s, peer *p);
-void fetch_tick(stitch_swarm *s);
-void fetch_serve_next(stitch_swarm *s, peer *p);
-int fetch_queued(const peer *p, const chunk_id *c);
-void fetch_on_interest(stitch_swarm *s, peer *p, uint64_t version,
-                       uint32_t object);
-uint64_t fetch_chunk_allow(const stitch_swarm *s, const peer *p);
-void fetch_on_have_bit(stitch_swarm *s, peer *p, uint64_t version,
-                       uint32_t object, uint64_t chunk);
-void fetch_announce_interest(stitch_swarm *s, peer *p);
-void seed_offer(stitch_swarm *s, peer *p);
-void seed_on_manifest(stitch_swarm *s);
-void seed_on_upload(stitch_swarm *s, const chunk_id *c);
 
 /* reach.c */
 /* Tells the seed which other regions our links reach: P, a seed link

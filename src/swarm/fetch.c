@@ -1,5 +1,6 @@
-/* fetch.c: what a node fetches and from whom, what it serves, and what the
- * seed offers (docs/swarm.md).
+/* fetch.c: what a node fetches and from whom, and what it serves
+ * (docs/swarm.md). Crossing regions is cross.c's, what the seed offers
+ * seed.c's.
  *
  * A node plans the cheapest path from the version its weights hold to the
  * newest it knows (stitch_plan_path) and wants every chunk of the plan's
@@ -9,20 +10,15 @@
  * something to trade), then rarest first among its neighbours; once every
  * wanted chunk is asked for, the last ones are asked of a second peer too
  * (endgame) and the loser is cancelled. A chunk is fetched from another
- * region only when no neighbour of ours holds it, and at first only by a
- * few designated nodes of the region (cross_ok), so that it crosses into
- * each region about once and spreads inside. Every chunk is hash-checked
- * (or, with config.write_verifies, checked by chunk_write) before
- * it is stored or announced; one that does not verify gets its sender
+ * region only when no neighbour of ours holds it, and only when cross.c
+ * says so (cross_ok), so that it crosses into each region about once and
+ * spreads inside. Every chunk is hash-checked (or, with
+ * config.write_verifies, checked by chunk_write) before it is stored or
+ * announced; one that does not verify gets its sender
  * banned. When the first step's object is whole, the agent is asked to
  * apply it. A node serves the CORE_SERVE_SLOTS requesters furthest behind
  * first (serve_turn), so that a region's nodes finish together.
- *
- * The seed super-seeds: it announces no bitfield, but offers each peer a
- * few chunks at a time (HAVE), those sent least so far first, so distinct
- * peers get distinct chunks and the swarm spreads them. Once every chunk
- * has gone out once, it offers more only to a peer that has made no
- * progress for a while. */
+ */
 #include "swarm/core_internal.h"
 
 #include "common/diag.h"
@@ -31,10 +27,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const stitch_chunk_ref *ref_of(vstate *v, uint32_t o, uint64_t c) {
-  return &v->ref.m->objects[o].chunks[c];
-}
 
 bits *peer_told(peer *p, uint64_t version, uint32_t object) {
   return bits_find(p->told, p->n_told, version, object);
@@ -51,7 +43,7 @@ static void mark_told(peer *p, uint64_t version, uint32_t object) {
   p->n_told++;
 }
 
-static int in_plan(const stitch_swarm *s, uint64_t version, uint32_t object) {
+int fetch_in_plan(const stitch_swarm *s, uint64_t version, uint32_t object) {
   for (size_t k = 0; k < s->plan.n; k++)
     if (s->plan.step[k].version == version &&
         s->plan.step[k].object == object)
@@ -59,37 +51,10 @@ static int in_plan(const stitch_swarm *s, uint64_t version, uint32_t object) {
   return 0;
 }
 
-/* M is a message of type T about chunk C, nothing else set. */
-static void ref_msg(wire_msg *m, wire_type t, const chunk_id *c) {
-  memset(m, 0, sizeof(*m));
-  m->type = t;
-  m->version = c->version;
-  m->object = c->object;
-  m->chunk = c->chunk;
-}
-
-/* Times about a version's chunks are kept as ms after the version arrived,
- * plus one, so 0 means "not yet". */
-static uint32_t stamp(const stitch_swarm *s, const vstate *v) {
-  uint64_t d = s->now_ms - v->added_ms + 1;
-  return d < UINT32_MAX ? (uint32_t)d : UINT32_MAX;
-}
-
-static uint64_t at_ms(const vstate *v, uint32_t stamp) {
-  return v->added_ms + stamp - 1;
-}
-
 /* The schedule runs again by T (a wait that ends then). */
 static void wake_at(stitch_swarm *s, uint64_t t) {
   if (t < s->fetch_wake_ms)
     s->fetch_wake_ms = t;
-}
-
-static int far_peer(const peer *p) { return !p->is_seed && !p->same_region; }
-
-/* A ready neighbour of our region, not the seed. */
-static int near_peer(const peer *p) {
-  return p->state == PEER_READY && !p->is_seed && p->same_region;
 }
 
 /* ---- Planning --------------------------------------------------------- */
@@ -146,7 +111,7 @@ void fetch_announce_interest(stitch_swarm *s, peer *p) {
       const bits *h = &v->held[o];
       if (h->n == 0 || peer_told(p, h->version, o) != NULL)
         continue;
-      if (h->count == 0 && !in_plan(s, h->version, o))
+      if (h->count == 0 && !fetch_in_plan(s, h->version, o))
         continue;
       wire_msg m;
       memset(&m, 0, sizeof(m));
@@ -167,28 +132,25 @@ void fetch_announce_interest(stitch_swarm *s, peer *p) {
 static void drop_request(stitch_swarm *s, peer *p, unsigned i);
 static void send_simple(stitch_swarm *s, peer *p, wire_type t,
                         const chunk_id *c);
-static int find_request(const peer *p, const chunk_id *c);
 
 /* A neighbour of our region has chunk C of (V, O) now: a request for it
  * still out to another region is cancelled, and the chunk asked of the
  * neighbour instead. Such a request went out before the chunk was nearby
- * (its turn came before a copy passed across reached us, push_across),
- * and a far peer's queue is slow to answer. */
+ * (its turn came before a copy passed across reached us, cross.c
+ * push_across), and a far peer's queue is slow to answer. */
 static void cancel_far(stitch_swarm *s, uint64_t version, uint32_t object,
                        uint64_t chunk) {
   chunk_id c = {version, object, chunk};
   for (size_t i = 0; i < s->n_peers; i++) {
     peer *q = &s->peers[i];
     int k;
-    if (q->state == PEER_READY && far_peer(q) &&
-        (k = find_request(q, &c)) >= 0) {
+    if (q->state == PEER_READY && peer_far(q) &&
+        (k = fetch_asked(q, &c)) >= 0) {
       drop_request(s, q, (unsigned)k);
       send_simple(s, q, WIRE_CANCEL, &c);
     }
   }
 }
-
-static void saw_far(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c);
 
 void fetch_on_have_bit(stitch_swarm *s, peer *p, uint64_t version,
                        uint32_t object, uint64_t chunk) {
@@ -197,9 +159,9 @@ void fetch_on_have_bit(stitch_swarm *s, peer *p, uint64_t version,
     return;
   if (v->avail[object][chunk] < 0xffff)
     v->avail[object][chunk]++;
-  if (far_peer(p))
-    saw_far(s, v, object, chunk);
-  if (!p->is_seed && !far_peer(p))
+  if (peer_far(p))
+    cross_saw_far(s, v, object, chunk);
+  if (!p->is_seed && !peer_far(p))
     cancel_far(s, version, object, chunk);
 }
 
@@ -228,17 +190,12 @@ void fetch_peer_gone(stitch_swarm *s, peer *p) {
 static void send_simple(stitch_swarm *s, peer *p, wire_type t,
                         const chunk_id *c) {
   wire_msg m;
-  ref_msg(&m, t, c);
+  chunk_msg(&m, t, c);
   core_send(s, p, &m);
 }
 
-static int same_chunk(const chunk_id *a, const chunk_id *b) {
-  return a->version == b->version && a->object == b->object &&
-         a->chunk == b->chunk;
-}
-
 /* Where C is among our requests to P, or -1. */
-static int find_request(const peer *p, const chunk_id *c) {
+int fetch_asked(const peer *p, const chunk_id *c) {
   for (unsigned i = 0; i < p->n_req; i++)
     if (same_chunk(&p->req[i].c, c))
       return (int)i;
@@ -253,286 +210,6 @@ int fetch_queued(const peer *p, const chunk_id *c) {
   return -1;
 }
 
-/* Does P hold chunk C, as far as it told us? */
-static int peer_holds(peer *p, const chunk_id *c) {
-  const bits *h = peer_bits(p, c->version, c->object, 0, 0);
-  return h != NULL && bits_get(h, c->chunk);
-}
-
-/* Does a ready neighbour in our own region hold chunk C of (V, O)? */
-static int held_nearby(stitch_swarm *s, uint64_t version, uint32_t o,
-                       uint64_t c) {
-  for (size_t i = 0; i < s->n_peers; i++) {
-    peer *q = &s->peers[i];
-    chunk_id id = {version, o, c};
-    if (near_peer(q) && peer_holds(q, &id))
-      return 1;
-  }
-  return 0;
-}
-
-/* Where chunk C of (V, O) falls for the node with key K, uniform in
- * [0, 1): a mix of the chunk's name and the key, so every node of a region
- * ranks every chunk differently, and any node can compute another's. */
-static double cross_rank(vstate *v, uint32_t o, uint64_t c,
-                         const stitch_pubkey *key) {
-  uint64_t h, k;
-  memcpy(&h, ref_of(v, o, c)->hash.b, 8);
-  memcpy(&k, key->b, 8);
-  uint64_t x = h ^ k; /* splitmix64's finalizer */
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return (double)(x >> 11) / 9007199254740992.0;
-}
-
-/* Our region's size, as far as we can tell: the nodes of it we know of
- * (peer exchange tells a node of a few at first), or, once a few chunks
- * have crossed, what their crossers' ranks say, if more. A crosser is
- * about the lowest rank of the region for its chunk, and the lowest of N
- * uniform ranks is 1/(N + 1) on average. */
-static double region_size(const stitch_swarm *s) {
-  double n = (double)s->region_known + 1;
-  if (s->xr_n >= CORE_CROSS_SAMPLES && s->xr_sum > 0 &&
-      (double)s->xr_n / s->xr_sum > n)
-    n = (double)s->xr_n / s->xr_sum;
-  return n;
-}
-
-static void count_crosser(stitch_swarm *s, double rank) {
-  if (s->xr_n == 1024) { /* forget slowly: regions grow and shrink */
-    s->xr_n /= 2;
-    s->xr_sum /= 2;
-  }
-  s->xr_n++;
-  s->xr_sum += rank;
-}
-
-/* Is it under WAIT ms since the time stamped SINCE (0: never)? Then the
- * schedule runs again when the wait ends. */
-static int still_waiting(stitch_swarm *s, const vstate *v, uint32_t since,
-                         uint64_t wait) {
-  if (since == 0 || at_ms(v, since) + wait <= s->now_ms)
-    return 0;
-  wake_at(s, at_ms(v, since) + wait);
-  return 1;
-}
-
-/* Has a CROSSING for chunk C been heard (or sent) lately? */
-static int crossing_heard(const stitch_swarm *s, const vstate *v, uint32_t o,
-                          uint64_t c) {
-  uint32_t h = v->crossing[o][c];
-  return h != 0 && at_ms(v, h) + CORE_CROSS_TRUST_MS > s->now_ms;
-}
-
-/* A rank in 32 bits, as vstate.bid keeps the lowest, and back. */
-static uint32_t rank_bits(double rank) {
-  return (uint32_t)(rank * 4294967295.0);
-}
-
-static double bits_rank(uint32_t b) { return b / 4294967295.0; }
-
-/* When a node of our region with rank RANK takes its turn at a chunk it
- * first saw a far copy of at SEEN_MS (cross_ok). */
-static uint64_t turn_ms(const stitch_swarm *s, const vstate *v, double rank,
-                        uint64_t seen_ms) {
-  double wait = rank * region_size(s) * CORE_CROSS_STEP_MS;
-  wait = wait < CORE_CROSS_WAIT_MS ? wait : CORE_CROSS_WAIT_MS;
-  uint64_t added = v->added_ms + (uint64_t)wait,
-           seen = seen_ms + CORE_CROSS_HEAR_MS +
-                  (uint64_t)(rank * CORE_CROSS_SPREAD_MS);
-  return added > seen ? added : seen;
-}
-
-/* Tells our region (but EXCEPT) that node KEY would take a turn at chunk
- * C (BID), if its rank is the lowest we know of for C; a BID that is not
- * stops here, so each goes on through the region only as long as it is
- * the lowest anyone there has heard, and we send CORE_CROSS_BIDS_MAX at
- * most per chunk (past that we still heed lower ranks, cross_ok). */
-static void bid(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c,
-                const stitch_pubkey *key, const peer *except) {
-  uint32_t r = rank_bits(cross_rank(v, o, c, key));
-  if (v->bid_at[o][c] != 0 && v->bid[o][c] <= r)
-    return;
-  v->bid[o][c] = r;
-  v->bid_at[o][c] = stamp(s, v);
-  if (v->bids_sent[o][c] >= CORE_CROSS_BIDS_MAX)
-    return;
-  v->bids_sent[o][c]++;
-  chunk_id id = {v->ref.m->version, o, c};
-  wire_msg m;
-  ref_msg(&m, WIRE_BID, &id);
-  m.node = *key;
-  for (size_t i = 0; i < s->n_peers; i++) {
-    peer *q = &s->peers[i];
-    if (q != except && near_peer(q))
-      core_send(s, q, &m);
-  }
-}
-
-/* A far peer holds chunk C: our turn's clock starts (far_at), and unless
- * we do not want the chunk, have it, or it is coming, or nearby, we bid
- * for the turn. */
-static void saw_far(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c) {
-  if (v->far_at[o][c] != 0)
-    return;
-  v->far_at[o][c] = stamp(s, v);
-  if (in_plan(s, v->ref.m->version, o) && !bits_get(&v->held[o], c) &&
-      v->inflight[o][c] == 0 &&
-      !crossing_heard(s, v, o, c) &&
-      !held_nearby(s, v->ref.m->version, o, c))
-    bid(s, v, o, c, &s->cfg.node_pk, NULL);
-}
-
-/* May chunk C cross into our region through us now? Each chunk should
- * enter a region about once and spread inside it, but a region's nodes
- * learn of a version, and that a far peer holds a chunk, at about the
- * same moments. So they take turns, in an order each can compute for
- * itself: every node ranks every chunk (cross_rank), and a node fetches
- * across no sooner than its rank times the region's size times
- * CORE_CROSS_STEP_MS after the version arrived (at most
- * CORE_CROSS_WAIT_MS), nor sooner than CORE_CROSS_HEAR_MS plus its rank
- * times CORE_CROSS_SPREAD_MS after it first saw a far copy (turn_ms). The
- * first keeps the region's nodes a step apart when they all see a far
- * copy at once (a delta); the second spreads the few that see it first
- * (an anchor's chunks reach a far region's nodes one link at a time)
- * without making them wait for the ranks that cannot cross yet. Turns a
- * few ms apart still crossed twice, each before the other's CROSSING came
- * (a hop through the region waits behind a chunk on its link). So a node
- * that first sees a far copy also bids for the turn (BID, passed on
- * through the region while it is the lowest rank heard of), and a node
- * that heard a lower rank's bid waits for that node's turn as it reckons
- * it, plus CORE_CROSS_BID_SLACK_MS. A node that crosses tells its
- * neighbours (CROSSING); they pass it on through the region, and a node
- * that has heard it waits for the chunk to arrive nearby instead, for
- * CORE_CROSS_TRUST_MS (after that the chunk may cross again, should its
- * crosser have left or stalled). So does a node that asks the seed for a
- * chunk, or is passed one unasked across (tell_entering). A node that
- * sees a nearby copy fetches that. docs/swarm.md has the rule,
- * docs/simulator.md the figures. */
-static int cross_ok(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c) {
-  if (held_nearby(s, v->ref.m->version, o, c))
-    return 0;
-  if (still_waiting(s, v, v->crossing[o][c], CORE_CROSS_TRUST_MS) ||
-      still_waiting(s, v, v->coming[o][c], CORE_COMING_WAIT_MS))
-    return 0;
-  saw_far(s, v, o, c);
-  double rank = cross_rank(v, o, c, &s->cfg.node_pk);
-  uint64_t next = turn_ms(s, v, rank, at_ms(v, v->far_at[o][c]));
-  if (v->bid_at[o][c] != 0 && v->bid[o][c] < rank_bits(rank)) {
-    /* Bids, true or not, hold us back CORE_CROSS_TRUST_MS at most. */
-    uint64_t theirs = turn_ms(s, v, bits_rank(v->bid[o][c]),
-                              at_ms(v, v->bid_at[o][c])) +
-                      CORE_CROSS_BID_SLACK_MS,
-             cap = at_ms(v, v->far_at[o][c]) + CORE_CROSS_TRUST_MS;
-    theirs = theirs < cap ? theirs : cap;
-    next = next > theirs ? next : theirs;
-  }
-  if (next <= s->now_ms)
-    return 1;
-  wake_at(s, next);
-  return 0;
-}
-
-static const stitch_pubkey no_key; /* all zeros */
-
-/* Tells our region's neighbours but EXCEPT that chunk C comes into our
- * region: through node WHO by its turn (cross_ok), or, with WHO all
- * zeros, otherwise (tell_entering), which says nothing of the region's
- * size. */
-static void tell_crossing(stitch_swarm *s, vstate *v, const chunk_id *c,
-                          const stitch_pubkey *who, const peer *except) {
-  v->crossing[c->object][c->chunk] = stamp(s, v);
-  if (memcmp(who->b, no_key.b, sizeof(no_key.b)) != 0)
-    count_crosser(s, cross_rank(v, c->object, c->chunk, who));
-  wire_msg m;
-  ref_msg(&m, WIRE_CROSSING, c);
-  m.node = *who;
-  for (size_t i = 0; i < s->n_peers; i++) {
-    peer *q = &s->peers[i];
-    if (q != except && near_peer(q))
-      core_send(s, q, &m);
-  }
-}
-
-/* Chunk C comes into our region through us, though not by a turn: we ask
- * the seed for it, or a far peer passed it to us unasked (push_across).
- * Our region is told as of a crossing, so that none of its nodes fetches
- * C across meanwhile (where no other region is known, there is nothing
- * to tell). Without it, nodes whose neighbours lacked a passed
- * chunk fetched it across anyway (its holder tells only its neighbours),
- * and so did nodes of the seed's region, from far nodes it was passed to:
- * 0.64 of a 238 MB anchor crossed back into the seed's region at 100
- * nodes in three regions (docs/simulator.md). */
-static void tell_entering(stitch_swarm *s, vstate *v, const chunk_id *c) {
-  if (crossing_heard(s, v, c->object, c->chunk))
-    return; /* told already (a pass's CROSSING came first) */
-  int far = s->far_known > 0;
-  for (size_t i = 0; i < s->n_peers && !far; i++)
-    far = s->peers[i].state == PEER_READY && far_peer(&s->peers[i]);
-  if (far)
-    tell_crossing(s, v, c, &no_key, NULL);
-}
-
-/* Does a version's chunk C, named in a frame, exist, and do we lack it?
- * Else a CROSSING or BID for it is not news for our region. */
-static vstate *lacking(stitch_swarm *s, const wire_msg *m) {
-  vstate *v = core_find_version(s, m->version);
-  if (v == NULL || m->object >= v->ref.m->n_objects ||
-      m->chunk >= v->ref.m->objects[m->object].n_chunks ||
-      bits_get(&v->held[m->object], m->chunk))
-    return NULL;
-  return v;
-}
-
-/* A CROSSING from P: passed on through our region once per chunk. From
- * a far peer, one of two things. Naming us, unasked: it is passing us the
- * chunk (pass_to), and we tell our region at once, not a chunk's time on
- * its link later, as if the chunk had come (tell_entering); only while we
- * have heard of no crossing of that chunk, so that a far peer can hold a
- * chunk back from our region once, for CORE_CROSS_TRUST_MS. Else an
- * answer to our request: it will not send us the chunk, which is on its
- * way into our region through another node (coming_into). That counts as
- * a REJECT (we ask that peer for the chunk no more), and we wait for a
- * nearby copy as after a CROSSING, without telling the region (telling it
- * made the last node later: those it reached waited for a copy that came
- * slowly). A far peer may say so only of a chunk we asked it for, and the
- * wait starts at the first time only, so one that says it of everything
- * holds back each chunk from us once, for CORE_COMING_WAIT_MS. */
-void fetch_on_crossing(stitch_swarm *s, peer *p, const wire_msg *m) {
-  p->answered_ms = s->now_ms;
-  vstate *v = lacking(s, m);
-  if (v == NULL || p->is_seed)
-    return; /* not news for our region, or not ours to judge */
-  chunk_id c = {m->version, m->object, m->chunk};
-  if (far_peer(p)) {
-    /* coming_into never names the asker: naming us, it is a pass. */
-    if (memcmp(m->node.b, s->cfg.node_pk.b, sizeof(m->node.b)) == 0) {
-      if (v->crossing[c.object][c.chunk] == 0)
-        tell_entering(s, v, &c);
-      return;
-    }
-    if (find_request(p, &c) < 0)
-      return;
-    fetch_on_reject(s, p, &c);
-    if (v->coming[c.object][c.chunk] == 0)
-      v->coming[c.object][c.chunk] = stamp(s, v);
-    return;
-  }
-  if (!crossing_heard(s, v, c.object, c.chunk)) /* else passed on already */
-    tell_crossing(s, v, &c, &m->node, p);
-}
-
-/* A BID from P: the node it names would take a turn at the chunk. From a
- * neighbour of our region only; passed on while it is the lowest rank we
- * know of (bid). */
-void fetch_on_bid(stitch_swarm *s, peer *p, const wire_msg *m) {
-  vstate *v = lacking(s, m);
-  if (v == NULL || !near_peer(p) || crossing_heard(s, v, m->object, m->chunk))
-    return;
-  bid(s, v, m->object, m->chunk, &m->node, p);
-}
-
 /* May chunk C of (V, O), asked for once already, be asked of a second
  * peer (the endgame)? Only once that request is late: it has waited
  * CORE_LATE_FACTOR times the usual wait for a chunk. Asking at once
@@ -545,7 +222,7 @@ static int late(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c) {
     return 1;
   double w = CORE_LATE_FACTOR * s->wait_ms;
   uint64_t after = w > CORE_LATE_MIN_MS ? (uint64_t)w : CORE_LATE_MIN_MS;
-  uint64_t due = at_ms(v, v->asked_at[o][c]) + after;
+  uint64_t due = vstate_at(v, v->asked_at[o][c]) + after;
   if (s->now_ms >= due)
     return 1;
   wake_at(s, due);
@@ -591,14 +268,14 @@ static uint64_t wanted_from(const bits *have, const bits *held,
 }
 
 /* The bitsets of (V, O) of the ready neighbours of our region (not the
- * seed): a chunk one of them holds never crosses (cross_ok). */
+ * seed): a chunk one of them holds never crosses (cross.c cross_ok). */
 static size_t near_bits(stitch_swarm *s, const vstate *v, uint32_t o,
                         const bits *near[NEAR_MAX]) {
   size_t n = 0;
   for (size_t i = 0; i < s->n_peers && n < NEAR_MAX; i++) {
     peer *q = &s->peers[i];
     const bits *h;
-    if (near_peer(q) &&
+    if (peer_near(q) &&
         (h = peer_bits(q, v->ref.m->version, o, 0, 0)) != NULL &&
         h->n == v->held[o].n)
       near[n++] = h;
@@ -618,7 +295,7 @@ static int pick(stitch_swarm *s, peer *p, vstate *v, uint32_t o, int endgame,
   uint64_t n = held->n, best = UINT64_MAX, start = core_random(s) % n;
   unsigned best_avail = 0xffffffffu;
   int random_phase = s->fetched < CORE_RANDOM_FIRST;
-  int far = far_peer(p);
+  int far = peer_far(p);
   const bits *near[NEAR_MAX];
   size_t n_near = far ? near_bits(s, v, o, near) : 0;
   /* From a random start round to it: [start, n), then [0, start). */
@@ -636,10 +313,10 @@ static int pick(stitch_swarm *s, peer *p, vstate *v, uint32_t o, int endgame,
           continue;
         /* A chunk crosses regions only when nobody nearby has it, and only
          * through a few nodes of the region at first. */
-        if (far && !cross_ok(s, v, o, c))
+        if (far && !cross_ok(s, v, o, c, &s->fetch_wake_ms))
           continue;
         chunk_id id = {v->ref.m->version, o, c};
-        if (fl > 0 && find_request(p, &id) >= 0)
+        if (fl > 0 && fetch_asked(p, &id) >= 0)
           continue;
         if (random_phase && fl == 0) {
           best = c;
@@ -687,16 +364,14 @@ static int request_one(stitch_swarm *s, peer *p, int endgame) {
       continue;
     chunk_id id = {v->ref.m->version, o, c};
     /* The CHUNK body: the msgpack array around the bytes is small. */
-    uint64_t allow = ref_of(v, o, c)->size + 64;
+    uint64_t allow = chunk_ref(v, o, c)->size + 64;
     p->chunk_allow = allow > p->chunk_allow ? allow : p->chunk_allow;
     p->req[p->n_req++] = (request){id, s->now_ms, 0};
     if (v->inflight[o][c]++ == 0)
-      v->asked_at[o][c] = stamp(s, v);
+      v->asked_at[o][c] = vstate_stamp(s, v);
     send_simple(s, p, WIRE_REQUEST, &id);
-    if (far_peer(p) && v->inflight[o][c] == 1)
-      tell_crossing(s, v, &id, &s->cfg.node_pk, NULL);
-    else if (p->is_seed && v->inflight[o][c] == 1)
-      tell_entering(s, v, &id);
+    if (v->inflight[o][c] == 1)
+      cross_on_request(s, p, v, &id);
     return 1;
   }
   return 0;
@@ -711,10 +386,10 @@ static int request_one(stitch_swarm *s, peer *p, int endgame) {
  * requests queued at more uploaders, which serve the furthest behind
  * first (serve_turn), a node that falls behind catches up. The seed and
  * far peers keep the pipeline: their upload is the scarce one, and
- * crossing regions is rationed (cross_ok). A request queued behind twice
- * the pipeline of 512 KiB chunks at an uplink of 100 Mbit/s shared by 4
- * waits about 1.3 s, well inside CORE_REQUEST_MS. docs/simulator.md has
- * the figures. */
+ * crossing regions is rationed (cross.c cross_ok). A request queued
+ * behind twice the pipeline of 512 KiB chunks at an uplink of 100 Mbit/s
+ * shared by 4 waits about 1.3 s, well inside CORE_REQUEST_MS.
+ * docs/simulator.md has the figures. */
 static unsigned request_depth(stitch_swarm *s) {
   vstate *v = core_find_version(s, s->plan.step[0].version);
   uint32_t o = s->plan.step[0].object;
@@ -725,7 +400,7 @@ static unsigned request_depth(stitch_swarm *s) {
   for (size_t i = 0; i < s->n_peers; i++) {
     peer *q = &s->peers[i];
     const bits *h;
-    if (q->state != PEER_READY || q->is_seed || far_peer(q) ||
+    if (q->state != PEER_READY || q->is_seed || peer_far(q) ||
         (h = peer_bits(q, v->ref.m->version, o, 0, 0)) == NULL || h->n == 0)
       continue;
     sum += (double)h->count / (double)h->n;
@@ -758,7 +433,7 @@ void fetch_schedule(stitch_swarm *s) {
     peer *p = &s->peers[i < s->n_peers ? i : i - s->n_peers];
     if (p->state == PEER_READY)
       s->sched[n++] = (struct sched_slot){
-          p, p->is_seed || far_peer(p) ? s->cfg.pipeline : depth};
+          p, p->is_seed || peer_far(p) ? s->cfg.pipeline : depth};
   }
   for (;;) {
     size_t best = n;
@@ -784,7 +459,7 @@ static void drop_request(stitch_swarm *s, peer *p, unsigned i) {
 }
 
 void fetch_on_reject(stitch_swarm *s, peer *p, const chunk_id *c) {
-  int i = find_request(p, c);
+  int i = fetch_asked(p, c);
   if (i >= 0)
     drop_request(s, p, (unsigned)i);
   /* It does not have it after all: stop asking it. */
@@ -798,120 +473,23 @@ void fetch_on_reject(stitch_swarm *s, peer *p, const chunk_id *c) {
   }
 }
 
-/* Does a ready peer of REGION hold chunk C, or have it queued with us? */
-static int region_has(stitch_swarm *s, const char *region, const chunk_id *c) {
-  for (size_t i = 0; i < s->n_peers; i++) {
-    peer *q = &s->peers[i];
-    if (q->state == PEER_READY && strcmp(q->region, region) == 0 &&
-        (peer_holds(q, c) || fetch_queued(q, c) >= 0))
-      return 1;
-  }
-  return 0;
+/* The largest CHUNK body P may send us: what we asked it for, or any
+ * chunk of a version we know, which a peer may pass us unasked
+ * (cross.c push_across, push_near). */
+uint64_t fetch_chunk_allow(const stitch_swarm *s, const peer *p) {
+  uint64_t pushed = s->cfg.seed ? 0 : s->chunk_max + 64;
+  return p->chunk_allow > pushed ? p->chunk_allow : pushed;
 }
 
-/* Does a node that has said nothing yet want object O of V? Of the
- * newest version, every node wants the only object, and every node up to
- * date the delta from the parent; an anchor beside a delta, a delta from
- * an older version, or an older version's objects only nodes catching up
- * do. */
-static int wanted_by_all(const stitch_swarm *s, const vstate *v, uint32_t o) {
-  const stitch_manifest *m = v->ref.m;
-  if (v != &s->v[s->n_v - 1])
-    return 0;
-  return m->n_objects == 1 ||
-         (m->parent_version != 0 &&
-          m->objects[o].base_version == m->parent_version);
-}
-
-/* May chunk C go to the far peer Q unasked? Only to one that wants the
- * object: it said so (a BITFIELD), or it has not said yet and every node
- * up to date does (a far peer's BITFIELD comes a long round trip after
- * the manifest, when the chunk could be there already). Only to one that
- * has nothing queued with us: a link across carries little at once (its
- * window over the long round trip), and a backlog of passed chunks held
- * its own requests back for 2 s in the simulator. Not if a neighbour of
- * Q's region holds it, or has it coming from us (queued, or sent lately:
- * coming_into would not send it then). */
-static peer *coming_into(stitch_swarm *s, const peer *p, const chunk_id *c);
-static int may_pass(stitch_swarm *s, peer *q, vstate *v, const chunk_id *c) {
-  return q->state == PEER_READY && far_peer(q) && q->n_serve == 0 &&
-         (peer_bits(q, c->version, c->object, 0, 0) != NULL ||
-          wanted_by_all(s, v, c->object)) &&
-         !region_has(s, q->region, c) && coming_into(s, q, c) == NULL;
-}
-
-/* Chunk C, passed to Q unasked, counts as Q's from now: Q gets no HAVE
- * of it, and no second pass (pass_to, push_near). */
-static void count_as_its(stitch_swarm *s, peer *q, vstate *v,
-                         const chunk_id *c) {
+/* Chunk C, passed to Q unasked (cross.c pass_to, push_near): Q gets no
+ * HAVE of it, and no second pass. */
+void fetch_pushed(stitch_swarm *s, peer *q, vstate *v, const chunk_id *c) {
   bits *h = peer_bits(q, c->version, c->object, 1,
                       v->ref.m->objects[c->object].n_chunks);
   if (h != NULL && !bits_get(h, c->chunk)) {
     bits_set(h, c->chunk);
     fetch_on_have_bit(s, q, c->version, c->object, c->chunk);
   }
-}
-
-/* Queues C ahead of Q's requests, unasked, and counts it as Q's from now:
- * Q's region is not passed it twice, and Q gets no HAVE for it. A
- * CROSSING naming Q goes first, so Q tells its region that C is coming a
- * chunk's time on the link sooner than C's arrival would (three regions
- * of 100 nodes and the 238 MB anchor, seeds 1 to 3, with bids: 2.10 /
- * 2.05 / 2.10 F crossed, against 2.13 / 2.07 / 2.15 without it). */
-static void pass_to(stitch_swarm *s, peer *q, vstate *v, const chunk_id *c) {
-  memmove(&q->serve[1], &q->serve[0], q->n_serve++ * sizeof(q->serve[0]));
-  q->serve[0] = *c;
-  wire_msg x; /* goes ahead of the chunk (fetch_on_crossing) */
-  ref_msg(&x, WIRE_CROSSING, c);
-  x.node = q->node;
-  core_send(s, q, &x);
-  count_as_its(s, q, v, c);
-}
-
-/* A chunk the seed gave us goes on at once, unasked, to a neighbour in
- * each other region that wants it (may_pass). The seed gives each chunk
- * out once, so this is the chunk's way into each region our links reach,
- * sooner than a far node's turn (cross_ok) and its request's round trip.
- * A far neighbour busy when it came may still be passed it once it has
- * drained or said it wants the object, until the seed gives us the next
- * (pass_more). docs/swarm.md, "Crossing regions". */
-static void push_across(stitch_swarm *s, vstate *v, const chunk_id *c) {
-  v->last_seeded[c->object] = c->chunk + 1;
-  for (size_t i = 0; i < s->n_peers; i++)
-    if (may_pass(s, &s->peers[i], v, c))
-      pass_to(s, &s->peers[i], v, c);
-}
-
-/* Passes Q the chunk of (V, O) the seed gave us last, if it may take it.
- * An older one is not passed: by then it has mostly come into Q's region
- * another way (a far node's turn, another node's pass) without our
- * hearing of it yet, and passing it sent a second copy across. Passing
- * every one the seed gave us, oldest first, sent 104 of 472 such passes
- * into a region that held the chunk already and 97 into one that had
- * asked across for it (three regions of 100 nodes, docs/simulator.md
- * "Passing the last chunk only"). */
-static void pass_more(stitch_swarm *s, peer *q, vstate *v, uint32_t o) {
-  if (q->state != PEER_READY || !far_peer(q) || q->n_serve != 0 ||
-      v->last_seeded[o] == 0)
-    return;
-  chunk_id c = {v->ref.m->version, o, v->last_seeded[o] - 1};
-  if (may_pass(s, q, v, &c))
-    pass_to(s, q, v, &c);
-}
-
-void fetch_on_interest(stitch_swarm *s, peer *p, uint64_t version,
-                       uint32_t object) {
-  vstate *v = core_find_version(s, version);
-  if (v != NULL && !s->cfg.seed)
-    pass_more(s, p, v, object);
-}
-
-/* The largest CHUNK body P may send us: what we asked it for, or any
- * chunk of a version we know, which a peer may pass us unasked
- * (push_across, push_near). */
-uint64_t fetch_chunk_allow(const stitch_swarm *s, const peer *p) {
-  uint64_t pushed = s->cfg.seed ? 0 : s->chunk_max + 64;
-  return p->chunk_allow > pushed ? p->chunk_allow : pushed;
 }
 
 static int sending(const stitch_swarm *s, const peer *p);
@@ -933,7 +511,7 @@ static void push_near(stitch_swarm *s, const peer *from, vstate *v,
   unsigned n = 0;
   for (size_t i = 0; i < s->n_peers; i++) {
     peer *q = &s->peers[i];
-    if (q == from || !near_peer(q) || q->n_serve > 0 || sending(s, q))
+    if (q == from || !peer_near(q) || q->n_serve > 0 || sending(s, q))
       continue;
     const bits *h = peer_bits(q, c->version, c->object, 0, 0);
     if (h == NULL || h->count > 0)
@@ -945,7 +523,7 @@ static void push_near(stitch_swarm *s, const peer *from, vstate *v,
     return;
   pick->serve[pick->n_serve++] = *c;
   pick->serve_wait_ms = s->now_ms;
-  count_as_its(s, pick, v, c);
+  fetch_pushed(s, pick, v, c);
 }
 
 static void forget_holdings(stitch_swarm *s, peer *p);
@@ -974,7 +552,7 @@ static int charge_outrun(stitch_swarm *s, peer *q) {
 
 int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
   chunk_id c = {m->version, m->object, m->chunk};
-  int i = find_request(p, &c);
+  int i = fetch_asked(p, &c);
   uint64_t asked_ms = i >= 0 ? p->req[i].sent_ms : UINT64_MAX;
   if (i >= 0) { /* the usual wait: an average over the last 8 or so */
     double took = (double)(s->now_ms - p->req[i].sent_ms);
@@ -1004,7 +582,7 @@ int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
   }
   /* Unasked (a reply after our request timed out, or after a cancel) is
    * fine if it verifies: the hash decides, not the bookkeeping. */
-  const stitch_chunk_ref *r = ref_of(v, m->object, m->chunk);
+  const stitch_chunk_ref *r = chunk_ref(v, m->object, m->chunk);
   int bad = m->data_len != r->size;
   if (!bad && !s->cfg.write_verifies) {
     stitch_digest h;
@@ -1034,15 +612,9 @@ int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
     s->st.bytes_same_region += m->data_len;
   else
     s->st.bytes_other_region += m->data_len;
-  if (in_plan(s, m->version, m->object))
+  if (fetch_in_plan(s, m->version, m->object))
     s->st.fetch_done++;
-  if (p->is_seed && !s->cfg.seed) {
-    if (i < 0) /* the seed's first round comes unasked (seed_offer) */
-      tell_entering(s, v, &c);
-    push_across(s, v, &c);
-  } else if (i < 0 && far_peer(p)) {
-    tell_entering(s, v, &c);
-  }
+  cross_on_chunk(s, p, v, &c, i >= 0);
   push_near(s, p, v, &c);
   /* Cancel the endgame's other copies, tell everyone we have it (but
    * those we pass it to). */
@@ -1050,7 +622,7 @@ int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
     peer *q = &s->peers[k];
     if (q->state != PEER_READY || fetch_queued(q, &c) >= 0)
       continue;
-    int j = find_request(q, &c);
+    int j = fetch_asked(q, &c);
     if (j >= 0) {
       int beaten = outrun(q, &q->req[j], asked_ms);
       drop_request(s, q, (unsigned)j);
@@ -1069,32 +641,6 @@ int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
 }
 
 /* ---- Serving ---------------------------------------------------------- */
-
-/* Is chunk C on its way from us into the region of the far peer P: sent
- * to another node of that region in the last CORE_SENT_RECENT_MS, or
- * queued for one whose link is moving (we began a chunk to it in that
- * time; a requester that stops reading must not hold the chunk back from
- * its region)? Returns that node. Two nodes of a region asked one far
- * peer for the same chunk a median 14 ms apart, sooner than a CROSSING
- * reaches one from the other. Without the queued ones the last node came
- * later (docs/history/simulator.md, "One copy into a region at a time"). */
-static peer *coming_into(stitch_swarm *s, const peer *p, const chunk_id *c) {
-  for (size_t i = 0; i < s->n_peers; i++) {
-    peer *q = &s->peers[i];
-    if (q == p || q->state != PEER_READY || q->is_seed ||
-        strcmp(q->region, p->region) != 0)
-      continue;
-    unsigned last = (q->sent_next + CORE_SENT_KEPT - 1) % CORE_SENT_KEPT;
-    if (q->sent_next > 0 && s->now_ms - q->sent_ms[last] < CORE_SENT_RECENT_MS &&
-        fetch_queued(q, c) >= 0)
-      return q;
-    for (unsigned k = 0; k < CORE_SENT_KEPT; k++)
-      if (q->sent_ms[k] != 0 && same_chunk(&q->sent[k], c) &&
-          s->now_ms - q->sent_ms[k] < CORE_SENT_RECENT_MS)
-        return q;
-  }
-  return NULL;
-}
 
 /* The last chunk we sent P (P->sent_next > 0). */
 static unsigned last_sent(const peer *p) {
@@ -1131,14 +677,14 @@ static double behind(peer *p) {
  * requests are served at once, beside the slots: a crossing feeds a
  * region. The seed super-seeds instead. */
 static int serve_turn(stitch_swarm *s, peer *p) {
-  if (s->cfg.seed || far_peer(p) ||
+  if (s->cfg.seed || peer_far(p) ||
       s->now_ms - p->serve_wait_ms >= CORE_SERVE_WAIT_MS)
     return 1;
   double mine = behind(p);
   unsigned ahead = 0;
   for (size_t i = 0; i < s->n_peers; i++) {
     peer *q = &s->peers[i];
-    if (q == p || q->state != PEER_READY || far_peer(q) ||
+    if (q == p || q->state != PEER_READY || peer_far(q) ||
         (q->n_serve == 0 && !sending(s, q)))
       continue;
     double theirs = behind(q);
@@ -1161,17 +707,9 @@ void fetch_serve_next(stitch_swarm *s, peer *p) {
       continue;
     if (s->cfg.seed && peer_holds(p, &c))
       continue; /* pushed (seed_offer), and P got it elsewhere since */
-    /* Into a far region, a chunk goes about once: a second asker there
-     * is told it is coming through another node, and waits for it. */
-    peer *q;
-    if (!s->cfg.seed && far_peer(p) && (q = coming_into(s, p, &c)) != NULL) {
-      wire_msg x;
-      ref_msg(&x, WIRE_CROSSING, &c);
-      x.node = q->node;
-      core_send(s, p, &x);
-      continue;
-    }
-    const stitch_chunk_ref *r = ref_of(v, c.object, c.chunk);
+    if (cross_answer(s, p, &c))
+      continue; /* on its way into P's region another way: P was told */
+    const stitch_chunk_ref *r = chunk_ref(v, c.object, c.chunk);
     const uint8_t *buf;
     size_t len;
     if (s->io.chunk_read(s->io.user, &r->hash, &buf, &len) != 0) {
@@ -1201,10 +739,9 @@ void fetch_serve_next(stitch_swarm *s, peer *p) {
     else
       s->st.bytes_to_other_region += len;
     if (s->cfg.seed) {
-      v->sent[c.object][c.chunk]++;
-      seed_offer(s, p);
+      seed_on_sent(s, p, v, &c);
     } else {
-      pass_more(s, p, v, c.object);
+      cross_pass_more(s, p, v, c.object);
     }
     return; /* one chunk at a time: the driver drains it first */
   }
@@ -1231,7 +768,7 @@ static void forget_holdings(stitch_swarm *s, peer *p) {
       if (v->avail[o][c] > 0)
         v->avail[o][c]--;
       if (!bits_get(&v->held[o], c))
-        v->crossing[o][c] = v->bid_at[o][c] = 0;
+        cross_forget(v, o, c);
     }
     memset(b->b, 0, b->n / 8 + 1);
     b->count = 0;
@@ -1290,151 +827,5 @@ void fetch_tick(stitch_swarm *s) {
     }
     if (s->cfg.seed && p->state == PEER_READY)
       seed_offer(s, p);
-  }
-}
-
-/* ---- The seed --------------------------------------------------------- */
-
-void seed_on_upload(stitch_swarm *s, const chunk_id *c) {
-  vstate *v = core_find_version(s, c->version);
-  if (v != NULL && v->sent[c->object] != NULL)
-    v->sent[c->object][c->chunk]++;
-}
-
-/* A new version: every neighbour of our region wants its only object (or
- * the delta from the parent), and gets its first round at once, before
- * its BITFIELD says so a round trip later. Not a far neighbour: its
- * interest comes in time, and its share of the first round, pushed that
- * early, went across into its region and straight back into ours (0.41 F
- * into the seed's region in ctest sim_regions). */
-void seed_on_manifest(stitch_swarm *s) {
-  if (!s->cfg.seed || s->n_v == 0)
-    return;
-  vstate *v = &s->v[s->n_v - 1];
-  for (uint32_t o = 0; o < v->ref.m->n_objects; o++) {
-    if (!wanted_by_all(s, v, o))
-      continue;
-    for (size_t i = 0; i < s->n_peers; i++)
-      if (s->peers[i].state == PEER_READY && !far_peer(&s->peers[i]))
-        (void)peer_bits(&s->peers[i], v->ref.m->version, o, 1,
-                        v->ref.m->objects[o].n_chunks);
-  }
-  for (size_t i = 0; i < s->n_peers; i++)
-    seed_offer(s, &s->peers[i]);
-}
-
-/* Ready peers that lack some of (version, object): those that said so,
- * and those that have not said anything about it yet, which at a new
- * version is everyone soon. Counting only those that had asked gave the
- * first peer to ask a share of the whole object. REACHING: only those
- * whose links reach every region (reach_all). */
-static unsigned wanting(stitch_swarm *s, uint64_t version, uint32_t object,
-                        int reaching) {
-  unsigned n = 0;
-  for (size_t i = 0; i < s->n_peers; i++) {
-    const peer *q = &s->peers[i];
-    if (q->state != PEER_READY || (reaching && !reach_all(s, q)))
-      continue;
-    int whole = 0;
-    for (size_t k = 0; k < q->n_have; k++)
-      whole |= q->have[k].version == version && q->have[k].object == object &&
-               q->have[k].count == q->have[k].n;
-    n += !whole;
-  }
-  return n;
-}
-
-/* Offers P chunks it lacks of every object it wants: in the first round a
- * fair share of the object (so every interested peer gets distinct chunks
- * to pass on), queued for P unasked, a pipeline's worth at a time: a HAVE
- * and a REQUEST would cost a round trip before each peer's first chunk,
- * and every node's start waits on those (one-chunk deltas at 1,000 nodes
- * in three regions came 11 % sooner, docs/history/simulator.md "The
- * seed's first round unasked"). Twice that at a time held the last node
- * back in two runs of three at 300 nodes. Later offers are HAVEs, for P
- * to ask, at most 2 x pipeline at a time. An object of no more chunks
- * than there are peers whose links reach every region goes to
- * those alone, a chunk each: each passes its chunk across into every
- * other region at once (push_across), where another's would leave some
- * region to fetch it by a pull, a long round trip later (reach.c). A
- * larger one goes to every peer: giving an anchor's first round to half
- * the peers held every region back 0.1 s (docs/history/simulator.md
- * "Every region within reach"). */
-void seed_offer(stitch_swarm *s, peer *p) {
-  if (!s->cfg.seed || p->state != PEER_READY)
-    return;
-  for (size_t i = 0; i < p->n_have; i++) {
-    bits *want = &p->have[i];
-    vstate *v = core_find_version(s, want->version);
-    uint32_t o = want->object;
-    if (v == NULL || want->count == want->n || v->held[o].count == 0)
-      continue;
-    bits *off = peer_offered(p, want->version, o, want->n);
-    if (off == NULL)
-      continue;
-    unsigned outstanding = 0;
-    int round_done = 1; /* every chunk offered or sent to someone */
-    for (uint64_t c = 0; c < want->n; c++) {
-      outstanding += bits_get(off, c) && !bits_get(want, c);
-      round_done &= v->sent[o][c] > 0 || v->offers[o][c] > 0 ||
-                    !bits_get(&v->held[o], c);
-    }
-    /* After the first round, only a peer stuck for a while gets more:
-     * stuck on this object, so the clock starts when it first asked. */
-    if (!off->timed) {
-      off->timed = 1;
-      off->since_ms = s->now_ms;
-    }
-    uint64_t moved = p->progress_ms > off->since_ms ? p->progress_ms
-                                                    : off->since_ms;
-    if (round_done && s->now_ms - moved < CORE_SEED_IDLE_MS)
-      continue;
-    unsigned reaching = round_done || want->n > s->n_peers
-                            ? 0
-                            : wanting(s, want->version, o, 1);
-    int few = reaching > 0 && want->n <= reaching;
-    if (few && !reach_all(s, p))
-      continue;
-    /* The first round is queued unasked: as many as P would ask. */
-    uint64_t depth = (uint64_t)s->cfg.pipeline * (round_done ? 2 : 1);
-    if (!round_done) {
-      unsigned peers = few ? reaching : wanting(s, want->version, o, 0);
-      uint64_t share = (want->n + peers - 1) / (peers ? peers : 1);
-      depth = share < depth ? share : depth;
-      depth = depth ? depth : 1;
-    }
-    while (outstanding < depth) {
-      uint64_t best = UINT64_MAX, start = core_random(s) % want->n;
-      uint64_t best_key = UINT64_MAX;
-      for (uint64_t k = 0; k < want->n; k++) {
-        uint64_t c = (start + k) % want->n;
-        if (bits_get(want, c) || bits_get(off, c) || !bits_get(&v->held[o], c))
-          continue;
-        /* First round: distinct chunks to distinct peers. Then the least
-         * sent, the least offered. */
-        if (!round_done && (v->sent[o][c] > 0 || v->offers[o][c] > 0))
-          continue;
-        uint64_t key = ((uint64_t)v->sent[o][c] << 32) | v->offers[o][c];
-        if (key < best_key) {
-          best_key = key;
-          best = c;
-        }
-      }
-      if (best == UINT64_MAX)
-        break;
-      bits_set(off, best);
-      v->offers[o][best]++;
-      outstanding++;
-      chunk_id id = {want->version, o, best};
-      if (!round_done && p->n_serve < CORE_MAX_SERVE) {
-        if (p->n_serve == 0)
-          p->serve_wait_ms = s->now_ms;
-        p->serve[p->n_serve++] = id;
-      } else {
-        send_simple(s, p, WIRE_HAVE, &id);
-      }
-    }
-    if (round_done)
-      off->since_ms = s->now_ms; /* one more batch per idle period */
   }
 }

@@ -3,7 +3,7 @@
  * a neighbour that can pass it into every region.
  *
  * A chunk the seed gives out goes across unasked only to the regions its
- * receiver has links into (fetch.c push_across). A region none of them
+ * receiver has links into (cross.c push_across). A region none of them
  * reached waited for a pull across: a far HAVE, a turn, then a long round
  * trip. In 100 nodes in three regions the receiver's two far links were
  * both into one region, and the third region's median node held each

@@ -1,0 +1,65 @@
+/* fetch.h: requesting and serving (fetch.c; docs/swarm.md): the plan
+ * from the version our weights hold to the newest, which chunk to ask of
+ * which peer (random first, then rarest, the endgame), the requests out
+ * and their timeouts, and the order in which we serve the requests queued
+ * with us (the furthest behind first). It asks cross.c whether a far peer
+ * may be asked for a chunk, and tells cross.c and seed.c what came and
+ * went. Its state is still the session's, in core_internal.h's structs:
+ * our requests to a peer and its to us (peer.req, peer.serve), the plan,
+ * vstate's avail, inflight and asked_at, and the schedule (sched,
+ * fetch_wake_ms). */
+#ifndef STITCH_SWARM_FETCH_H
+#define STITCH_SWARM_FETCH_H
+
+#include "stitch/swarm.h"
+#include "swarm/wire.h"
+
+#include <stdint.h>
+
+#define CORE_REQUEST_MS 15000   /* a request not answered */
+#define CORE_RANDOM_FIRST 4     /* chunks fetched at random before rarest-first */
+/* The endgame (fetch.c late): a chunk is asked of a second peer once its
+ * request has waited CORE_LATE_FACTOR times the usual wait for a chunk,
+ * and at least CORE_LATE_MIN_MS. */
+#define CORE_LATE_FACTOR 2.0
+#define CORE_LATE_MIN_MS 50
+#define CORE_BEHIND_MARGIN 0.02 /* behind our neighbours by this: twice the
+                                   pipeline (fetch.c request_depth); behind
+                                   another requester by this: two serving
+                                   slots (fetch.c serve_turn) */
+#define CORE_SERVE_SLOTS 4      /* same-region requesters served at once */
+#define CORE_SERVE_WAIT_MS 200  /* ...but none waits longer for a chunk */
+/* A requester keeps its serving slot while its chunk goes out (fetch.c
+ * serve_turn), for at most this long: one that stops reading keeps none.
+ * On a slow uplink a chunk can take longer (512 KiB at a quarter of 10
+ * Mbit/s takes 1.7 s); its slot then lapses early, as before the rule. */
+#define CORE_SENDING_MAX_MS 200
+
+struct peer;
+struct vstate;
+struct chunk_id;
+
+void fetch_replan(stitch_swarm *s);
+void fetch_schedule(stitch_swarm *s);
+int fetch_on_chunk(stitch_swarm *s, struct peer *p, const wire_msg *m);
+void fetch_on_reject(stitch_swarm *s, struct peer *p,
+                     const struct chunk_id *c);
+void fetch_peer_gone(stitch_swarm *s, struct peer *p);
+void fetch_tick(stitch_swarm *s);
+void fetch_serve_next(stitch_swarm *s, struct peer *p);
+/* Where C is among P's requests to us (fetch_queued), or among our
+ * requests to P (fetch_asked), or -1. */
+int fetch_queued(const struct peer *p, const struct chunk_id *c);
+int fetch_asked(const struct peer *p, const struct chunk_id *c);
+/* Is (VERSION, OBJECT) in our plan: do we fetch it? */
+int fetch_in_plan(const stitch_swarm *s, uint64_t version, uint32_t object);
+/* Chunk C of V, queued for Q unasked, counts as Q's from now: Q gets no
+ * HAVE of it, and no second pass. */
+void fetch_pushed(stitch_swarm *s, struct peer *q, struct vstate *v,
+                  const struct chunk_id *c);
+uint64_t fetch_chunk_allow(const stitch_swarm *s, const struct peer *p);
+void fetch_on_have_bit(stitch_swarm *s, struct peer *p, uint64_t version,
+                       uint32_t object, uint64_t chunk);
+void fetch_announce_interest(stitch_swarm *s, struct peer *p);
+
+#endif

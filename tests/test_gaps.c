@@ -17,33 +17,35 @@ static test_rng rng;
 
 /* Encodes with the vector loops and with the scalar ones (same bytes),
  * decodes each way, and returns the payload (caller frees). */
+/* Codes NW against BASE with the vector loops and with the scalar ones
+ * (each with COUNT_ALL, codec_run), checks that both give the same bytes
+ * and that either decoder restores NW; returns the payload. */
 static uint8_t *round_trip(const fmt_case *fc, const sym_fmt *f, uint64_t n,
                            const uint8_t *base, const uint8_t *nw,
-                           size_t *plen, uint64_t *pch) {
+                           int count_all, size_t *plen, uint64_t *pch) {
   size_t nb = f->bits == 4 ? n / 2 : n * (f->bits / 8);
   size_t cap = nb + 4096;
   uint8_t *out = malloc(cap), *out2 = malloc(cap), *data = malloc(nb + 64);
   size_t len = 0, len2 = 0;
   uint64_t ch = 0, ch2 = 0;
   block_span sp = {0, n};
-  codec_force_scalar = 0;
-  int rc = gaps_encode(f, base, nw, sp, out, cap, &len, &ch);
+  const codec_run vec = {0, count_all}, scalar = {1, count_all};
+  int rc = gaps_encode_run(&vec, f, base, nw, sp, out, cap, &len, &ch);
   if (rc != 0)
     FAIL_("%s, %" PRIu64 " symbols: gaps_encode returned %d", fc->name, n, rc);
-  codec_force_scalar = 1;
-  ASSERT_EQ(gaps_encode(f, base, nw, sp, out2, cap, &len2, &ch2), 0);
+  ASSERT_EQ(gaps_encode_run(&scalar, f, base, nw, sp, out2, cap, &len2, &ch2),
+            0);
   ASSERT_UEQ(len, len2);
   ASSERT_UEQ(ch, ch2);
   ASSERT_MEM_EQ(out, out2, len);
   ASSERT_UEQ(ch, count_diff(f, base, nw, n));
-  for (int scalar = 0; scalar < 2; scalar++) {
+  for (int k = 0; k < 2; k++) {
     stitch_diag d = {{0}};
-    codec_force_scalar = scalar;
     memcpy(data, base, nb);
-    ASSERT_OK(gaps_decode(f, data, sp, out, len, ch, &d), d);
+    ASSERT_OK(gaps_decode_run(k ? &scalar : &vec, f, data, sp, out, len, ch,
+                              &d), d);
     ASSERT_MEM_EQ(data, nw, nb);
   }
-  codec_force_scalar = 0;
   free(out2);
   free(data);
   *plen = len;
@@ -51,11 +53,18 @@ static uint8_t *round_trip(const fmt_case *fc, const sym_fmt *f, uint64_t n,
   return out;
 }
 
+static uint8_t *round_trip_sampled(const fmt_case *fc, const sym_fmt *f,
+                                   uint64_t n, const uint8_t *base,
+                                   const uint8_t *nw, size_t *plen,
+                                   uint64_t *pch) {
+  return round_trip(fc, f, n, base, nw, 0, plen, pch);
+}
+
 static void test_formats(void) {
   static const block_size sizes[] = {{70000, 0.05}, {200002, 0.01},
                                      {1u << 19, 0.0035}, {8192, 0.4},
                                      {4098, 1.0}, {65538, 0.02}};
-  each_format(round_trip, sizes, sizeof(sizes) / sizeof(sizes[0]));
+  each_format(round_trip_sampled, sizes, sizeof(sizes) / sizeof(sizes[0]));
 }
 
 /* Too few changes: GAPS declines and codes nothing. */
@@ -84,7 +93,7 @@ static void test_damage(void) {
   make_block(&f, n, 0.03, a, b);
   size_t len;
   uint64_t ch;
-  uint8_t *p = round_trip(&FORMATS[5], &f, n, a, b, &len, &ch);
+  uint8_t *p = round_trip(&FORMATS[5], &f, n, a, b, 0, &len, &ch);
   block_span sp = {0, n};
   stitch_diag d = {{0}};
   /* More changes than were coded: the decoder runs off the block or off
@@ -113,11 +122,10 @@ static void test_damage(void) {
         test_rng_next(&rng) % (len - hl - GAPS_PARAM_BYTES)] ^=
           (uint8_t)(1u << (test_rng_next(&rng) % 8));
     memcpy(data, a, 2 * n);
-    codec_force_scalar = it & 1;
-    int rc = gaps_decode(&f, data, sp, q, cut, ch, &d);
+    const codec_run run = {it & 1, 0};
+    int rc = gaps_decode_run(&run, &f, data, sp, q, cut, ch, &d);
     ASSERT(rc == 0 || rc == STITCH_EFORMAT);
   }
-  codec_force_scalar = 0;
   free(q);
   free(p);
   free(a);
@@ -162,17 +170,15 @@ static void test_sampled_count(void) {
   uint64_t ch1, ch2;
   uint8_t *a = malloc(nb), *b = malloc(nb);
   make_block(&f, n, 0.05, a, b);
-  uint8_t *o1 = round_trip(fc, &f, n, a, b, &len1, &ch1);
-  gaps_count_all = 1;
-  uint8_t *o2 = round_trip(fc, &f, n, a, b, &len2, &ch2);
-  gaps_count_all = 0;
+  uint8_t *o1 = round_trip(fc, &f, n, a, b, 0, &len1, &ch1);
+  uint8_t *o2 = round_trip(fc, &f, n, a, b, 1, &len2, &ch2);
   ASSERT(len1 != len2 || memcmp(o1, o2, len1) != 0);
   ASSERT(len1 <= len2 + len2 / 200);
   free(o1);
   free(o2);
   for (uint64_t j = 0; j < n; j += 8 * 32768) /* empty the sampled stretches */
     memcpy(b + j * 2, a + j * 2, 32768 * 2);
-  free(round_trip(fc, &f, n, a, b, &len1, &ch1));
+  free(round_trip(fc, &f, n, a, b, 0, &len1, &ch1));
   ASSERT(ch1 > 40000);
   free(a);
   free(b);

@@ -627,16 +627,17 @@ static void make_class_block(const sym_fmt *f, uint64_t n, double p,
 
 /* Codes BASE -> NW with CLASSES, expecting RC and (on success) CODING;
  * a payload decodes exactly. Returns the payload, or NULL. */
-static uint8_t *code_one(const sym_fmt *f, uint64_t n, const uint8_t *base,
-                         const uint8_t *nw, int classes, int want_rc,
-                         int want_coding, size_t *plen) {
+static uint8_t *code_one_run(const codec_run *run, const sym_fmt *f,
+                             uint64_t n, const uint8_t *base,
+                             const uint8_t *nw, int classes, int want_rc,
+                             int want_coding, size_t *plen) {
   size_t nb = f->bits == 4 ? n / 2 : n * (f->bits / 8);
   size_t cap = nb + 4096, scap = 8 * n + 4096;
   uint8_t *out = malloc(cap), *scratch = malloc(scap), *data = malloc(nb);
   uint64_t ch = 0;
   int coding = -1;
-  int rc = rans_encode(f, base, nw, (block_span){0, n}, out, cap, plen, &ch,
-                       &coding, classes, scratch, scap);
+  int rc = rans_encode_run(run, f, base, nw, (block_span){0, n}, out, cap,
+                           plen, &ch, &coding, classes, scratch, scap);
   if (rc != want_rc)
     FAIL_("%u-bit symbols, %" PRIu64 " of them, %" PRIu64 " changed: "
           "rans_encode returned %d, not %d", f->bits, n,
@@ -651,10 +652,20 @@ static uint8_t *code_one(const sym_fmt *f, uint64_t n, const uint8_t *base,
   ASSERT_UEQ(ch, count_diff(f, base, nw, n));
   stitch_diag d = {{0}};
   memcpy(data, base, nb);
-  ASSERT_OK(rans_decode(f, coding, data, (block_span){0, n}, out, *plen, ch, &d), d);
+  ASSERT_OK(rans_decode_run(run, f, coding, data, (block_span){0, n}, out,
+                            *plen, ch, &d), d);
   ASSERT_MEM_EQ(data, nw, nb);
   free(data);
   return out;
+}
+
+static const codec_run vec_run = {0, 0}, scalar_run = {1, 0};
+
+static uint8_t *code_one(const sym_fmt *f, uint64_t n, const uint8_t *base,
+                         const uint8_t *nw, int classes, int want_rc,
+                         int want_coding, size_t *plen) {
+  return code_one_run(&vec_run, f, n, base, nw, classes, want_rc, want_coding,
+                      plen);
 }
 
 /* Every float format at sizes around the window (4096 symbols) and the
@@ -679,15 +690,15 @@ static void test_classes_formats(void) {
           break;
       }
       uint8_t *p1 = code_one(&f, n, a, b, 1, 0, STITCH_CODING_RANSC, &la);
-      codec_force_scalar = 1;
-      uint8_t *p2 = code_one(&f, n, a, b, 1, 0, STITCH_CODING_RANSC, &lb);
+      uint8_t *p2 = code_one_run(&scalar_run, &f, n, a, b, 1, 0,
+                                 STITCH_CODING_RANSC, &lb);
       stitch_diag d = {{0}};
       uint8_t *data = malloc(nb);
       memcpy(data, a, nb); /* the vector encoder's payload, decoded by the reference */
-      ASSERT_OK(rans_decode(&f, STITCH_CODING_RANSC, data, (block_span){0, n}, p1,
-                            la, count_diff(&f, a, b, n), &d), d);
+      ASSERT_OK(rans_decode_run(&scalar_run, &f, STITCH_CODING_RANSC, data,
+                                (block_span){0, n}, p1, la,
+                                count_diff(&f, a, b, n), &d), d);
       ASSERT_MEM_EQ(data, b, nb);
-      codec_force_scalar = 0;
       if (la != lb || memcmp(p1, p2, la) != 0)
         FAIL_("%s, %" PRIu64 " symbols: vector and reference payloads differ",
               fc->name, n);

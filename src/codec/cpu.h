@@ -1,12 +1,12 @@
-/* The codec's vector loops: where they are compiled, whether this CPU
- * runs them, and the tests' switch that runs the scalar references
- * instead.
+/* The codec's vector loops: where they are compiled, and whether this
+ * CPU runs them.
  *
  * sparse.c (the change scan), gaps.c (GAPS) and rans.c (RANSC) each keep
  * an AVX2 copy of their hot loops, compiled with a target attribute so
  * the library still runs on any x86-64, and choose it at run time through
  * codec_avx2(). The vector and scalar loops code the same bytes; tests
- * check that by setting codec_force_scalar. */
+ * check that through GAPS's and RANSC's codec_run (delta_internal.h),
+ * which asks for the scalar loops on one call. */
 #ifndef STITCH_CODEC_CPU_H
 #define STITCH_CODEC_CPU_H
 
@@ -15,18 +15,12 @@
 #define CODEC_X86_SIMD 1
 #endif
 
-/* Tests set this to 1 to run the scalar loops, the reference, on a CPU
- * whose vector loops would otherwise run. */
-extern int codec_force_scalar;
-
-/* Whether the AVX2 loops run: compiled in, a CPU with AVX2 (and POPCNT,
- * which every AVX2 CPU has and RANSC uses), and no test asking for the
- * scalar ones. __builtin_cpu_supports reads what the runtime probed once
- * at start-up. */
+/* Whether the AVX2 loops can run: compiled in, and a CPU with AVX2 (and
+ * POPCNT, which every AVX2 CPU has and RANSC uses).
+ * __builtin_cpu_supports reads what the runtime probed once at start-up. */
 static inline int codec_avx2(void) {
 #ifdef CODEC_X86_SIMD
-  return !codec_force_scalar && __builtin_cpu_supports("avx2") &&
-         __builtin_cpu_supports("popcnt");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
 #else
   return 0;
 #endif

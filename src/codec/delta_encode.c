@@ -18,7 +18,7 @@
 #include <zstd.h>
 
 const char *stitch_coding_name(int coding) {
-  static const char *names[] = {"same", "sparse", "xor", "planes", "raw", "gaps", "rans", "ransc"};
+  static const char *const names[] = {"same", "sparse", "xor", "planes", "raw", "gaps", "rans", "ransc"};
   return coding >= 0 && coding < STITCH_CODING_COUNT_ ? names[coding] : "?";
 }
 

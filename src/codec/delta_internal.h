@@ -112,15 +112,27 @@ int sparse_decode(const sym_fmt *f, uint8_t *data, block_span sp,
  * exactly CHANGED changes, the index's count. */
 #define GAPS_DECLINED 1
 #define GAPS_MIN_CHANGES 256
-/* Tests: nonzero makes the encoder's first pass count the whole block
- * rather than a sample of it (gaps.c count_changes). */
-extern int gaps_count_all;
+/* How GAPS and RANSC run, beyond what they code: the switches the tests
+ * use to hold the vector loops to the scalar reference, one call at a
+ * time. The plain entry points run as a zeroed codec_run says. */
+typedef struct codec_run {
+  int scalar;    /* the scalar loops even where the AVX2 ones would run */
+  int count_all; /* GAPS: the encoder's first pass counts the whole block,
+                  * not a sample of it (gaps.c count_changes) */
+} codec_run;
 int gaps_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
                 block_span sp, uint8_t *out, size_t cap, size_t *out_len,
                 uint64_t *changed);
 int gaps_decode(const sym_fmt *f, uint8_t *data, block_span sp,
                 const uint8_t *in, size_t len, uint64_t changed,
                 stitch_diag *d);
+int gaps_encode_run(const codec_run *run, const sym_fmt *f,
+                    const uint8_t *old, const uint8_t *new_, block_span sp,
+                    uint8_t *out, size_t cap, size_t *out_len,
+                    uint64_t *changed);
+int gaps_decode_run(const codec_run *run, const sym_fmt *f, uint8_t *data,
+                    block_span sp, const uint8_t *in, size_t len,
+                    uint64_t changed, stitch_diag *d);
 /* Blocks of fewer symbols are coded SPARSE even in the fast mode. */
 #define GAPS_MIN_SYMBOLS (1u << 16)
 /* The parameter bytes after a GAPS block's ref: 16 weight codes, then 13
@@ -149,6 +161,14 @@ int rans_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
 int rans_decode(const sym_fmt *f, int coding, uint8_t *data, block_span sp,
                 const uint8_t *in, size_t len, uint64_t changed,
                 stitch_diag *d);
+int rans_encode_run(const codec_run *run, const sym_fmt *f,
+                    const uint8_t *old, const uint8_t *new_, block_span sp,
+                    uint8_t *out, size_t cap, size_t *out_len,
+                    uint64_t *changed, int *coding, int classes,
+                    uint8_t *scratch, size_t scratch_cap);
+int rans_decode_run(const codec_run *run, const sym_fmt *f, int coding,
+                    uint8_t *data, block_span sp, const uint8_t *in,
+                    size_t len, uint64_t changed, stitch_diag *d);
 
 /* Dense codings over the byte range of a block. */
 size_t dense_bound(size_t nbytes);

@@ -465,8 +465,6 @@ static unsigned lut_changes(const gaps_lut *l, const uint8_t *old,
 
 #endif
 
-int gaps_count_all;
-
 typedef struct gaps_walk {
   const gaps_model *m;
 #ifdef GAPS_AVX2
@@ -476,21 +474,22 @@ typedef struct gaps_walk {
 } gaps_walk;
 
 #ifdef GAPS_AVX2
-/* Whether the vector loops run for format F: a layout, and codec_avx2. */
-static int vec_ok(const sym_fmt *f, unsigned bits) {
-  return layout_of(f, bits) != LAYOUT_NONE && codec_avx2();
+/* Whether the vector loops run for format F: a layout, codec_avx2, and
+ * RUN not asking for the scalar ones. */
+static int vec_ok(const codec_run *run, const sym_fmt *f, unsigned bits) {
+  return layout_of(f, bits) != LAYOUT_NONE && codec_avx2() && !run->scalar;
 }
 #endif
 
-static void walk_init(gaps_walk *w, const gaps_model *m, const sym_fmt *f,
-                      unsigned bits) {
+static void walk_init(gaps_walk *w, const codec_run *run, const gaps_model *m,
+                      const sym_fmt *f, unsigned bits) {
   w->m = m;
 #ifdef GAPS_AVX2
-  w->avx2 = vec_ok(f, bits);
+  w->avx2 = vec_ok(run, f, bits);
   if (w->avx2)
     lut_init(&w->lut, m, f, bits);
 #else
-  (void)f, (void)bits;
+  (void)run, (void)f, (void)bits;
 #endif
 }
 
@@ -829,7 +828,7 @@ walk_changes(const int counting, const sym_fmt *f, const unsigned bits,
 static inline __attribute__((always_inline)) uint64_t
 count_changes(const sym_fmt *f, const unsigned bits, const uint8_t *old,
               const uint8_t *nw, block_span sp, const gaps_walk *w,
-              const gaps_model *m, gaps_counts *k) {
+              const gaps_model *m, gaps_counts *k, int count_all) {
   const uint64_t len = (uint64_t)GAPS_STRETCH_BYTES * 8 / bits,
                  every = len * GAPS_STRETCH_EVERY;
   uint64_t end = sp.start + sp.n, n = 0;
@@ -844,16 +843,16 @@ count_changes(const sym_fmt *f, const unsigned bits, const uint8_t *old,
         n += walk_changes(1, f, bits, old, nw, st, w, m, k, NULL);
       }
     }
-    if (n >= GAPS_ENOUGH && !gaps_count_all)
+    if (n >= GAPS_ENOUGH && !count_all)
       break;
   }
   return n;
 }
 
 static inline __attribute__((always_inline)) int
-encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
-            const uint8_t *nw, block_span sp, uint8_t *out, size_t cap,
-            size_t *out_len, uint64_t *changed) {
+encode_impl(const codec_run *run, const sym_fmt *f, const unsigned bits,
+            const uint8_t *old, const uint8_t *nw, block_span sp, uint8_t *out,
+            size_t cap, size_t *out_len, uint64_t *changed) {
   if (cap < 2 + GAPS_NPARAM)
     return STITCH_ELIMIT;
   gaps_model m;
@@ -861,16 +860,17 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
   memset(m.w, 0, sizeof(m.w));
   gaps_tables(&m, mi_max_of(f, bits)); /* classes only, for the counts */
   gaps_walk w;
-  walk_init(&w, &m, f, bits); /* the scan finds changes without weights */
+  walk_init(&w, run, &m, f, bits); /* the scan finds changes without weights */
   gaps_counts k;
-  if (count_changes(f, bits, old, nw, sp, &w, &m, &k) < GAPS_MIN_CHANGES)
+  if (count_changes(f, bits, old, nw, sp, &w, &m, &k, run->count_all) <
+      GAPS_MIN_CHANGES)
     return GAPS_DECLINED;
   size_t hl = ref_put(m.ref, out);
   choose_params(&k, out + hl);
   get_params(&m, out + hl, NULL); /* the model the decoder will see */
   hl += GAPS_NPARAM;
   gaps_tables(&m, mi_max_of(f, bits));
-  walk_init(&w, &m, f, bits);
+  walk_init(&w, run, &m, f, bits);
   rc_enc e;
   rc_out eo;
   rc_enc_init(&e, &eo, out + hl, cap - hl);
@@ -888,9 +888,9 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
 /* VEC (a constant) selects the windowed scan: set only in decode_vec_*,
  * the copies compiled for AVX2, which the scan inlines into. */
 static inline __attribute__((always_inline)) int
-decode_impl(const sym_fmt *f, const unsigned bits, const int vec,
-            uint8_t *data, block_span sp, const uint8_t *in, size_t len,
-            uint64_t changed, stitch_diag *d) {
+decode_impl(const codec_run *run, const sym_fmt *f, const unsigned bits,
+            const int vec, uint8_t *data, block_span sp, const uint8_t *in,
+            size_t len, uint64_t changed, stitch_diag *d) {
   RETURN_IF(len < 1, d, STITCH_EFORMAT, "gaps block: payload too short");
   gaps_model m;
   size_t hl = ref_get(in, len, &m.ref);
@@ -904,7 +904,7 @@ decode_impl(const sym_fmt *f, const unsigned bits, const int vec,
   hl += GAPS_NPARAM;
   gaps_tables(&m, mi_max);
   gaps_walk w;
-  walk_init(&w, &m, f, bits);
+  walk_init(&w, run, &m, f, bits);
   rc_dec r;
   rc_dec_init(&r, in + hl, len - hl);
   uint64_t end = sp.start + sp.n, j = sp.start;
@@ -969,13 +969,15 @@ decode_impl(const sym_fmt *f, const unsigned bits, const int vec,
   return 0;
 }
 
-int gaps_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
-                block_span sp, uint8_t *out, size_t cap, size_t *out_len,
-                uint64_t *changed) {
+int gaps_encode_run(const codec_run *run, const sym_fmt *f,
+                    const uint8_t *old, const uint8_t *new_, block_span sp,
+                    uint8_t *out, size_t cap, size_t *out_len,
+                    uint64_t *changed) {
 #define DISPATCH_CASE_(ID, B, FL, SG, MB, EB)                                \
   case ID: {                                                                  \
     static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
-    return encode_impl(&k_, B, old, new_, sp, out, cap, out_len, changed);    \
+    return encode_impl(run, &k_, B, old, new_, sp, out, cap, out_len,         \
+                       changed);                                              \
   }
   DISPATCH(f, STITCH_EINVAL, encode_impl)
 #undef DISPATCH_CASE_
@@ -986,31 +988,46 @@ int gaps_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
  * others' copies are empty: never called). */
 #define X(ID, B, FL, SG, MB, EB)                                              \
   __attribute__((target("avx2"), noinline, flatten)) static int              \
-  decode_vec_##ID(uint8_t *data, block_span sp, const uint8_t *in,            \
-                  size_t len, uint64_t changed, stitch_diag *d) {             \
+  decode_vec_##ID(const codec_run *run, uint8_t *data, block_span sp,        \
+                  const uint8_t *in, size_t len, uint64_t changed,            \
+                  stitch_diag *d) {                                           \
     static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
     return layout_of(&k_, B) != LAYOUT_NONE                                   \
-               ? decode_impl(&k_, B, 1, data, sp, in, len, changed, d)        \
+               ? decode_impl(run, &k_, B, 1, data, sp, in, len, changed, d)   \
                : STITCH_EINVAL;                                               \
   }
 FMT_LIST(X)
 #undef X
 #define GAPS_DECODE_VEC(ID, f)                                                \
-  if (vec_ok(f, f->bits))                                                     \
-    return decode_vec_##ID(data, sp, in, len, changed, d);
+  if (vec_ok(run, f, f->bits))                                                \
+    return decode_vec_##ID(run, data, sp, in, len, changed, d);
 #else
 #define GAPS_DECODE_VEC(ID, f)
 #endif
 
-int gaps_decode(const sym_fmt *f, uint8_t *data, block_span sp,
-                const uint8_t *in, size_t len, uint64_t changed,
-                stitch_diag *d) {
+int gaps_decode_run(const codec_run *run, const sym_fmt *f, uint8_t *data,
+                    block_span sp, const uint8_t *in, size_t len,
+                    uint64_t changed, stitch_diag *d) {
 #define DISPATCH_CASE_(ID, B, FL, SG, MB, EB)                                \
   case ID: {                                                                  \
     static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
     GAPS_DECODE_VEC(ID, (&k_))                                                \
-    return decode_impl(&k_, B, 0, data, sp, in, len, changed, d);             \
+    return decode_impl(run, &k_, B, 0, data, sp, in, len, changed, d);        \
   }
   DISPATCH(f, stitch_diag_set(d, STITCH_EINVAL, "bad symbol format"), decode_impl)
 #undef DISPATCH_CASE_
+}
+
+int gaps_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
+                block_span sp, uint8_t *out, size_t cap, size_t *out_len,
+                uint64_t *changed) {
+  static const codec_run plain = {0, 0};
+  return gaps_encode_run(&plain, f, old, new_, sp, out, cap, out_len, changed);
+}
+
+int gaps_decode(const sym_fmt *f, uint8_t *data, block_span sp,
+                const uint8_t *in, size_t len, uint64_t changed,
+                stitch_diag *d) {
+  static const codec_run plain = {0, 0};
+  return gaps_decode_run(&plain, f, data, sp, in, len, changed, d);
 }

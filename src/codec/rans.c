@@ -1304,8 +1304,6 @@ decode_classes_impl(const int simd, const sym_fmt *f, const unsigned bits,
 
 /* ---- Entry points ----------------------------------------------------- */
 
-int codec_force_scalar; /* codec/cpu.h */
-
 #ifdef RANSC_AVX2
 #define SIMD_FN __attribute__((target("avx2,popcnt"))) static int
 #endif
@@ -1358,22 +1356,37 @@ SIMD_FN decode_simd(DECODE_PARAMS) {
 #endif
 #undef DISPATCH_CASE_
 
-int rans_encode(ENCODE_PARAMS) {
+int rans_encode_run(const codec_run *run, ENCODE_PARAMS) {
 #ifdef RANSC_AVX2
-  if (codec_avx2())
+  if (!run->scalar && codec_avx2())
     return encode_simd(f, old, new_, sp, out, cap, out_len, changed, coding,
                        classes, scratch, scratch_cap);
+#else
+  (void)run;
 #endif
   return encode_plain(f, old, new_, sp, out, cap, out_len, changed, coding,
                       classes, scratch, scratch_cap);
 }
 
-int rans_decode(DECODE_PARAMS) {
+int rans_decode_run(const codec_run *run, DECODE_PARAMS) {
   if (coding == STITCH_CODING_RANSC)
     pthread_once(&sel8_once, sel8_init);
 #ifdef RANSC_AVX2
-  if (codec_avx2())
+  if (!run->scalar && codec_avx2())
     return decode_simd(f, coding, data, sp, in, len, changed, d);
+#else
+  (void)run;
 #endif
   return decode_plain(f, coding, data, sp, in, len, changed, d);
+}
+
+int rans_encode(ENCODE_PARAMS) {
+  static const codec_run plain = {0, 0};
+  return rans_encode_run(&plain, f, old, new_, sp, out, cap, out_len,
+                         changed, coding, classes, scratch, scratch_cap);
+}
+
+int rans_decode(DECODE_PARAMS) {
+  static const codec_run plain = {0, 0};
+  return rans_decode_run(&plain, f, coding, data, sp, in, len, changed, d);
 }

@@ -18,7 +18,7 @@
 #include <zstd.h>
 
 const char *stitch_coding_name(int coding) {
-  static const char *names[] = {"same", "sparse", "xor", "planes", "raw", "gaps", "rans", "ransc"};
+  static const char *names[] = {"same", "sparse", "xor", "planes", "raw", "gaps", "rans", "ransc", "sparsek"};
   return coding >= 0 && coding < STITCH_CODING_COUNT_ ? names[coding] : "?";
 }
 
@@ -129,6 +129,19 @@ static int code_block(enc *e, const sym_fmt *f, const uint8_t *old,
       take_candidate(e, sc, n, coding, len);
     else if (rc != 0 && rc != STITCH_ELIMIT)
       return rc;
+    /* SPARSEK where it codes smaller (docs/codec.md "Fixed bytes"). */
+    if (sc == STITCH_CODING_SPARSE && *coding == sc) {
+      /* The coder holds a few bytes back until it finishes: room for
+       * them, then only a shorter result is taken. */
+      size_t kcap = *len + 16 < nb ? *len + 16 : nb;
+      rc = sparsek_encode(f, old, nw, sp, *changed, e->cand, kcap, &n);
+      if (rc == 0 && n < *len)
+        take_candidate(e, STITCH_CODING_SPARSEK, n, coding, len);
+      else if (rc != 0 && rc != STITCH_ELIMIT)
+        return rc;
+      if (*coding == STITCH_CODING_SPARSEK)
+        sc = STITCH_CODING_SPARSEK;
+    }
     if (*coding != sc)
       *changed = sparse_count(f, old, nw, sp);
   }

@@ -105,6 +105,17 @@ int sparse_decode(const sym_fmt *f, uint8_t *data, block_span sp,
                   const uint8_t *in, size_t len, uint64_t *changed,
                   stitch_diag *d);
 
+/* The SPARSEK coding (sparse.c, proto/delta.md "SPARSEK"): SPARSE with
+ * the block's change count K, from the index, known to both sides. The
+ * encoder needs K = the block's count (STITCH_EINVAL otherwise); the
+ * decoder patches exactly CHANGED changes or fails. */
+int sparsek_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
+                   block_span sp, uint64_t k, uint8_t *out, size_t cap,
+                   size_t *out_len);
+int sparsek_decode(const sym_fmt *f, uint8_t *data, block_span sp,
+                   const uint8_t *in, size_t len, uint64_t changed,
+                   stitch_diag *d);
+
 /* The GAPS coding (gaps.c): same contract as sparse_encode, except that
  * it returns GAPS_DECLINED, coding nothing, for a block with fewer than
  * GAPS_MIN_CHANGES changes, where its 29 bytes of parameters cost more

@@ -620,6 +620,8 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
   rc_out eo;
   rc_enc_init(&e, &eo, out + hl, cap - hl);
   uint64_t nchanged = 0, nfull = sp.n / GROUP, stop = sp.start + sp.n;
+  const unsigned lg = m.lim_group; /* a local: the flag loop's stores
+                                      cannot be taken to change it */
   uint8_t bkt[CHUNK];
   int avx2 = codec_avx2();
   for (uint64_t g0 = 0; g0 < nfull; g0 += CHUNK) {
@@ -634,8 +636,8 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
     for (; chg != 0; chg &= chg - 1) {
       unsigned j = (unsigned)__builtin_ctzll(chg);
       for (; g < j; g++)
-        rc_encode_known(&e, &m.group[bkt[g]], 0, m.lim_group);
-      rc_encode_known(&e, &m.group[bkt[j]], 1, m.lim_group);
+        rc_encode_known(&e, &m.group[bkt[g]], 0, lg);
+      rc_encode_known(&e, &m.group[bkt[j]], 1, lg);
       rc_enc t = e;
       nchanged += group_fn(&t, &m, old, nw, at + GROUP * j);
       e = t;
@@ -646,7 +648,7 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
       }
     }
     for (; g < ng; g++)
-      rc_encode_known(&e, &m.group[bkt[g]], 0, m.lim_group);
+      rc_encode_known(&e, &m.group[bkt[g]], 0, lg);
     if (eo.overflow) { /* past the cap: the caller codes the block densely */
       *dropped = eo.dropped != 0;
       return STITCH_ELIMIT; /* and a probe's prefix fails too (its cap is less) */
@@ -705,6 +707,7 @@ decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
   rc_dec r;
   rc_dec_init(&r, in + hl, len - hl);
   uint64_t nchanged = 0, nfull = sp.n / GROUP;
+  const unsigned lg = m.lim_group;
   if (known && k == 0)
     goto done;
   uint8_t bkt[CHUNK];
@@ -716,7 +719,7 @@ decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
      * group's patches touch only its own bytes). */
     group_buckets(&m, f, bits, data, at, ng, bkt, avx2);
     for (unsigned g = 0; g < ng; g++)
-      if (rc_decode_rare(&r, &m.group[bkt[g]], m.lim_group)) {
+      if (rc_decode_rare(&r, &m.group[bkt[g]], lg)) {
         rc_dec t = r;
         nchanged += group_fn(&t, &m, data, at + GROUP * g);
         r = t;

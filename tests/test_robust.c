@@ -248,7 +248,9 @@ static void test_roundtrip(const stitch_st *base, const stitch_st *nw,
           "raw %d blocks, %d nibble tensor(s), %d new\n",
           dlen, codings[0], codings[1], codings[STITCH_CODING_SPARSEK],
           codings[2], codings[3], codings[4], nibble, fresh);
-  ASSERT_GT(codings[STITCH_CODING_SPARSE] + codings[STITCH_CODING_SPARSEK], 0);
+  ASSERT_GT(codings[STITCH_CODING_SPARSE] + codings[STITCH_CODING_SPARSEK] +
+                codings[STITCH_CODING_SPARSET],
+            0);
   ASSERT_EQ(fresh, 1);
   ASSERT_EQ(apply_file_check(base, dl, nw), 0);
   stitch_delta_free(dl);

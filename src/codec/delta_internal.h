@@ -105,15 +105,33 @@ int sparse_decode(const sym_fmt *f, uint8_t *data, block_span sp,
                   const uint8_t *in, size_t len, uint64_t *changed,
                   stitch_diag *d);
 
-/* The SPARSEK coding (sparse.c, proto/delta.md "SPARSEK"): SPARSE with
- * the block's change count K, from the index, known to both sides. The
- * encoder needs K = the block's count (STITCH_EINVAL otherwise); the
- * decoder patches exactly CHANGED changes or fails. */
+/* The SPARSEK and SPARSET codings (sparse.c, proto/delta.md "SPARSEK"):
+ * SPARSE with the block's change count K, from the index, known to both
+ * sides: no ref, nothing after the K-th change, and for SPARSEK contexts
+ * that start from K. sparsek_encode codes SPARSEK; it needs K = the
+ * block's count (STITCH_EINVAL otherwise). sparse_encode_trunc is
+ * sparse_encode that also gives the block's SPARSET coding, in one pass:
+ * its bytes are SPARSE's without the ref, finished after the last change,
+ * so never longer; tr->ok is 0 when it did not fit tr->cap (or the block
+ * has no change). The decoder
+ * (WARM: 1 SPARSEK, 0 SPARSET) patches exactly CHANGED changes or fails. */
+/* The default mode codes SPARSEK (a second pass) only for smaller blocks. */
+#define SPARSEK_MAX_SYMBOLS (1u << 18)
+typedef struct sparse_trunc {
+  uint8_t *out;
+  size_t cap;
+  size_t len; /* out: may be 0 (the decoder reads zeros past the end) */
+  int ok;     /* out */
+} sparse_trunc;
 int sparsek_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
                    block_span sp, uint64_t k, uint8_t *out, size_t cap,
                    size_t *out_len);
+int sparse_encode_trunc(const sym_fmt *f, const uint8_t *old,
+                        const uint8_t *new_, block_span sp, uint8_t *out,
+                        size_t cap, size_t *out_len, uint64_t *changed,
+                        sparse_trunc *tr);
 int sparsek_decode(const sym_fmt *f, uint8_t *data, block_span sp,
-                   const uint8_t *in, size_t len, uint64_t changed,
+                   const uint8_t *in, size_t len, uint64_t changed, int warm,
                    stitch_diag *d);
 
 /* The GAPS coding (gaps.c): same contract as sparse_encode, except that

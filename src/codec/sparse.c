@@ -603,7 +603,7 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
             const uint8_t *nw, block_span sp, uint8_t *out, size_t cap,
             size_t *out_len, uint64_t *changed, int *dropped,
             sparse_probe *probe, enc_group_fn group_fn, int known,
-            uint64_t k) {
+            uint64_t k, sparse_trunc *tr) {
   if (cap < 2)
     return STITCH_ELIMIT;
   unsigned ref = block_ref(f, bits, old, sp);
@@ -622,6 +622,11 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
   uint64_t nchanged = 0, nfull = sp.n / GROUP, stop = sp.start + sp.n;
   const unsigned lg = m.lim_group; /* a local: the flag loop's stores
                                       cannot be taken to change it */
+  /* SPARSET (TR): the coder's state after the last changed group; the
+   * bytes it has put out stay as they are (a carry moves only the cached
+   * byte and the pending 0xFFs, which the state holds). */
+  rc_enc se = e;
+  rc_out so = eo;
   uint8_t bkt[CHUNK];
   int avx2 = codec_avx2();
   for (uint64_t g0 = 0; g0 < nfull; g0 += CHUNK) {
@@ -642,6 +647,8 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
       nchanged += group_fn(&t, &m, old, nw, at + GROUP * j);
       e = t;
       g = j + 1;
+      if (tr != NULL)
+        se = e, so = eo;
       if (known && nchanged >= k) {
         stop = at + GROUP * (j + 1);
         goto done;
@@ -656,10 +663,14 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
     if (probe != NULL && (g0 + ng) * GROUP == probe->at)
       probe_finish(&e, &eo, hl, probe);
   }
-  if (sp.n % GROUP && !(known && nchanged >= k))
-    nchanged += encode_partial(&e, &m, f, bits, old, nw,
-                               sp.start + nfull * GROUP,
-                               (unsigned)(sp.n % GROUP));
+  if (sp.n % GROUP && !(known && nchanged >= k)) {
+    uint64_t pc = encode_partial(&e, &m, f, bits, old, nw,
+                                 sp.start + nfull * GROUP,
+                                 (unsigned)(sp.n % GROUP));
+    nchanged += pc;
+    if (tr != NULL && pc != 0)
+      se = e, so = eo;
+  }
 done:;
   /* SPARSEK with K other than the block's count would not decode: past
    * the K-th change the rest of the block must equal the base. (Groups
@@ -676,13 +687,27 @@ done:;
   }
   *out_len = n + hl;
   *changed = nchanged;
+  if (tr != NULL) { /* finish the saved state into TR's buffer */
+    tr->len = 0;
+    tr->ok = 0;
+    if (nchanged > 0 && so.pos <= tr->cap) {
+      memcpy(tr->out, out + hl, so.pos);
+      so.out = tr->out;
+      so.cap = tr->cap;
+      se.o = &so;
+      size_t tn = rc_enc_finish(&se);
+      tr->len = tn;
+      tr->ok = !so.overflow;
+    }
+  }
   return 0;
 }
 
 static inline __attribute__((always_inline)) int
 decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
             block_span sp, const uint8_t *in, size_t len, uint64_t *changed,
-            stitch_diag *d, dec_group_fn group_fn, int known, uint64_t k) {
+            stitch_diag *d, dec_group_fn group_fn, int known, uint64_t k,
+            int warm) {
   unsigned ref;
   size_t hl = 0;
   unsigned mi_max = mi_max_of(f, bits);
@@ -702,7 +727,7 @@ decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
   }
   model m;
   model_init(&m, ref, mi_max);
-  if (known)
+  if (known && warm)
     warm_model(&m, k, sp.n);
   rc_dec r;
   rc_dec_init(&r, in + hl, len - hl);
@@ -739,6 +764,13 @@ done:
    * end), so the decoder may run a few bytes past; more means damage. */
   RETURN_IF(r.pos > r.len + 10, d, STITCH_EFORMAT,
             "sparse block: coded data ends early");
+  /* SPARSEK and SPARSET end with the K-th change, so a decoder that got
+   * there has read every byte (it reads as many as the encoder put out
+   * before dropping trailing zeros): bytes left mean a count lower than
+   * the one coded, or damage. */
+  RETURN_IF(known && k > 0 && r.pos < r.len, d, STITCH_EFORMAT,
+            "sparsek block: %zu bytes left after the last of %llu changes",
+            r.len - r.pos, (unsigned long long)k);
   *changed = nchanged;
   return 0;
 }
@@ -747,13 +779,13 @@ static int encode_any(const sym_fmt *f, const uint8_t *old,
                       const uint8_t *new_, block_span sp, uint8_t *out,
                       size_t cap, size_t *out_len, uint64_t *changed,
                       int *dropped, sparse_probe *probe, int known,
-                      uint64_t k) {
+                      uint64_t k, sparse_trunc *tr) {
   *dropped = 0;
 #define DISPATCH_CASE_(ID, B, FL, SG, MB, EB)                                \
   case ID: {                                                                  \
     static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
     return encode_impl(&k_, B, old, new_, sp, out, cap, out_len, changed,     \
-                       dropped, probe, enc_group_##ID, known, k);             \
+                       dropped, probe, enc_group_##ID, known, k, tr);         \
   }
   DISPATCH(f, STITCH_EINVAL, encode_impl)
 #undef DISPATCH_CASE_
@@ -764,7 +796,18 @@ int sparse_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
                   uint64_t *changed) {
   int dropped;
   return encode_any(f, old, new_, sp, out, cap, out_len, changed, &dropped,
-                    NULL, 0, 0);
+                    NULL, 0, 0, NULL);
+}
+
+int sparse_encode_trunc(const sym_fmt *f, const uint8_t *old,
+                        const uint8_t *new_, block_span sp, uint8_t *out,
+                        size_t cap, size_t *out_len, uint64_t *changed,
+                        sparse_trunc *tr) {
+  int dropped;
+  tr->len = 0;
+  tr->ok = 0;
+  return encode_any(f, old, new_, sp, out, cap, out_len, changed, &dropped,
+                    NULL, 0, 0, tr);
 }
 
 int sparse_encode_probe(const sym_fmt *f, const uint8_t *old,
@@ -776,7 +819,7 @@ int sparse_encode_probe(const sym_fmt *f, const uint8_t *old,
   if (probe->at == 0 || probe->at % SPARSE_PROBE_STEP || probe->at >= sp.n)
     return STITCH_EINVAL;
   return encode_any(f, old, new_, sp, out, cap, out_len, changed, &dropped,
-                    probe, 0, 0);
+                    probe, 0, 0, NULL);
 }
 
 static unsigned sparse_ref(const sym_fmt *f, const uint8_t *data,
@@ -809,9 +852,9 @@ int sparse_encode_exceeds(const sym_fmt *f, const uint8_t *old,
   uint64_t ch;
   int dropped;
   int rc = encode_any(f, old, new_, sp, out, limit < cap ? limit : cap, &n,
-                      &ch, &dropped, NULL, 0, 0);
+                      &ch, &dropped, NULL, 0, 0, NULL);
   if (rc == STITCH_ELIMIT && !dropped)
-    rc = encode_any(f, old, new_, sp, out, cap, &n, &ch, &dropped, NULL, 0, 0);
+    rc = encode_any(f, old, new_, sp, out, cap, &n, &ch, &dropped, NULL, 0, 0, NULL);
   if (rc != 0 && rc != STITCH_ELIMIT)
     return rc;
   *exceeds = rc == STITCH_ELIMIT || n > limit;
@@ -824,17 +867,17 @@ int sparsek_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
   int dropped;
   uint64_t ch;
   return encode_any(f, old, new_, sp, out, cap, out_len, &ch, &dropped, NULL,
-                    1, k);
+                    1, k, NULL);
 }
 
 static int decode_any(const sym_fmt *f, uint8_t *data, block_span sp,
                       const uint8_t *in, size_t len, uint64_t *changed,
-                      stitch_diag *d, int known, uint64_t k) {
+                      stitch_diag *d, int known, uint64_t k, int warm) {
 #define DISPATCH_CASE_(ID, B, FL, SG, MB, EB)                                \
   case ID: {                                                                  \
     static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
     return decode_impl(&k_, B, data, sp, in, len, changed, d,                \
-                       dec_group_##ID, known, k);                             \
+                       dec_group_##ID, known, k, warm);                       \
   }
   DISPATCH(f, stitch_diag_set(d, STITCH_EINVAL, "bad symbol format"), decode_impl)
 #undef DISPATCH_CASE_
@@ -843,14 +886,14 @@ static int decode_any(const sym_fmt *f, uint8_t *data, block_span sp,
 int sparse_decode(const sym_fmt *f, uint8_t *data, block_span sp,
                   const uint8_t *in, size_t len, uint64_t *changed,
                   stitch_diag *d) {
-  return decode_any(f, data, sp, in, len, changed, d, 0, 0);
+  return decode_any(f, data, sp, in, len, changed, d, 0, 0, 0);
 }
 
 int sparsek_decode(const sym_fmt *f, uint8_t *data, block_span sp,
-                   const uint8_t *in, size_t len, uint64_t changed,
+                   const uint8_t *in, size_t len, uint64_t changed, int warm,
                    stitch_diag *d) {
   uint64_t ch;
-  return decode_any(f, data, sp, in, len, &ch, d, 1, changed);
+  return decode_any(f, data, sp, in, len, &ch, d, 1, changed, warm);
 }
 
 static inline __attribute__((always_inline)) int

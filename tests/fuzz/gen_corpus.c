@@ -249,9 +249,9 @@ static void gen_deltas(uint8_t **keep, size_t *keep_len) {
     *keep_len = len;
     free_all(b, 2), free_all(n, 2);
   }
-  { /* SPARSE: a block of 4,096 BF16 values whose first 16 and last change,
+  { /* SPARSET: a block of 4,096 BF16 values whose first 16 and last change,
      * where SPARSEK's start from the block's density (0.4 %) costs more
-     * than its missing ref saves (no generator: the seeds after it stay as
+     * than SPARSE's own start (no generator: the seeds after it stay as
      * they were) */
     fz_rng r0 = {0};
     tdata b = mk("w", STITCH_DT_BF16, 4096, 0, &r0);
@@ -265,7 +265,8 @@ static void gen_deltas(uint8_t **keep, size_t *keep_len) {
     n.p[2 * 4095] ^= 1;
     size_t len;
     uint8_t *p = make_delta(&b, 1, &n, 1, NULL, 12, &len);
-    emit_delta("sparse-bf16-burst", p, len, (want){STITCH_CODING_SPARSE, 0, 0});
+    emit_delta("sparset-bf16-burst", p, len,
+               (want){STITCH_CODING_SPARSET, 0, 0});
     free(p), free(b.p), free(n.p);
   }
   { /* gaps: a block of 2^16 BF16 weights, ~4% of them step by one ulp */

@@ -244,11 +244,13 @@ static void test_roundtrip(const stitch_st *base, const stitch_st *nw,
     fresh += t->is_new;
   }
   fprintf(stderr,
-          "delta %zu bytes: same %d sparse %d xor %d planes %d "
+          "delta %zu bytes: same %d sparse %d sparsek %d xor %d planes %d "
           "raw %d blocks, %d nibble tensor(s), %d new\n",
-          dlen, codings[0], codings[1], codings[2], codings[3], codings[4],
-          nibble, fresh);
-  ASSERT_GT(codings[STITCH_CODING_SPARSE], 0);
+          dlen, codings[0], codings[1], codings[STITCH_CODING_SPARSEK],
+          codings[2], codings[3], codings[4], nibble, fresh);
+  ASSERT_GT(codings[STITCH_CODING_SPARSE] + codings[STITCH_CODING_SPARSEK] +
+                codings[STITCH_CODING_SPARSET],
+            0);
   ASSERT_EQ(fresh, 1);
   ASSERT_EQ(apply_file_check(base, dl, nw), 0);
   stitch_delta_free(dl);

@@ -495,6 +495,9 @@ int delta_block_decode(const sym_fmt *f, block_span sp, int coding,
               (unsigned long long)changed);
     return 0;
   }
+  if (coding == STITCH_CODING_SPARSEK || coding == STITCH_CODING_SPARSET)
+    return sparsek_decode(f, tensor_data, sp, in, len, changed,
+                          coding == STITCH_CODING_SPARSEK, d);
   if (coding == STITCH_CODING_GAPS)
     return gaps_decode(f, tensor_data, sp, in, len, changed, d);
   if (coding == STITCH_CODING_RANS || coding == STITCH_CODING_RANSC)

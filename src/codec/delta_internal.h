@@ -45,6 +45,16 @@ typedef struct sym_fmt {
 
 int sym_fmt_for(stitch_dtype dt, int nibble, sym_fmt *f);
 
+/* How a coding runs, beyond what it codes: the switches the tests use to
+ * hold the vector loops to the scalar reference, one call at a time
+ * (SPARSEK, GAPS, RANSC: the *_run entry points). The plain entry points
+ * run as a zeroed codec_run says. */
+typedef struct codec_run {
+  int scalar;    /* the scalar loops even where the AVX2 ones would run */
+  int count_all; /* GAPS: the encoder's first pass counts the whole block,
+                  * not a sample of it (gaps.c count_changes) */
+} codec_run;
+
 /* One block: symbols [start, start + n) of a tensor. */
 typedef struct block_span {
   uint64_t start;
@@ -105,6 +115,41 @@ int sparse_decode(const sym_fmt *f, uint8_t *data, block_span sp,
                   const uint8_t *in, size_t len, uint64_t *changed,
                   stitch_diag *d);
 
+/* The SPARSEK and SPARSET codings (sparse.c, proto/delta.md "SPARSEK"):
+ * SPARSE with the block's change count K, from the index, known to both
+ * sides: no ref, nothing after the K-th change, and for SPARSEK contexts
+ * that start from K. sparsek_encode codes SPARSEK; it needs K = the
+ * block's count (STITCH_EINVAL otherwise). sparse_encode_trunc is
+ * sparse_encode that also gives the block's SPARSET coding, in one pass:
+ * its bytes are SPARSE's without the ref, finished after the last change,
+ * so never longer; tr->ok is 0 when it did not fit tr->cap (or the block
+ * has no change). The decoder
+ * (WARM: 1 SPARSEK, 0 SPARSET) patches exactly CHANGED changes or fails. */
+/* The default mode codes SPARSEK (a second pass) only for smaller blocks. */
+#define SPARSEK_MAX_SYMBOLS (1u << 18)
+typedef struct sparse_trunc {
+  uint8_t *out;
+  size_t cap;
+  size_t len; /* out: may be 0 (the decoder reads zeros past the end) */
+  int ok;     /* out */
+} sparse_trunc;
+int sparsek_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
+                   block_span sp, uint64_t k, uint8_t *out, size_t cap,
+                   size_t *out_len);
+int sparse_encode_trunc(const sym_fmt *f, const uint8_t *old,
+                        const uint8_t *new_, block_span sp, uint8_t *out,
+                        size_t cap, size_t *out_len, uint64_t *changed,
+                        sparse_trunc *tr);
+int sparsek_decode(const sym_fmt *f, uint8_t *data, block_span sp,
+                   const uint8_t *in, size_t len, uint64_t changed, int warm,
+                   stitch_diag *d);
+int sparsek_encode_run(const codec_run *run, const sym_fmt *f,
+                       const uint8_t *old, const uint8_t *new_, block_span sp,
+                       uint64_t k, uint8_t *out, size_t cap, size_t *out_len);
+int sparsek_decode_run(const codec_run *run, const sym_fmt *f, uint8_t *data,
+                       block_span sp, const uint8_t *in, size_t len,
+                       uint64_t changed, int warm, stitch_diag *d);
+
 /* The GAPS coding (gaps.c): same contract as sparse_encode, except that
  * it returns GAPS_DECLINED, coding nothing, for a block with fewer than
  * GAPS_MIN_CHANGES changes, where its 29 bytes of parameters cost more
@@ -112,14 +157,6 @@ int sparse_decode(const sym_fmt *f, uint8_t *data, block_span sp,
  * exactly CHANGED changes, the index's count. */
 #define GAPS_DECLINED 1
 #define GAPS_MIN_CHANGES 256
-/* How GAPS and RANSC run, beyond what they code: the switches the tests
- * use to hold the vector loops to the scalar reference, one call at a
- * time. The plain entry points run as a zeroed codec_run says. */
-typedef struct codec_run {
-  int scalar;    /* the scalar loops even where the AVX2 ones would run */
-  int count_all; /* GAPS: the encoder's first pass counts the whole block,
-                  * not a sample of it (gaps.c count_changes) */
-} codec_run;
 int gaps_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
                 block_span sp, uint8_t *out, size_t cap, size_t *out_len,
                 uint64_t *changed);

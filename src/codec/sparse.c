@@ -64,17 +64,55 @@ typedef struct model {
   rc_ctx one[4];
   rc_ctx unary[NUNARY];
   unsigned ref;
+  unsigned lim_group; /* LIM_GROUP, or SPARSEK's from the block's density */
   uint8_t nib_w[16]; /* weight 2^c of each E2M1 nibble value */
   uint8_t cls[MI_MAX + 1]; /* class of each magnitude index up to mi_max */
 } model;
 
 #define Q24(x) ((uint32_t)((x) * (double)RC_PROB_ONE))
 
+/* SPARSEK's warm start (proto/delta.md "SPARSEK"), from the index's count
+ * K of changes among the block's N symbols (1 <= K <= N), in integers so
+ * that a second implementation gets the same bits:
+ *  - group contexts start at pg = min(1/2, 16 K / N) (the chance that a
+ *    group of 16 holds a change, a little high at high density) instead
+ *    of SPARSE's 3 %, with a count worth about one expected changed group
+ *    (m = 1 / pg) and a window of at least 4 / pg groups (2^9 to 2^14):
+ *    at 0.02 % density a group changes once in 300, and SPARSE's contexts
+ *    spent their first few hundred groups learning that, while their
+ *    window of 512 saw one or two changes, each moving the estimate by
+ *    half of itself;
+ *  - right contexts ("the right half changed too") start at
+ *    min(0.15, 8 K / N), not 0.15: at low density a group holds one
+ *    change, and every "left half" 1 paid 0.23 bits for it.
+ * On the synthetic NVFP4 trajectories of docs/codec.md this took the coded
+ * changes from 1.03-1.19 of their bound to 1.02-1.09. */
+static void warm_model(model *m, uint64_t k, uint64_t n) {
+  const uint32_t lo = 1u << 10; /* q = p >> 9 stays >= 2 */
+  uint64_t pg = n ? (k << 28) / n : 0; /* 16 K / N in Q24; K <= 2^24 */
+  pg = pg < lo ? lo : pg > RC_PROB_ONE / 2 ? RC_PROB_ONE / 2 : pg;
+  unsigned lim = 9;
+  while (lim < 14 && (pg << lim) < (4ull << 24))
+    lim++;
+  uint64_t m0 = RC_PROB_ONE / pg;
+  m0 = m0 < 2 ? 2 : m0 > (1u << lim) ? 1u << lim : m0;
+  for (int i = 0; i < NGCTX; i++) {
+    rc_ctx_init(&m->group[i], (uint32_t)pg);
+    m->group[i].m = (uint16_t)m0;
+  }
+  m->lim_group = lim;
+  uint64_t pr = n ? (k << 27) / n : 0; /* 8 K / N */
+  pr = pr < lo ? lo : pr > Q24(0.15) ? Q24(0.15) : pr;
+  for (int i = 0; i < NGCTX; i++)
+    rc_ctx_init(&m->right[i], (uint32_t)pr);
+}
+
 /* mi_max is the format's largest magnitude index: the scalar paths look
  * classes up in m->cls up to it. */
 static void model_init(model *m, unsigned ref, unsigned mi_max) {
   for (int i = 0; i < NGCTX; i++)
     rc_ctx_init(&m->group[i], Q24(0.03));
+  m->lim_group = LIM_GROUP;
   for (int l = 0; l < NLVL; l++)
     for (int q = 0; q < NQ; q++)
       rc_ctx_init(&m->left[l][q], Q24(0.5));
@@ -440,7 +478,7 @@ encode_partial(rc_enc *e, model *m, const sym_fmt *f, const unsigned bits,
   unsigned msk = 0;
   for (unsigned j = 0; j < gn; j++)
     msk |= (unsigned)(ld(old, at + j, bits) != ld(nw, at + j, bits)) << j;
-  rc_encode(e, &m->group[bucket(pw[gn])], msk != 0, LIM_GROUP);
+  rc_encode(e, &m->group[bucket(pw[gn])], msk != 0, m->lim_group);
   if (msk == 0)
     return 0;
   tnode stk[GROUP];
@@ -478,7 +516,7 @@ decode_partial(rc_dec *r, model *m, const sym_fmt *f, const unsigned bits,
                uint8_t *data, uint64_t at, unsigned gn) {
   uint32_t pw[GROUP + 1];
   partial_weights(m, f, bits, data, at, gn, pw);
-  if (!rc_decode(r, &m->group[bucket(pw[gn])], LIM_GROUP))
+  if (!rc_decode(r, &m->group[bucket(pw[gn])], m->lim_group))
     return 0;
   tnode stk[GROUP];
   unsigned top = 0, n = 0;
@@ -564,19 +602,33 @@ static inline __attribute__((always_inline)) int
 encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
             const uint8_t *nw, block_span sp, uint8_t *out, size_t cap,
             size_t *out_len, uint64_t *changed, int *dropped,
-            sparse_probe *probe, enc_group_fn group_fn) {
+            sparse_probe *probe, enc_group_fn group_fn, int known,
+            uint64_t k, sparse_trunc *tr, const codec_run *run) {
   if (cap < 2)
     return STITCH_ELIMIT;
   unsigned ref = block_ref(f, bits, old, sp);
   model m;
   model_init(&m, ref, mi_max_of(f, bits));
-  size_t hl = ref_put(ref, out);
+  /* SPARSEK: no ref (the decoder finds it in the base), warm group
+   * contexts, and nothing after the K-th change. */
+  size_t hl = 0;
+  if (known)
+    warm_model(&m, k, sp.n);
+  else
+    hl = ref_put(ref, out);
   rc_enc e;
   rc_out eo;
   rc_enc_init(&e, &eo, out + hl, cap - hl);
-  uint64_t nchanged = 0, nfull = sp.n / GROUP;
+  uint64_t nchanged = 0, nfull = sp.n / GROUP, stop = sp.start + sp.n;
+  const unsigned lg = m.lim_group; /* a local: the flag loop's stores
+                                      cannot be taken to change it */
+  /* SPARSET (TR): the coder's state after the last changed group; the
+   * bytes it has put out stay as they are (a carry moves only the cached
+   * byte and the pending 0xFFs, which the state holds). */
+  rc_enc se = e;
+  rc_out so = eo;
   uint8_t bkt[CHUNK];
-  int avx2 = codec_avx2();
+  int avx2 = codec_avx2() && !run->scalar;
   for (uint64_t g0 = 0; g0 < nfull; g0 += CHUNK) {
     unsigned ng = nfull - g0 < CHUNK ? (unsigned)(nfull - g0) : CHUNK;
     uint64_t at = sp.start + g0 * GROUP;
@@ -589,15 +641,21 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
     for (; chg != 0; chg &= chg - 1) {
       unsigned j = (unsigned)__builtin_ctzll(chg);
       for (; g < j; g++)
-        rc_encode_known(&e, &m.group[bkt[g]], 0, LIM_GROUP);
-      rc_encode_known(&e, &m.group[bkt[j]], 1, LIM_GROUP);
+        rc_encode_known(&e, &m.group[bkt[g]], 0, lg);
+      rc_encode_known(&e, &m.group[bkt[j]], 1, lg);
       rc_enc t = e;
       nchanged += group_fn(&t, &m, old, nw, at + GROUP * j);
       e = t;
       g = j + 1;
+      if (tr != NULL)
+        se = e, so = eo;
+      if (known && nchanged >= k) {
+        stop = at + GROUP * (j + 1);
+        goto done;
+      }
     }
     for (; g < ng; g++)
-      rc_encode_known(&e, &m.group[bkt[g]], 0, LIM_GROUP);
+      rc_encode_known(&e, &m.group[bkt[g]], 0, lg);
     if (eo.overflow) { /* past the cap: the caller codes the block densely */
       *dropped = eo.dropped != 0;
       return STITCH_ELIMIT; /* and a probe's prefix fails too (its cap is less) */
@@ -605,38 +663,80 @@ encode_impl(const sym_fmt *f, const unsigned bits, const uint8_t *old,
     if (probe != NULL && (g0 + ng) * GROUP == probe->at)
       probe_finish(&e, &eo, hl, probe);
   }
-  if (sp.n % GROUP)
-    nchanged += encode_partial(&e, &m, f, bits, old, nw,
-                               sp.start + nfull * GROUP,
-                               (unsigned)(sp.n % GROUP));
-  size_t n = rc_enc_finish(&e);
+  if (sp.n % GROUP && !(known && nchanged >= k)) {
+    uint64_t pc = encode_partial(&e, &m, f, bits, old, nw,
+                                 sp.start + nfull * GROUP,
+                                 (unsigned)(sp.n % GROUP));
+    nchanged += pc;
+    if (tr != NULL && pc != 0)
+      se = e, so = eo;
+  }
+done:;
+  /* SPARSEK with K other than the block's count would not decode: past
+   * the K-th change the rest of the block must equal the base. (Groups
+   * start on even symbols, so STOP is on a byte.) */
+  if (known && (nchanged != k ||
+                memcmp(old + span_bytes(stop, bits), nw + span_bytes(stop, bits),
+                       span_bytes(sp.start + sp.n, bits) -
+                           span_bytes(stop, bits)) != 0))
+    return STITCH_EINVAL;
+  size_t n = known && k == 0 ? 0 : rc_enc_finish(&e); /* nothing to read */
   if (eo.overflow) {
     *dropped = eo.dropped != 0;
     return STITCH_ELIMIT;
   }
   *out_len = n + hl;
   *changed = nchanged;
+  if (tr != NULL) { /* finish the saved state into TR's buffer */
+    tr->len = 0;
+    tr->ok = 0;
+    if (nchanged > 0 && so.pos <= tr->cap) {
+      memcpy(tr->out, out + hl, so.pos);
+      so.out = tr->out;
+      so.cap = tr->cap;
+      se.o = &so;
+      size_t tn = rc_enc_finish(&se);
+      tr->len = tn;
+      tr->ok = !so.overflow;
+    }
+  }
   return 0;
 }
 
 static inline __attribute__((always_inline)) int
 decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
             block_span sp, const uint8_t *in, size_t len, uint64_t *changed,
-            stitch_diag *d, dec_group_fn group_fn) {
-  RETURN_IF(len < 1, d, STITCH_EFORMAT, "sparse block: payload too short");
+            stitch_diag *d, dec_group_fn group_fn, int known, uint64_t k,
+            int warm, const codec_run *run) {
   unsigned ref;
-  size_t hl = ref_get(in, len, &ref);
-  RETURN_IF(hl == 0, d, STITCH_EFORMAT, "sparse block: bad class reference");
+  size_t hl = 0;
   unsigned mi_max = mi_max_of(f, bits);
-  RETURN_IF(ref > mi_max, d, STITCH_EFORMAT,
-            "sparse block: class reference %u out of range", ref);
+  if (known) {
+    RETURN_IF(k > sp.n, d, STITCH_EFORMAT,
+              "sparsek block: %llu changes in %llu symbols",
+              (unsigned long long)k, (unsigned long long)sp.n);
+    RETURN_IF(k == 0 && len != 0, d, STITCH_EFORMAT,
+              "sparsek block: no changes and %zu bytes", len);
+    ref = block_ref(f, bits, data, sp);
+  } else {
+    RETURN_IF(len < 1, d, STITCH_EFORMAT, "sparse block: payload too short");
+    hl = ref_get(in, len, &ref);
+    RETURN_IF(hl == 0, d, STITCH_EFORMAT, "sparse block: bad class reference");
+    RETURN_IF(ref > mi_max, d, STITCH_EFORMAT,
+              "sparse block: class reference %u out of range", ref);
+  }
   model m;
   model_init(&m, ref, mi_max);
+  if (known && warm)
+    warm_model(&m, k, sp.n);
   rc_dec r;
   rc_dec_init(&r, in + hl, len - hl);
   uint64_t nchanged = 0, nfull = sp.n / GROUP;
+  const unsigned lg = m.lim_group;
+  if (known && k == 0)
+    goto done;
   uint8_t bkt[CHUNK];
-  int avx2 = codec_avx2();
+  int avx2 = codec_avx2() && !run->scalar;
   for (uint64_t g0 = 0; g0 < nfull; g0 += CHUNK) {
     unsigned ng = nfull - g0 < CHUNK ? (unsigned)(nfull - g0) : CHUNK;
     uint64_t at = sp.start + g0 * GROUP;
@@ -644,33 +744,50 @@ decode_impl(const sym_fmt *f, const unsigned bits, uint8_t *data,
      * group's patches touch only its own bytes). */
     group_buckets(&m, f, bits, data, at, ng, bkt, avx2);
     for (unsigned g = 0; g < ng; g++)
-      if (rc_decode_rare(&r, &m.group[bkt[g]], LIM_GROUP)) {
+      if (rc_decode_rare(&r, &m.group[bkt[g]], lg)) {
         rc_dec t = r;
         nchanged += group_fn(&t, &m, data, at + GROUP * g);
         r = t;
+        if (known && nchanged >= k)
+          goto done;
       }
   }
   if (sp.n % GROUP)
     nchanged += decode_partial(&r, &m, f, bits, data, sp.start + nfull * GROUP,
                                (unsigned)(sp.n % GROUP));
+done:
+  /* SPARSEK ends at its K-th change: a group that held more is damage. */
+  RETURN_IF(known && nchanged != k, d, STITCH_EFORMAT,
+            "sparsek block: decoded %llu changes, index says %llu",
+            (unsigned long long)nchanged, (unsigned long long)k);
   /* The encoder drops trailing zero bytes (the decoder reads zeros past the
    * end), so the decoder may run a few bytes past; more means damage. */
   RETURN_IF(r.pos > r.len + 10, d, STITCH_EFORMAT,
             "sparse block: coded data ends early");
+  /* SPARSEK and SPARSET end with the K-th change, so a decoder that got
+   * there has read every byte (it reads as many as the encoder put out
+   * before dropping trailing zeros): bytes left mean a count lower than
+   * the one coded, or damage. */
+  RETURN_IF(known && k > 0 && r.pos < r.len, d, STITCH_EFORMAT,
+            "sparsek block: %zu bytes left after the last of %llu changes",
+            r.len - r.pos, (unsigned long long)k);
   *changed = nchanged;
   return 0;
 }
 
+static const codec_run plain_run = {0, 0};
+
 static int encode_any(const sym_fmt *f, const uint8_t *old,
                       const uint8_t *new_, block_span sp, uint8_t *out,
                       size_t cap, size_t *out_len, uint64_t *changed,
-                      int *dropped, sparse_probe *probe) {
+                      int *dropped, sparse_probe *probe, int known,
+                      uint64_t k, sparse_trunc *tr, const codec_run *run) {
   *dropped = 0;
 #define DISPATCH_CASE_(ID, B, FL, SG, MB, EB)                                \
   case ID: {                                                                  \
     static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
     return encode_impl(&k_, B, old, new_, sp, out, cap, out_len, changed,     \
-                       dropped, probe, enc_group_##ID);                       \
+                       dropped, probe, enc_group_##ID, known, k, tr, run);    \
   }
   DISPATCH(f, STITCH_EINVAL, encode_impl)
 #undef DISPATCH_CASE_
@@ -681,7 +798,18 @@ int sparse_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
                   uint64_t *changed) {
   int dropped;
   return encode_any(f, old, new_, sp, out, cap, out_len, changed, &dropped,
-                    NULL);
+                    NULL, 0, 0, NULL, &plain_run);
+}
+
+int sparse_encode_trunc(const sym_fmt *f, const uint8_t *old,
+                        const uint8_t *new_, block_span sp, uint8_t *out,
+                        size_t cap, size_t *out_len, uint64_t *changed,
+                        sparse_trunc *tr) {
+  int dropped;
+  tr->len = 0;
+  tr->ok = 0;
+  return encode_any(f, old, new_, sp, out, cap, out_len, changed, &dropped,
+                    NULL, 0, 0, tr, &plain_run);
 }
 
 int sparse_encode_probe(const sym_fmt *f, const uint8_t *old,
@@ -693,7 +821,7 @@ int sparse_encode_probe(const sym_fmt *f, const uint8_t *old,
   if (probe->at == 0 || probe->at % SPARSE_PROBE_STEP || probe->at >= sp.n)
     return STITCH_EINVAL;
   return encode_any(f, old, new_, sp, out, cap, out_len, changed, &dropped,
-                    probe);
+                    probe, 0, 0, NULL, &plain_run);
 }
 
 static unsigned sparse_ref(const sym_fmt *f, const uint8_t *data,
@@ -726,26 +854,63 @@ int sparse_encode_exceeds(const sym_fmt *f, const uint8_t *old,
   uint64_t ch;
   int dropped;
   int rc = encode_any(f, old, new_, sp, out, limit < cap ? limit : cap, &n,
-                      &ch, &dropped, NULL);
+                      &ch, &dropped, NULL, 0, 0, NULL, &plain_run);
   if (rc == STITCH_ELIMIT && !dropped)
-    rc = encode_any(f, old, new_, sp, out, cap, &n, &ch, &dropped, NULL);
+    rc = encode_any(f, old, new_, sp, out, cap, &n, &ch, &dropped, NULL, 0, 0, NULL, &plain_run);
   if (rc != 0 && rc != STITCH_ELIMIT)
     return rc;
   *exceeds = rc == STITCH_ELIMIT || n > limit;
   return 0;
 }
 
-int sparse_decode(const sym_fmt *f, uint8_t *data, block_span sp,
-                  const uint8_t *in, size_t len, uint64_t *changed,
-                  stitch_diag *d) {
+int sparsek_encode_run(const codec_run *run, const sym_fmt *f,
+                       const uint8_t *old, const uint8_t *new_, block_span sp,
+                       uint64_t k, uint8_t *out, size_t cap, size_t *out_len) {
+  int dropped;
+  uint64_t ch;
+  return encode_any(f, old, new_, sp, out, cap, out_len, &ch, &dropped, NULL,
+                    1, k, NULL, run);
+}
+
+int sparsek_encode(const sym_fmt *f, const uint8_t *old, const uint8_t *new_,
+                   block_span sp, uint64_t k, uint8_t *out, size_t cap,
+                   size_t *out_len) {
+  return sparsek_encode_run(&plain_run, f, old, new_, sp, k, out, cap,
+                            out_len);
+}
+
+static int decode_any(const sym_fmt *f, uint8_t *data, block_span sp,
+                      const uint8_t *in, size_t len, uint64_t *changed,
+                      stitch_diag *d, int known, uint64_t k, int warm,
+                      const codec_run *run) {
 #define DISPATCH_CASE_(ID, B, FL, SG, MB, EB)                                \
   case ID: {                                                                  \
     static const sym_fmt k_ = {B, FL, SG, MB, EB};                            \
     return decode_impl(&k_, B, data, sp, in, len, changed, d,                \
-                       dec_group_##ID);                                  \
+                       dec_group_##ID, known, k, warm, run);                  \
   }
   DISPATCH(f, stitch_diag_set(d, STITCH_EINVAL, "bad symbol format"), decode_impl)
 #undef DISPATCH_CASE_
+}
+
+int sparse_decode(const sym_fmt *f, uint8_t *data, block_span sp,
+                  const uint8_t *in, size_t len, uint64_t *changed,
+                  stitch_diag *d) {
+  return decode_any(f, data, sp, in, len, changed, d, 0, 0, 0, &plain_run);
+}
+
+int sparsek_decode_run(const codec_run *run, const sym_fmt *f, uint8_t *data,
+                       block_span sp, const uint8_t *in, size_t len,
+                       uint64_t changed, int warm, stitch_diag *d) {
+  uint64_t ch;
+  return decode_any(f, data, sp, in, len, &ch, d, 1, changed, warm, run);
+}
+
+int sparsek_decode(const sym_fmt *f, uint8_t *data, block_span sp,
+                   const uint8_t *in, size_t len, uint64_t changed, int warm,
+                   stitch_diag *d) {
+  return sparsek_decode_run(&plain_run, f, data, sp, in, len, changed, warm,
+                            d);
 }
 
 static inline __attribute__((always_inline)) int

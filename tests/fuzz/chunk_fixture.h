@@ -274,7 +274,9 @@ fzc_seeds(const fzc *f, void (*emit)(const char *, const uint8_t *, size_t)) {
       at += nb;
     }
   }
-  if (!seen[STITCH_CODING_SPARSE] || !seen_new || !seen_nib ||
+  if (!(seen[STITCH_CODING_SPARSE] || seen[STITCH_CODING_SPARSEK] ||
+        seen[STITCH_CODING_SPARSET]) ||
+      !seen_new || !seen_nib ||
       !(seen[STITCH_CODING_XOR] || seen[STITCH_CODING_PLANES] ||
         seen[STITCH_CODING_RAW]))
     return 1;

@@ -243,10 +243,31 @@ static void gen_deltas(uint8_t **keep, size_t *keep_len) {
     step_some(&n[0], &r, 12);
     size_t len;
     uint8_t *p = make_delta(b, 2, n, 2, NULL, 8, &len);
-    emit_delta("sparse-bf16", p, len, (want){STITCH_CODING_SPARSE, 0, 0});
+    /* SPARSEK since 2026-12-04: it codes these blocks smaller. */
+    emit_delta("sparse-bf16", p, len, (want){STITCH_CODING_SPARSEK, 0, 0});
     *keep = p; /* mutated below */
     *keep_len = len;
     free_all(b, 2), free_all(n, 2);
+  }
+  { /* SPARSET: a block of 4,096 BF16 values whose first 16 and last change,
+     * where SPARSEK's start from the block's density (0.4 %) costs more
+     * than SPARSE's own start (no generator: the seeds after it stay as
+     * they were) */
+    fz_rng r0 = {0};
+    tdata b = mk("w", STITCH_DT_BF16, 4096, 0, &r0);
+    for (size_t i = 0; i < 4096; i++) {
+      uint16_t h = (uint16_t)(0x3c00 + (i * 37 % 512));
+      memcpy(b.p + 2 * i, &h, 2);
+    }
+    tdata n = tdup(&b);
+    for (size_t i = 0; i < 16; i++)
+      n.p[2 * i] ^= 1;
+    n.p[2 * 4095] ^= 1;
+    size_t len;
+    uint8_t *p = make_delta(&b, 1, &n, 1, NULL, 12, &len);
+    emit_delta("sparset-bf16-burst", p, len,
+               (want){STITCH_CODING_SPARSET, 0, 0});
+    free(p), free(b.p), free(n.p);
   }
   { /* gaps: a block of 2^16 BF16 weights, ~4% of them step by one ulp */
     tdata b = mk("model.layers.1.mlp.w", STITCH_DT_BF16, 256, 256, &r);
@@ -319,9 +340,26 @@ static void gen_deltas(uint8_t **keep, size_t *keep_len) {
         n.p[i] = (uint8_t)(n.p[i] + 0x10);
     size_t len;
     uint8_t *p = make_delta(&b, 1, &n, 1, NULL, 9, &len);
-    emit_delta("nibble-u8", p, len, (want){STITCH_CODING_SPARSE, 1, 0});
+    emit_delta("nibble-u8", p, len, (want){STITCH_CODING_SPARSEK, 1, 0});
     free(p), free(b.p), free(n.p);
   }
+  { /* SPARSEK at an RL density: packed E2M1 values, one nibble of 4,224
+     * changed (the index's count of 1 is all the decoder is told), in
+     * blocks of 512 symbols, the last one short (its own generator: the
+     * seeds after it stay as they were) */
+    fz_rng r4 = {4};
+    tdata b = mk("w_packed", STITCH_DT_U8, 64, 33, &r4);
+    for (size_t i = 0; i < 64 * 33; i++)
+      b.p[i] = (uint8_t)((b.p[i] & 0x77) | 0x11);
+    tdata n = tdup(&b);
+    n.p[1000] = (uint8_t)(n.p[1000] ^ 0x10);
+    size_t len;
+    uint8_t *p = make_delta(&b, 1, &n, 1, NULL, 9, &len);
+    emit_delta("sparsek-one-nibble", p, len,
+               (want){STITCH_CODING_SPARSEK, 1, 0});
+    free(p), free(b.p), free(n.p);
+  }
+
   { /* new, removed and re-laid-out tensors, and metadata */
     tdata b[3] = {mk("kept", STITCH_DT_F16, 128, 0, &r),
                   mk("dropped", STITCH_DT_U8, 40, 0, &r),
@@ -374,7 +412,7 @@ static void gen_deltas(uint8_t **keep, size_t *keep_len) {
     n[16] = tdup(&b[16]);
     size_t len;
     uint8_t *p = make_delta(b, 17, n, 17, NULL, 8, &len);
-    emit_delta("all-dtypes", p, len, (want){STITCH_CODING_SPARSE, 0, 0});
+    emit_delta("all-dtypes", p, len, (want){STITCH_CODING_SPARSEK, 0, 0});
     free(p), free_all(b, 17), free_all(n, 17);
   }
   { /* nothing to nothing */

@@ -34,6 +34,8 @@ typedef enum stitch_coding {
   STITCH_CODING_GAPS = 5,   /* weighted gaps between changes, fixed model */
   STITCH_CODING_RANS = 6,   /* gaps and steps from static tables, rANS */
   STITCH_CODING_RANSC = 7,  /* RANS within classes of the base's magnitudes */
+  STITCH_CODING_SPARSEK = 8, /* SPARSE knowing the block's change count */
+  STITCH_CODING_SPARSET = 9, /* SPARSE without ref, ending at the count */
   STITCH_CODING_COUNT_
 } stitch_coding;
 

@@ -829,6 +829,57 @@ static void scenario_dial_storm(void) {
   sn_free(&net);
 }
 
+/* Is there a link from node A to node B (A dialed) open now? */
+static int linked_from(const sn_net *net, int a, int b) {
+  for (size_t i = 0; i < net->n_conn; i++)
+    if (net->conn[i].open && net->conn[i].d[0].from == a &&
+        net->conn[i].d[0].to == b)
+      return 1;
+  return 0;
+}
+
+/* Nodes that cannot be dialed (behind a NAT: no address) still link to a
+ * full node: it takes CORE_DIALOUT_ROOM of them beyond its limits, then
+ * drops its newest link from a node that can be dialed for a further one,
+ * at most once per CORE_EVICT_MS. Here a node T with max_peers 2 is at
+ * its limit with links from ten dialable nodes of its region (10: 2 + 4
+ * inbound slack + 4 room); five undialable nodes that know only T dial
+ * it. Pointed elsewhere, they link to the dialable nodes T names, so not
+ * all need T in the end; without the drops none would get in, T being
+ * full. */
+static void scenario_dialout_room(void) {
+  sn_net net;
+  sn_params p = default_params;
+  p.max_peers = 2;
+  build(&net, &p, 0);
+  sn_node *t = sn_add(&net, "eu", 0, 1);
+  int dialable[10], hidden[5];
+  for (int i = 0; i < 10; i++)
+    dialable[i] = sn_add(&net, "eu", 0, 1)->idx;
+  for (int i = 0; i < 5; i++)
+    hidden[i] = sn_add(&net, "eu", 0, 0)->idx;
+  sn_start(&net, t, NULL, 0);
+  for (int i = 0; i < 10; i++)
+    sn_start(&net, &net.node[dialable[i]], &t->idx, 1);
+  sn_run(&net, 5000, NULL, NULL);
+  stitch_swarm_stats st;
+  stitch_swarm_get_stats(t->sw, &st);
+  unsigned before = st.peers;
+  for (int i = 0; i < 5; i++)
+    sn_start(&net, &net.node[hidden[i]], &t->idx, 1);
+  sn_run(&net, 30000, NULL, NULL);
+  int in = 0;
+  for (int i = 0; i < 5; i++)
+    in += linked_from(&net, hidden[i], t->idx);
+  stitch_swarm_get_stats(t->sw, &st);
+  printf("dialout_room: T held %u links from dialable nodes, then %d of 5 "
+         "undialable nodes linked to it (%u links in all)\n",
+         before, in, st.peers);
+  ASSERT(before >= 8);
+  ASSERT(in >= 3);
+  sn_free(&net);
+}
+
 /* stitch_swarm_drain (src/swarm/host.c) hands each action to its
  * operation, and takes and drops one whose operation is NULL;
  * stitch_swarm_find_version finds what stitch_swarm_versions holds and
@@ -901,6 +952,7 @@ static void scenario_drain(void) {
 static const sw_scenario scenarios[] = {
     {"fanout", scenario_fanout_once},
     {"dial_storm", scenario_dial_storm},
+    {"dialout_room", scenario_dialout_room},
     {"corrupt", scenario_corrupt},
     {"corrupt_store", scenario_corrupt_store},
     {"flood", scenario_flood},

@@ -40,6 +40,11 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
  * nodes held no link and no version in 60 s (docs/netlab.md "The
  * redialing"). */
 #define CORE_DIALOUT_ROOM 4
+/* A full node drops a link from a node that can be dialed to take one
+ * that cannot at most this often: a hostile dialer claiming no address
+ * churns one honest inbound link per CORE_EVICT_MS at most, never one we
+ * dialed (core.c core_ready). */
+#define CORE_EVICT_MS 2000
 /* Links we dialed ourselves, kept however many dial in: a victim whose
  * slots an attacker's nodes fill by dialing it (an eclipse) still picks
  * some neighbours of its own choosing (Bitcoin Core keeps 8 outbound for
@@ -86,7 +91,7 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
  * node backs off its dialing as a whole: one dial, then a pause that
  * doubles from CORE_DIAL_QUIET_MS to CORE_DIAL_QUIET_MAX_MS (at most
  * CORE_DIAL_QUIET_LOW_MS while it holds fewer than CORE_OUTBOUND_MIN
- * links). The per-address backoff alone let a node behind a NAT, which
+ * links, or fewer of its own region). The per-address backoff alone let a node behind a NAT, which
  * nobody can dial, redial hundreds of full nodes ~450 times in 42 s
  * (docs/netlab.md "The redialing"). */
 #define CORE_DIAL_STREAK 8
@@ -267,6 +272,7 @@ struct stitch_swarm {
    * the node may dial again once they reach CORE_DIAL_STREAK. */
   unsigned dial_streak;
   uint64_t dial_failed_ms, dial_quiet_ms;
+  uint64_t evict_next_ms; /* when a full node may next make room (core_ready) */
   stitch_pubkey bans[CORE_MAX_BANS];
   size_t n_bans;
   char ban_addrs[CORE_MAX_BANS][STITCH_SWARM_ADDR_MAX];

@@ -507,6 +507,31 @@ static void push_near(stitch_swarm *s, const peer *from, vstate *v,
                       const chunk_id *c) {
   if (s->cfg.seed || v != &s->v[s->n_v - 1])
     return;
+  /* A small object's chunk that came to us from another region: we are
+   * its way into our region, and each neighbour of our region would ask
+   * us for it a round trip later (HAVE, REQUEST), then share our uplink
+   * with a dozen others. It goes to each of them at once, said or not
+   * yet (the chunk often comes before their BITFIELD): the version is
+   * new to the region, so none holds the chunk but through us, and no
+   * copy is sent that the pulls would not have sent. upload1000.json,
+   * seeds 1-3: the deltas' last node 0.231-0.278 s instead of
+   * 0.244-0.299, the far regions' median 17-20 ms sooner, chunks that
+   * came twice as before. */
+  if (peer_far(from) &&
+      v->ref.m->objects[c->object].n_chunks <= CORE_PUSH_SMALL_CHUNKS &&
+      core_wanted_by_all(s, v, c->object)) {
+    for (size_t i = 0; i < s->n_peers; i++) {
+      peer *q = &s->peers[i];
+      if (!peer_near(q) || peer_holds(q, c) || fetch_queued(q, c) >= 0 ||
+          q->n_serve == CORE_MAX_SERVE)
+        continue;
+      if (q->n_serve == 0)
+        q->serve_wait_ms = s->now_ms;
+      q->serve[q->n_serve++] = *c;
+      fetch_pushed(s, q, v, c);
+    }
+    return;
+  }
   peer *pick = NULL;
   unsigned n = 0;
   for (size_t i = 0; i < s->n_peers; i++) {

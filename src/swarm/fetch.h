@@ -34,6 +34,8 @@
  * On a slow uplink a chunk can take longer (512 KiB at a quarter of 10
  * Mbit/s takes 1.7 s); its slot then lapses early, as before the rule. */
 #define CORE_SENDING_MAX_MS 200
+/* An object of at most this many chunks is small (fetch.c push_near). */
+#define CORE_PUSH_SMALL_CHUNKS 16
 
 struct peer;
 struct vstate;

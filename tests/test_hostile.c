@@ -72,6 +72,34 @@ static void push_frames(dbuf *out) {
   free(m);
 }
 
+/* Every chunk of v1 with one byte flipped, as CHUNK frames: pushed
+ * unasked from v1's publish on, before the victims hold the chunks, so
+ * each is checked against its hash, not dropped as a copy. */
+static void push_bad_frames(dbuf *out) {
+  wire_msg *m = calloc(1, sizeof(*m));
+  ASSERT(m != NULL);
+  for (uint32_t o = 0; o < ver[1].m->n_objects; o++)
+    for (uint64_t c = 0; c < ver[1].m->objects[o].n_chunks; c++) {
+      const sn_chunk *ch =
+          sn_store_get(&trainer_chunks, &ver[1].m->objects[o].chunks[c].hash);
+      ASSERT(ch != NULL && ch->len > 0);
+      uint8_t *bad = malloc(ch->len);
+      ASSERT(bad != NULL);
+      memcpy(bad, ch->p, ch->len);
+      bad[ch->len / 2] ^= 0x40;
+      memset(m, 0, sizeof(*m));
+      m->type = WIRE_CHUNK;
+      m->version = 1;
+      m->object = o;
+      m->chunk = c;
+      m->data = bad;
+      m->data_len = ch->len;
+      put_msg(out, m);
+      free(bad);
+    }
+  free(m);
+}
+
 /* A HAVE and a BITFIELD of version 999, which does not exist, a HAVE of
  * version 0, long gone, and v1's manifest again: well-formed, and worth
  * nothing. */
@@ -274,6 +302,19 @@ static void scenario_push(void) {
   ASSERT_UEQ(o.evil_links, 0);
 }
 
+/* 2b. A pusher whose chunks fail their hashes: what a node pushes
+ * unasked (push_near, push_across, the seed's first round) is checked
+ * like what it asked for, and its sender banned at the first bad one. */
+static void scenario_push_bad(void) {
+  attack a = {.name = "pusher of corrupt chunks (v1's, unasked, from its publish)",
+              .kind = SN_EVIL_REPEAT, .n_evil = 1, .frames = push_bad_frames,
+              .from_v1 = 1, .tail_ms = 5000};
+  outcome o;
+  compare(&a, 6, &o);
+  ASSERT(o.bans >= 6);
+  ASSERT_UEQ(o.evil_links, 0);
+}
+
 /* 3. HAVE, BITFIELD and MANIFEST frames about a version that does not
  * exist and stale ones, 4 frames a millisecond (under the message rate
  * limit, CORE_RATE_PER_S), from v1's publish on. */
@@ -410,6 +451,7 @@ static void scenario_thousand(void) {
 
 static const sw_scenario scenarios[] = {
     {"liar", scenario_liar},             {"push", scenario_push},
+    {"push_bad", scenario_push_bad},
     {"spam", scenario_spam},       {"eclipse", scenario_eclipse},
     {"silent", scenario_silent},   {"thousand", scenario_thousand},
 };

@@ -87,8 +87,8 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
 #define CORE_CONNECT_MS 5000    /* a CONNECT not answered by peer_open */
 #define CORE_SHORT_LINK_MS 2000 /* a link closed sooner counts as a failure */
 /* Dials in a row that came to nothing (refused, unanswered, or closed
- * within CORE_SHORT_LINK_MS: a full node's PEERS and close) before the
- * node backs off its dialing as a whole: one dial, then a pause that
+ * within CORE_SHORT_LINK_MS: a full node's PEERS and close) before a
+ * node that advertises no address backs off its dialing as a whole: one dial, then a pause that
  * doubles from CORE_DIAL_QUIET_MS to CORE_DIAL_QUIET_MAX_MS (at most
  * CORE_DIAL_QUIET_LOW_MS while it holds fewer than CORE_OUTBOUND_MIN
  * links, or fewer of its own region). The per-address backoff alone let a node behind a NAT, which

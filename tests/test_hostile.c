@@ -51,31 +51,9 @@ static void put_msg(dbuf *out, const wire_msg *m) {
   ASSERT_EQ(wire_encode(out, m), 0);
 }
 
-/* Every chunk of v1, as CHUNK frames: valid, and held by all once v1 is. */
-static void push_frames(dbuf *out) {
-  wire_msg *m = calloc(1, sizeof(*m));
-  ASSERT(m != NULL);
-  for (uint32_t o = 0; o < ver[1].m->n_objects; o++)
-    for (uint64_t c = 0; c < ver[1].m->objects[o].n_chunks; c++) {
-      const sn_chunk *ch =
-          sn_store_get(&trainer_chunks, &ver[1].m->objects[o].chunks[c].hash);
-      ASSERT(ch != NULL);
-      memset(m, 0, sizeof(*m));
-      m->type = WIRE_CHUNK;
-      m->version = 1;
-      m->object = o;
-      m->chunk = c;
-      m->data = ch->p;
-      m->data_len = ch->len;
-      put_msg(out, m);
-    }
-  free(m);
-}
-
-/* Every chunk of v1 with one byte flipped, as CHUNK frames: pushed
- * unasked from v1's publish on, before the victims hold the chunks, so
- * each is checked against its hash, not dropped as a copy. */
-static void push_bad_frames(dbuf *out) {
+/* Every chunk of v1 as CHUNK frames; with CORRUPT, each with one byte
+ * flipped. */
+static void chunk_frames(dbuf *out, int corrupt) {
   wire_msg *m = calloc(1, sizeof(*m));
   ASSERT(m != NULL);
   for (uint32_t o = 0; o < ver[1].m->n_objects; o++)
@@ -83,22 +61,33 @@ static void push_bad_frames(dbuf *out) {
       const sn_chunk *ch =
           sn_store_get(&trainer_chunks, &ver[1].m->objects[o].chunks[c].hash);
       ASSERT(ch != NULL && ch->len > 0);
-      uint8_t *bad = malloc(ch->len);
-      ASSERT(bad != NULL);
-      memcpy(bad, ch->p, ch->len);
-      bad[ch->len / 2] ^= 0x40;
+      uint8_t *bad = NULL;
+      if (corrupt) {
+        bad = malloc(ch->len);
+        ASSERT(bad != NULL);
+        memcpy(bad, ch->p, ch->len);
+        bad[ch->len / 2] ^= 0x40;
+      }
       memset(m, 0, sizeof(*m));
       m->type = WIRE_CHUNK;
       m->version = 1;
       m->object = o;
       m->chunk = c;
-      m->data = bad;
+      m->data = corrupt ? bad : ch->p;
       m->data_len = ch->len;
       put_msg(out, m);
       free(bad);
     }
   free(m);
 }
+
+/* Every chunk of v1: valid, and held by all once v1 is. */
+static void push_frames(dbuf *out) { chunk_frames(out, 0); }
+
+/* Every chunk of v1, corrupt: pushed unasked from v1's publish on, before
+ * the victims hold the chunks, so each is checked against its hash, not
+ * dropped as a copy. */
+static void push_bad_frames(dbuf *out) { chunk_frames(out, 1); }
 
 /* A HAVE and a BITFIELD of version 999, which does not exist, a HAVE of
  * version 0, long gone, and v1's manifest again: well-formed, and worth

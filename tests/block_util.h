@@ -76,6 +76,19 @@ static inline void make_block(const sym_fmt *f, uint64_t n, double p, uint8_t *b
   }
 }
 
+/* Damage try IT of payload P (LEN bytes) into Q, past its first FROM
+ * bytes: every fourth try a cut at a random length, the others one bit
+ * flipped. Returns the length to decode. */
+static inline size_t damage_payload(const uint8_t *p, size_t len, size_t from,
+                                    int it, uint8_t *q) {
+  memcpy(q, p, len);
+  if (it % 4 == 0)
+    return from + test_rng_next(&rng) % (len - from);
+  q[from + test_rng_next(&rng) % (len - from)] ^=
+      (uint8_t)(1u << (test_rng_next(&rng) % 8));
+  return len;
+}
+
 static inline uint64_t count_diff(const sym_fmt *f, const uint8_t *a,
                            const uint8_t *b, uint64_t n) {
   uint64_t k = 0;

@@ -112,15 +112,7 @@ static void test_damage(void) {
              "payload too short");
   /* Random damage past the parameters, both loops. */
   for (int it = 0; it < 400; it++) {
-    memcpy(q, p, len);
-    size_t cut = len;
-    if (it % 4 == 0)
-      cut = hl + GAPS_PARAM_BYTES +
-            test_rng_next(&rng) % (len - hl - GAPS_PARAM_BYTES);
-    else
-      q[hl + GAPS_PARAM_BYTES +
-        test_rng_next(&rng) % (len - hl - GAPS_PARAM_BYTES)] ^=
-          (uint8_t)(1u << (test_rng_next(&rng) % 8));
+    size_t cut = damage_payload(p, len, hl + GAPS_PARAM_BYTES, it, q);
     memcpy(data, a, 2 * n);
     const codec_run run = {it & 1, 0};
     int rc = gaps_decode_run(&run, &f, data, sp, q, cut, ch, &d);

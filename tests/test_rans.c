@@ -477,12 +477,7 @@ static void damage(const sym_fmt *f, int coding, const uint8_t *base,
   block_span sp = {0, f->bits == 4 ? 2 * nb : nb / (f->bits / 8)};
   stitch_diag d = {{0}};
   for (int it = 0; it < 600; it++) {
-    memcpy(q, p, len);
-    size_t cut = len;
-    if (it % 4 == 0)
-      cut = test_rng_next(&rng) % len;
-    else
-      q[test_rng_next(&rng) % len] ^= (uint8_t)(1u << (test_rng_next(&rng) % 8));
+    size_t cut = damage_payload(p, len, 0, it, q);
     memcpy(data, base, nb);
     int rc = rans_decode(f, coding, data, sp, q, cut, ch, &d);
     ASSERT(rc == 0 || rc == STITCH_EFORMAT);

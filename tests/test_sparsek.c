@@ -198,12 +198,7 @@ static void test_damage(void) {
     uint8_t *q = malloc(len);
     stitch_diag d = {{0}};
     for (int it = 0; it < 400; it++) {
-      memcpy(q, p, len);
-      size_t cut = len;
-      if (it % 4 == 0)
-        cut = test_rng_next(&rng) % len;
-      else
-        q[test_rng_next(&rng) % len] ^= (uint8_t)(1u << (test_rng_next(&rng) % 8));
+      size_t cut = damage_payload(p, len, 0, it, q);
       memcpy(data, a, nb);
       const codec_run run = {it & 1, 0};
       int rc = sparsek_decode_run(&run, &f, data, (block_span){0, n}, q, cut,

@@ -133,9 +133,19 @@ static int io_chunk_has(void *user, const stitch_digest *hash) {
   return stitch_store_has_chunk(((agent *)user)->store, hash);
 }
 
+/* Bytes sent on are checked once per start: chunks are written unsynced,
+ * so one from before a power loss may be short. A bad one is dropped (the
+ * core answers REJECT, and the next put of it writes it whole). */
 static int io_chunk_read(void *user, const stitch_digest *hash,
                          const uint8_t **buf, size_t *len) {
-  return stitch_store_get_chunk(((agent *)user)->store, hash, buf, len, NULL);
+  agent *a = user;
+  stitch_diag d = {{0}};
+  int rc = stitch_store_get_chunk_checked(a->store, hash, buf, len, &d);
+  if (rc == STITCH_ECHECKSUM) {
+    log_line(a, "store: %s; dropped", d.msg);
+    stitch_store_drop_chunk(a->store, hash);
+  }
+  return rc;
 }
 
 static void io_chunk_release(void *user, const uint8_t *buf, size_t len) {

@@ -138,6 +138,21 @@ int stitch_tmpfile_commit(stitch_tmpfile *t, stitch_diag *d) {
   return 0;
 }
 
+int stitch_tmpfile_commit_unsynced(stitch_tmpfile *t, stitch_diag *d) {
+  int rc = close(t->fd);
+  t->fd = -1;
+  if (rc != 0 || rename(t->tmp_path, t->path) != 0) {
+    int e = errno;
+    stitch_tmpfile_abort(t);
+    return stitch_diag_set(d, STITCH_EIO, "%s: %s", rc ? "close" : "rename",
+                           strerror(e));
+  }
+  free(t->tmp_path);
+  free(t->path);
+  t->tmp_path = t->path = NULL;
+  return 0;
+}
+
 void stitch_tmpfile_abort(stitch_tmpfile *t) {
   if (t->fd >= 0)
     close(t->fd);
@@ -159,6 +174,28 @@ int stitch_write_file(const char *path, const void *buf, size_t len,
     return rc;
   }
   return stitch_tmpfile_commit(&t, d);
+}
+
+int stitch_write_file_unsynced(const char *path, const void *buf, size_t len,
+                               stitch_diag *d) {
+  stitch_tmpfile t;
+  CHECK_RC(stitch_tmpfile_open(&t, path, d));
+  int rc = stitch_tmpfile_write(&t, buf, len, d);
+  if (rc != 0) {
+    stitch_tmpfile_abort(&t);
+    return rc;
+  }
+  return stitch_tmpfile_commit_unsynced(&t, d);
+}
+
+int stitch_syncfs(const char *dir, stitch_diag *d) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  RETURN_IF(fd < 0, d, STITCH_EIO, "%s: %s", dir, strerror(errno));
+  int rc = syncfs(fd);
+  int e = errno;
+  close(fd);
+  RETURN_IF(rc != 0, d, STITCH_EIO, "%s: syncfs: %s", dir, strerror(e));
+  return 0;
 }
 
 int stitch_mkdir(const char *path, stitch_diag *d) {

@@ -326,6 +326,10 @@ static int write_version(pub *p, const stitch_seckey *sk,
                                  (size_t)p->b[i].obj.chunks[c].size, d);
       progress(p, "write chunks", ++done, total);
     }
+  /* The chunks, written unsynced, durable together before the manifest
+   * that names them (proto/store.md "Writes of one publish"). */
+  if (rc == 0)
+    rc = stitch_store_sync(p->s, d);
   uint8_t *signed_buf = NULL;
   size_t signed_len = 0;
   if (rc == 0)

@@ -5,10 +5,15 @@
  *   DIR/chunks/<hh>/<hash hex>         chunk bytes, hh = first two hex digits
  *   DIR/latest                         "<v> <id hex>\n"
  *
- * Every file appears whole (temporary, fsync, rename, fsync of the
- * directory). A manifest is verified when it is added and again whenever the
- * store is opened; a chunk is hash-checked when it is added and by every
- * reader that decodes it. */
+ * Every file appears whole (temporary, rename). Manifests and `latest` are
+ * fsynced one by one (and their directory); chunks are not: a chunk is
+ * named by its hash, so the publisher makes a version's chunks durable
+ * together (stitch_store_sync) before it writes the manifest, and a node
+ * writes them as they arrive and never trusts one after a crash without
+ * hashing it (stitch_store_get_chunk_checked, the apply's own check). A
+ * manifest is verified when it is added and again whenever the store is
+ * opened; a chunk is hash-checked when it is added and by every reader that
+ * decodes it. */
 #define _GNU_SOURCE
 #include "stitch/store.h"
 
@@ -37,6 +42,7 @@ struct stitch_store {
   size_t n, cap;
   uint64_t latest; /* what DIR/latest names (0: no such file) */
   chunk_proofs *proofs; /* the chunks checked since open (proofs.h) */
+  uint8_t dirs[32];     /* chunks/<hh> known to exist, a bit each */
 };
 
 static char *path_join(const char *a, const char *b) {
@@ -321,9 +327,40 @@ int store_put_named_chunk(stitch_store *s, const stitch_digest *hash,
   }
   RETURN_IF(chunk_path(s, hash, path, sizeof(path), 1) != 0, d, STITCH_ELIMIT,
             "store path too long");
-  CHECK_RC(stitch_mkdir(path, d));
+  /* One mkdir per fan-out directory per handle, not one a chunk. */
+  unsigned hh = hash->b[0];
+  if (!(s->dirs[hh / 8] & (1u << (hh % 8)))) {
+    CHECK_RC(stitch_mkdir(path, d));
+    s->dirs[hh / 8] |= (uint8_t)(1u << (hh % 8));
+  }
   chunk_path(s, hash, path, sizeof(path), 0);
-  CHECK_RC(stitch_write_file(path, buf, len, d));
+  CHECK_RC(stitch_write_file_unsynced(path, buf, len, d));
+  proofs_add(s->proofs, hash);
+  return 0;
+}
+
+int stitch_store_sync(stitch_store *s, stitch_diag *d) {
+  return stitch_syncfs(s->dir, d);
+}
+
+int stitch_store_get_chunk_checked(const stitch_store *s,
+                                   const stitch_digest *hash,
+                                   const uint8_t **buf, size_t *len,
+                                   stitch_diag *d) {
+  CHECK_RC(stitch_store_get_chunk(s, hash, buf, len, d));
+  if (proofs_has(s->proofs, hash))
+    return 0;
+  stitch_digest h;
+  stitch_hash(*buf, *len, &h);
+  if (memcmp(h.b, hash->b, 32) != 0) {
+    char hex[65];
+    hex_of(hash, hex);
+    stitch_store_release(*buf, *len);
+    *buf = NULL;
+    *len = 0;
+    return stitch_diag_set(d, STITCH_ECHECKSUM,
+                           "chunk %.16s... does not hash to its name", hex);
+  }
   proofs_add(s->proofs, hash);
   return 0;
 }

@@ -70,15 +70,27 @@ const stitch_vref *stitch_store_at(const stitch_store *s, size_t i);
 /* NULL when the store does not hold that version. */
 const stitch_vref *stitch_store_find(const stitch_store *s, uint64_t version);
 
-/* Writes a chunk (after checking BUF hashes to HASH) durably. A chunk
+/* Writes a chunk (after checking BUF hashes to HASH): whole (temporary,
+ * rename) but not fsynced, so after a power loss it may be empty or short
+ * (stitch_store_sync makes every chunk written so far durable). A chunk
  * already present is left alone if its bytes still hash to HASH, and
  * replaced if not: how the store's owner repairs a chunk that went bad. */
 int stitch_store_put_chunk(stitch_store *s, const stitch_digest *hash,
                            const uint8_t *buf, size_t len, stitch_diag *d);
+/* Makes every chunk written so far durable, with one syncfs of the store's
+ * filesystem. */
+int stitch_store_sync(stitch_store *s, stitch_diag *d);
 /* Maps a chunk read-only into *buf / *len; release with
  * stitch_store_release. The bytes are not re-hashed here (the patch does). */
 int stitch_store_get_chunk(const stitch_store *s, const stitch_digest *hash,
                            const uint8_t **buf, size_t *len, stitch_diag *d);
+/* The same, for bytes sent on: a chunk this handle has not written or
+ * checked since it opened is hashed first, and one that does not hash to
+ * its name (a crash's short file, a bad disk) is STITCH_ECHECKSUM. */
+int stitch_store_get_chunk_checked(const stitch_store *s,
+                                   const stitch_digest *hash,
+                                   const uint8_t **buf, size_t *len,
+                                   stitch_diag *d);
 void stitch_store_release(const uint8_t *buf, size_t len);
 /* Removes a chunk. For the store's owner only: readers (stitch_pull,
  * stitch_store_apply, stitch_store_verify) never change the store. */

@@ -44,6 +44,10 @@ for v in r["versions"]:
     if v["ready_max_s"] is None or not v["ready_p50_s"] <= v["p50_s"] or \
             not v["ready_max_s"] <= v["max_s"]:
         no("version %d: ready times: %s" % (v["version"], v))
+    # The host CPU over it, a share (None only for a span under 0.2 s).
+    b = v["host_busy"]
+    if b is not None and not 0 <= b <= 1 or b is None and v["max_s"] > 0.3:
+        no("version %d: host_busy %s" % (v["version"], b))
 if r["versions"][0]["cross_region_bytes"] <= 0:
     no("nothing crossed into the second region")
 x = r["nat"]

@@ -420,12 +420,11 @@ PY
   echo "sim_small: --steps publishes the given steps"
 fi
 # Queues: the chunks a sender has out at once share its uplink in pieces
-# (driver.h QUEUE_SLICE), as sockets do. netlab_sym.json's seed (20 Mbit/s)
+# (driver.h QUEUE_SLICE), as sockets do. netlab_sym.json's seed (10 Mbit/s)
 # serves the 7 nodes of its region at once, so no node holds a whole
 # 512 KiB chunk of the anchor before about 7 chunk times; at least 3
-# (0.63 s) here (1.16 s now; 0.17 s when whole chunks went one after the
-# other).
-sed 's/"mode": "p2p"/"network": "queues", "mode": "p2p"/; s/"interval_s": 8}/"interval_s": 8, "chunk_bytes": 524288}/' "$dir/scenarios/netlab_sym.json" > "$tmp/sym.json"
+# (1.26 s) here.
+sed 's/"mode": "p2p"/"network": "queues", "mode": "p2p"/; s/"interval_s": 14}/"interval_s": 14, "chunk_bytes": 524288}/' "$dir/scenarios/netlab_sym.json" > "$tmp/sym.json"
 STITCH_SIM_RAMP=1 "$sim" "$tmp/sym.json" --json > "$tmp/sym.out" 2> "$tmp/sym.ramp"
 python3 - "$tmp/sym.ramp" <<'PY'
 import sys
@@ -434,7 +433,7 @@ for l in open(sys.argv[1]):
     f = l.split()
     if f and f[0] == "ramp" and f[1] not in first:
         first[f[1]] = float(f[4])
-chunk_s = 512 * 1024 * 8 / 20e6
+chunk_s = 512 * 1024 * 8 / 10e6
 if len(first) != 12 or min(first.values()) < 3 * chunk_s:
     sys.exit("sim_small: queues: first whole chunks at %s s, %d nodes (none "
              "before %.2f s: the seed's uplink is shared)"

@@ -344,8 +344,9 @@ static int apply(sim *s, node *n, uint64_t v, uint32_t obj) {
 }
 
 /* N's core's actions (stitch_swarm_drain). */
-static void op_connect(void *user, const char *addr) {
+static void op_connect(void *user, const char *addr, unsigned flags) {
   node *n = user;
+  (void)flags;
   dial(n->sim, n, addr);
 }
 

@@ -856,10 +856,12 @@ static void gen_wire(void) {
   m->n_reach = 2;
   strcpy(m->reach[0], "us-east");
   strcpy(m->reach[1], "asia");
+  m->punch = WIRE_PUNCH_ACCEPT;
+  strcpy(m->addr, "198.51.100.7:40123");
   static const char *const names[WIRE_TYPE_COUNT_] = {
       NULL,      "hello",  "auth",  "manifest", "bitfield", "have",
       "request", "cancel", "chunk", "reject",   "peers",    "ping",
-      "crossing", "reach", "bid", "policy"};
+      "crossing", "reach", "bid", "policy", "punch"};
   for (int t = 1; t < WIRE_TYPE_COUNT_; t++) {
     m->type = (wire_type)t;
     m->data = t == WIRE_BITFIELD ? bits : blob;

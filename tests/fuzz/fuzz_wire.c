@@ -80,6 +80,10 @@ static int msg_eq(const wire_msg *a, const wire_msg *b) {
     return 1;
   case WIRE_PING:
     return 1;
+  case WIRE_PUNCH:
+    return a->punch == b->punch &&
+           memcmp(a->node.b, b->node.b, sizeof(a->node.b)) == 0 &&
+           strcmp(a->addr, b->addr) == 0;
   case WIRE_MANIFEST:
   case WIRE_POLICY:
     break;

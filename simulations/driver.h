@@ -114,6 +114,7 @@ typedef struct conn {
   int fin[2];       /* flows: CLOSE waits for that side's sends in flight */
   uint32_t peer[2]; /* the id each side's core gave */
   unsigned life;    /* the dialer's life when it dialed (node.life) */
+  unsigned flags;   /* the CONNECT's STITCH_SWARM_DIAL_* */
   pipe_ d[2];       /* d[s]: from node[s] to node[1 - s] */
 } conn;
 
@@ -124,6 +125,12 @@ struct sim;
 typedef enum node_state { NODE_WAITING, NODE_LIVE, NODE_LEFT,
                           NODE_DOWN /* killed (faults), back later */
 } node_state;
+
+/* Punch dials a node has waiting at once (the core has at most
+ * PUNCH_INFLIGHT), and how long a NAT's mapping of the first one's SYN
+ * lets the other side's in: its SYN is retried at 1 and 3 s. */
+#define SIM_PUNCH_WAITING 4
+#define SIM_PUNCH_MS 5000
 
 typedef struct node {
   struct sim *sim;
@@ -142,6 +149,10 @@ typedef struct node {
   stitch_seckey sk;
   uint64_t known;           /* newest manifest its core held when killed */
   uint64_t nat_refused, nat_out; /* DIALs to it refused; its links out */
+  /* Its punch dials waiting for the other side's (sim.c dial): the NAT
+   * holds a mapping toward punch_to[k] since punch_at[k] (ms, 0: free). */
+  int punch_to[SIM_PUNCH_WAITING];
+  uint64_t punch_at[SIM_PUNCH_WAITING];
   double join_s, left_s;    /* when it joined (0: at start), left (or inf) */
   uint64_t key_seed;        /* a joiner's keys and first peers */
   uint64_t rng;
@@ -242,6 +253,7 @@ struct sim {
   int nat_punch;     /* STITCH_SIM_NAT_PUNCH=1: NATed pairs may link (the
                         most coordinated hole punching could give) */
   uint64_t nat_accepted, nat_punched, dials_unreach;
+  uint64_t punch_opened; /* connections two punch dials made */
   uint64_t loss_recoveries; /* messages that paid a loss's recovery */
   double loss_resent;       /* bytes sent again for loss */
 };

@@ -193,13 +193,37 @@ static void pipe_listen(sim *s, node *n, uint32_t ci) {
     s->net->listen(s, n, ci);
 }
 
-static void dial(sim *s, node *n, const char *addr) {
+static void dial(sim *s, node *n, const char *addr, unsigned flags) {
   int to = -1;
   if (addr[0] == 'n')
     to = atoi(addr + 1);
   if (to < 0 || to >= s->n_node || to == n->idx) {
     s->refused++;
     return;
+  }
+  if (flags & STITCH_SWARM_DIAL_PUNCH) {
+    /* A hole punch, as netlab's NATs let it through (endpoint-independent
+     * mapping, a new connection from outside dropped silently): the first
+     * side's SYN is lost at the other's NAT but leaves a mapping at its
+     * own; the second side's, sent within SIM_PUNCH_MS, passes that
+     * mapping and makes the connection (TCP's simultaneous open). */
+    node *t = &s->node[to];
+    uint64_t now = now_ms(s);
+    int k = -1;
+    for (int i = 0; i < SIM_PUNCH_WAITING && k < 0; i++)
+      if (t->punch_at[i] != 0 && t->punch_to[i] == n->idx &&
+          now - t->punch_at[i] <= SIM_PUNCH_MS)
+        k = i;
+    if (k < 0) { /* the first: wait for the other side's */
+      int old = 0;
+      for (int i = 1; i < SIM_PUNCH_WAITING; i++)
+        if (n->punch_at[i] < n->punch_at[old])
+          old = i;
+      n->punch_to[old] = to;
+      n->punch_at[old] = now ? now : 1;
+      return;
+    }
+    t->punch_at[k] = 0;
   }
   if (s->n_conn == s->cap_conn) {
     s->cap_conn = s->cap_conn ? s->cap_conn * 2 : 1024;
@@ -213,6 +237,7 @@ static void dial(sim *s, node *n, const char *addr) {
   c->node[0] = n->idx;
   c->node[1] = to;
   c->life = n->life;
+  c->flags = flags;
   node_add_conn(n, ci);
   ctl_send(s, n->idx, to, MSG_DIAL, ci);
 }
@@ -344,9 +369,9 @@ static int apply(sim *s, node *n, uint64_t v, uint32_t obj) {
 }
 
 /* N's core's actions (stitch_swarm_drain). */
-static void op_connect(void *user, const char *addr) {
+static void op_connect(void *user, const char *addr, unsigned flags) {
   node *n = user;
-  dial(n->sim, n, addr);
+  dial(n->sim, n, addr, flags);
 }
 
 static void op_close(void *user, uint32_t peer) {
@@ -451,13 +476,15 @@ void on_ctl(sim *s, node *n, msg *m) {
     return;
   }
   if (m->kind == MSG_UNREACH) { /* our DIAL: refused or reset */
-    char addr[16];
+    char addr[24];
     c->closed = 1;
-    snprintf(addr, sizeof(addr), "n%d", c->node[1]);
+    snprintf(addr, sizeof(addr), "n%d%s", c->node[1],
+             c->flags & STITCH_SWARM_DIAL_PUNCH ? ".nat" : "");
     stitch_swarm_dial_failed(n->sw, addr, t);
     return;
   }
-  if (m->kind == MSG_DIAL && n->nat &&
+  int punched = (c->flags & STITCH_SWARM_DIAL_PUNCH) != 0;
+  if (m->kind == MSG_DIAL && n->nat && !punched &&
       !(s->nat_punch && s->node[c->node[0]].nat)) {
     /* Behind a NAT nothing comes in. netlab's NAT drops the SYN; the
      * driver refuses at once (the core backs off as for a refused
@@ -468,15 +495,25 @@ void on_ctl(sim *s, node *n, msg *m) {
     return;
   }
   if (m->kind == MSG_DIAL) {
+    /* Inbound addresses are ephemeral, as TCP's are; a NATed node's
+     * from its fixed port are the same for everyone, and a punch's is
+     * the address this node dialed too. */
     char eph[40];
-    snprintf(eph, sizeof(eph), "n%d.%u", c->node[0], m->conn);
-    if (c->closed || stitch_swarm_peer_open(n->sw, t, 0, eph,
+    if (punched || (s->node[c->node[0]].nat &&
+                    (c->flags & STITCH_SWARM_DIAL_FIXED)))
+      snprintf(eph, sizeof(eph), "n%d.nat", c->node[0]);
+    else
+      snprintf(eph, sizeof(eph), "n%d.%u", c->node[0], m->conn);
+    if (c->closed || stitch_swarm_peer_open(n->sw, t, punched, eph,
                                             &c->peer[side]) != 0) {
       ctl_send(s, n->idx, c->node[0], MSG_REFUSE, m->conn);
       return;
     }
     c->open[side] = 1;
-    if (n->nat) { /* only with STITCH_SIM_NAT_PUNCH, from a NATed node */
+    if (punched) {
+      s->punch_opened++;
+    } else if (n->nat) { /* only with STITCH_SIM_NAT_PUNCH, from a NATed
+                            node */
       s->nat_accepted++;
       s->nat_punched += s->nat_punch;
     }
@@ -484,8 +521,9 @@ void on_ctl(sim *s, node *n, msg *m) {
     pipe_listen(s, n, m->conn);
     ctl_send(s, n->idx, c->node[0], MSG_ACCEPT, m->conn);
   } else if (m->kind == MSG_ACCEPT || m->kind == MSG_REFUSE) {
-    char addr[16];
-    snprintf(addr, sizeof(addr), "n%d", c->node[1]);
+    char addr[24];
+    snprintf(addr, sizeof(addr), "n%d%s", c->node[1],
+             punched ? ".nat" : "");
     if (stitch_swarm_peer_open(n->sw, t, 1, addr, &c->peer[side]) != 0) {
       if (m->kind == MSG_ACCEPT && !c->closed) {
         c->closed = 1;
@@ -552,6 +590,11 @@ static void node_stats(const node *n, stitch_swarm_stats *st) {
   st->verify_failures += p->verify_failures;
   st->chunks_twice += p->chunks_twice;
   st->bans += p->bans;
+  st->punch_asked += p->punch_asked;
+  st->punch_dialed += p->punch_dialed;
+  st->punch_linked += p->punch_linked;
+  st->punch_relayed += p->punch_relayed;
+  st->punch_ignored += p->punch_ignored;
 }
 
 /* Ends the life of N's core: its counters join the past ones. */
@@ -1052,6 +1095,28 @@ static void extras_json(const sim *s, json_t *o) {
   json_object_set_new(x, "inbound_accepted",
                       json_integer((json_int_t)s->nat_accepted));
   json_object_set_new(x, "punch", json_boolean(s->nat_punch));
+  /* Hole punching as built (docs/swarm.md "Hole punching"), over every
+   * node: asks sent to relays, punch dials, punched links made ready (one
+   * per end), PUNCHes relayed, and connections two punch dials made. */
+  stitch_swarm_stats sum;
+  memset(&sum, 0, sizeof(sum));
+  for (unsigned i = 0; i <= nn; i++) {
+    stitch_swarm_stats st;
+    node_stats(&s->node[i], &st);
+    sum.punch_asked += st.punch_asked;
+    sum.punch_dialed += st.punch_dialed;
+    sum.punch_linked += st.punch_linked;
+    sum.punch_relayed += st.punch_relayed;
+  }
+  json_t *pu = json_object();
+  json_object_set_new(pu, "asked", json_integer((json_int_t)sum.punch_asked));
+  json_object_set_new(pu, "dialed", json_integer((json_int_t)sum.punch_dialed));
+  json_object_set_new(pu, "linked", json_integer((json_int_t)sum.punch_linked));
+  json_object_set_new(pu, "relayed",
+                      json_integer((json_int_t)sum.punch_relayed));
+  json_object_set_new(pu, "connections",
+                      json_integer((json_int_t)s->punch_opened));
+  json_object_set_new(x, "punches", pu);
   json_object_set_new(o, "nat", x);
 }
 

@@ -151,13 +151,18 @@ for name, sizes, fracs, seed in (("nat-flows", (6, 4), (.5, .5), 1),
              % (x["inbound_accepted"], x["punch"]))
     if x["connections_out"] <= 0:
         fail("NATed nodes dialed out %d times" % x["connections_out"])
+    # Hole punching as built: NATed pairs link through a common neighbour
+    # (with the free upper bound there is nothing to punch).
+    pu = x["punches"]
+    if not punch and (pu["connections"] <= 0 or pu["linked"] != 2 * pu["connections"]):
+        fail("punches: %s" % pu)
     if name != "natbig" and not x["bytes_up"] > 0:
         fail("the NATed nodes uploaded nothing")
     print("sim_schema (%s): ok, %d NATed, %.1f %% of the upload, links %.1f "
-          "(others %.1f), %d accepted, %d refused"
+          "(others %.1f), %d accepted, %d refused, %d punched"
           % (name, len(want), 100 * (x["upload_share"] or 0), x["peers_mean"],
              x["others_peers_mean"], x["inbound_accepted"],
-             x["inbound_refused"]))
+             x["inbound_refused"], pu["connections"]))
 PY
   # Faults (queues network): tools/netlab's three files, the same keys.
   for f in partition kill seed_restart; do

@@ -250,7 +250,21 @@ typedef struct sn_conn {
 typedef struct sn_dial {
   uint64_t at;
   int from, to;
+  unsigned flags; /* STITCH_SWARM_DIAL_*; SN_DIAL_PUNCHED: both dialed */
 } sn_dial;
+
+/* NAT, as netlab's (docs/netlab.md "NAT"): a node with no listen address
+ * is behind one. Dialing from its fixed port (STITCH_SWARM_DIAL_FIXED),
+ * it is seen at "<name>.nat" by everyone (endpoint-independent mapping);
+ * nothing that dials that address gets in, unless the node dialed the
+ * dialer within SN_PUNCH_MS too (a punch: TCP's simultaneous open). */
+#define SN_DIAL_PUNCHED 0x100u
+#define SN_PUNCH_MS 5000
+#define SN_PUNCHES 64
+typedef struct sn_punch {
+  uint64_t at;
+  int from, to;
+} sn_punch;
 
 typedef struct sn_params {
   uint64_t seed;
@@ -284,6 +298,8 @@ typedef struct sn_net {
   uint64_t dials_failed;
   uint64_t dup_dials; /* CONNECTs to a node while one to it is in flight */
   uint64_t refused_at_open; /* peer_open refused by the listener's core */
+  sn_punch punch[SN_PUNCHES]; /* punch dials waiting for the other side's */
+  uint64_t punches_opened;    /* connections two punch dials made */
 } sn_net;
 
 static uint64_t sn_xorshift(uint64_t *s) {
@@ -597,8 +613,11 @@ static int sn_same_region(const sn_net *net, int a, int b) {
   return strcmp(net->node[a].region, net->node[b].region) == 0;
 }
 
-/* Opens the transport from A (who dialed) to B. */
-static void sn_open(sn_net *net, int a, int b) {
+/* Opens the transport from A (who dialed) to B: B accepts it from
+ * ADDR_AT_B, or, with B_OUT, dialed A as well (a punch), and each sees
+ * the other at its ADDR_AT. */
+static void sn_open_as(sn_net *net, int a, int b, int b_out,
+                       const char *addr_at_a, const char *addr_at_b) {
   sn_node *na = &net->node[a], *nb = &net->node[b];
   if (net->n_conn == net->conn_cap) {
     net->conn_cap = net->conn_cap ? net->conn_cap * 2 : 64;
@@ -620,19 +639,16 @@ static void sn_open(sn_net *net, int a, int b) {
     wire_reader_init(&p->rw);
     wire_reader_init(&p->mon);
   }
-  /* Inbound addresses are ephemeral, as TCP's are. */
-  char eph[32];
-  snprintf(eph, sizeof(eph), "%s.%zu", na->name, net->n_conn);
   uint32_t pa, pb;
   uint64_t h0 = sn_h0(na);
-  int rca = stitch_swarm_peer_open(na->sw, net->now, 1, nb->name, &pa);
+  int rca = stitch_swarm_peer_open(na->sw, net->now, 1, addr_at_a, &pa);
   sn_h1(na, h0);
   if (rca != 0) {
     sn_actions(net, na);
     return;
   }
   h0 = sn_h0(nb);
-  int rcb = stitch_swarm_peer_open(nb->sw, net->now, 0, eph, &pb);
+  int rcb = stitch_swarm_peer_open(nb->sw, net->now, b_out, addr_at_b, &pb);
   sn_h1(nb, h0);
   if (rcb != 0) {
     net->refused_at_open++;
@@ -649,8 +665,31 @@ static void sn_open(sn_net *net, int a, int b) {
   sn_actions(net, nb);
 }
 
-/* A dial that arrives: refused unless B is up and listening. */
-static void sn_connect_now(sn_net *net, int a, int b) {
+static void sn_open(sn_net *net, int a, int b, unsigned flags) {
+  const sn_node *na = &net->node[a];
+  /* Inbound addresses are ephemeral, as TCP's are; a NATed node's from
+   * its fixed port are the same for everyone. */
+  char eph[32];
+  if (na->cfg.listen[0] == 0 && (flags & STITCH_SWARM_DIAL_FIXED))
+    snprintf(eph, sizeof(eph), "%s.nat", na->name);
+  else
+    snprintf(eph, sizeof(eph), "%s.%zu", na->name, net->n_conn);
+  sn_open_as(net, a, b, 0, net->node[b].name, eph);
+}
+
+/* A dial that arrives: refused unless B is up and listening; two punch
+ * dials make one connection, outbound at both ends. */
+static void sn_connect_now(sn_net *net, int a, int b, unsigned flags) {
+  if (flags & SN_DIAL_PUNCHED) {
+    char at_a[32], at_b[32];
+    snprintf(at_a, sizeof(at_a), "%s.nat", net->node[b].name);
+    snprintf(at_b, sizeof(at_b), "%s.nat", net->node[a].name);
+    if (net->node[a].alive && net->node[b].alive) {
+      net->punches_opened++;
+      sn_open_as(net, a, b, 1, at_a, at_b);
+    }
+    return;
+  }
   if (!net->node[a].alive)
     return;
   const sn_node *nb = &net->node[b];
@@ -658,11 +697,11 @@ static void sn_connect_now(sn_net *net, int a, int b) {
     net->dials_failed++; /* the dialer just hears nothing */
     return;
   }
-  sn_open(net, a, b);
+  sn_open(net, a, b, flags);
 }
 
 /* A dial takes one link latency. */
-static void sn_dial_later(sn_net *net, int a, int b) {
+static void sn_dial_later(sn_net *net, int a, int b, unsigned flags) {
   if (net->n_dial == net->dial_cap) {
     net->dial_cap = net->dial_cap ? net->dial_cap * 2 : 32;
     net->dial = realloc(net->dial, net->dial_cap * sizeof(*net->dial));
@@ -672,7 +711,7 @@ static void sn_dial_later(sn_net *net, int a, int b) {
     net->dup_dials += net->dial[i].from == a && net->dial[i].to == b;
   uint32_t lat = sn_same_region(net, a, b) ? net->p.lat_local
                                            : net->p.lat_remote;
-  net->dial[net->n_dial++] = (sn_dial){net->now + lat, a, b};
+  net->dial[net->n_dial++] = (sn_dial){net->now + lat, a, b, flags};
 }
 
 static int sn_node_by_addr(const sn_net *net, const char *addr) {
@@ -681,6 +720,38 @@ static int sn_node_by_addr(const sn_net *net, const char *addr) {
         strcmp(net->node[i].cfg.listen, addr) == 0)
       return i;
   return -1;
+}
+
+/* The NATed node whose fixed port ADDR ("<name>.nat") is, or -1. */
+static int sn_node_by_nat(const sn_net *net, const char *addr) {
+  for (int i = 0; i < net->n_nodes; i++) {
+    size_t k = strlen(net->node[i].name);
+    if (net->node[i].cfg.listen[0] == 0 &&
+        strncmp(addr, net->node[i].name, k) == 0 &&
+        strcmp(addr + k, ".nat") == 0)
+      return i;
+  }
+  return -1;
+}
+
+/* A punch dial from A to B (at B's NAT's mapping): the connection opens
+ * if B dialed A within SN_PUNCH_MS, else A's dial waits for B's. */
+static void sn_punch_dial(sn_net *net, int a, int b) {
+  sn_punch *free_slot = NULL;
+  for (int i = 0; i < SN_PUNCHES; i++) {
+    sn_punch *p = &net->punch[i];
+    if (p->at != 0 && net->now - p->at > SN_PUNCH_MS)
+      p->at = 0; /* the NAT's mapping of the first SYN is gone */
+    if (p->at != 0 && p->from == b && p->to == a) {
+      p->at = 0;
+      sn_dial_later(net, a, b, SN_DIAL_PUNCHED);
+      return;
+    }
+    if (p->at == 0 && free_slot == NULL)
+      free_slot = p;
+  }
+  ASSERT(free_slot != NULL);
+  *free_slot = (sn_punch){net->now ? net->now : 1, a, b};
 }
 
 static void sn_log_line(sn_node *n, const char *fmt, ...) {
@@ -695,13 +766,19 @@ static void sn_log_line(sn_node *n, const char *fmt, ...) {
 }
 
 /* N's core's actions (stitch_swarm_drain). */
-static void sn_op_connect(void *user, const char *addr) {
+static void sn_op_connect(void *user, const char *addr, unsigned flags) {
   sn_node *n = user;
   /* An evil node attacks only the links the test gives it. */
   int to = n->evil == SN_HONEST ? sn_node_by_addr(n->net, addr) : -1;
-  sn_log_line(n, "CONNECT %s%s", addr, to >= 0 ? "" : " (ignored)");
+  int nat = n->evil == SN_HONEST ? sn_node_by_nat(n->net, addr) : -1;
+  sn_log_line(n, "CONNECT %s%s%s", addr,
+              flags & STITCH_SWARM_DIAL_PUNCH ? " (punch)" : "",
+              to >= 0 || nat >= 0 ? "" : " (ignored)");
   if (to >= 0)
-    sn_dial_later(n->net, n->idx, to);
+    sn_dial_later(n->net, n->idx, to, flags);
+  else if (nat >= 0 && (flags & STITCH_SWARM_DIAL_PUNCH) &&
+           n->cfg.listen[0] == 0 && (flags & STITCH_SWARM_DIAL_FIXED))
+    sn_punch_dial(n->net, n->idx, nat);
   else
     n->net->dials_failed++;
 }
@@ -772,7 +849,7 @@ static void sn_kill(sn_net *net, sn_node *n) {
 /* Opens a connection from A to B at once, whatever their cores asked. */
 static void sn_link(sn_net *net, sn_node *a, sn_node *b) {
   ASSERT(a->alive && b->alive && a != b);
-  sn_open(net, a->idx, b->idx);
+  sn_open(net, a->idx, b->idx, 0);
 }
 
 /* ---- The evil rewriter ------------------------------------------------ */
@@ -1152,7 +1229,7 @@ static void sn_step(sn_net *net) {
       memmove(&net->dial[i], &net->dial[i + 1],
               (net->n_dial - i - 1) * sizeof(*net->dial));
       net->n_dial--;
-      sn_connect_now(net, dl.from, dl.to);
+      sn_connect_now(net, dl.from, dl.to, dl.flags);
     } else {
       i++;
     }

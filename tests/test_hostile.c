@@ -438,11 +438,118 @@ static void scenario_thousand(void) {
   ASSERT(v1000.greylisted >= 1);
 }
 
+/* ---- Hole punching (docs/security.md "Hole punching") ---------------- */
+
+/* A key no node holds, for PUNCHes naming a member nobody is linked to. */
+static stitch_pubkey nobody_key(void) {
+  stitch_pubkey k;
+  memset(k.b, 0x5c, sizeof(k.b));
+  return k;
+}
+
+/* What a hostile member floods with: asks to be punched with anyone and
+ * with a member the relay has no link to (to a relay), and, as if it
+ * were a relay, an ask and an acceptance naming a made-up member at an
+ * address of its choosing (to a NATed node). */
+static void punch_frames(dbuf *out) {
+  wire_msg *m = calloc(1, sizeof(*m));
+  ASSERT(m != NULL);
+  stitch_pubkey k = nobody_key();
+  m->type = WIRE_PUNCH;
+  m->punch = WIRE_PUNCH_ASK;
+  strcpy(m->addr, "victim:80"); /* a relay ignores what an asker claims */
+  put_msg(out, m);
+  m->node = k;
+  put_msg(out, m);
+  m->punch = WIRE_PUNCH_ASKED;
+  put_msg(out, m);
+  m->punch = WIRE_PUNCH_ACCEPTED;
+  put_msg(out, m);
+  free(m);
+}
+
+/* Undialable honest nodes A and B (behind NATs) and a relay R; a member E
+ * (no address either, so R treats it as one that may ask) floods R and A
+ * with PUNCHes at 800 a second for 30 s, and a stranger X with no ticket
+ * does the same to R and B. R relays at most PUNCH_RELAY_PER_S a second
+ * of E's and nothing of X's, never for a member it has no link to; A and
+ * B dial at most PUNCH_INFLIGHT addresses at once, and at most one ask a
+ * PUNCH_TAKE_MS from each relay; every honest node gets the version bit
+ * for bit, and A and B still link to each other. */
+static void scenario_punch(void) {
+  sn_net net;
+  sn_node *seed = build(&net, &default_params, 0);
+  sn_node *r = sn_add(&net, "eu", 0, 1);
+  sn_node *a = sn_add(&net, "eu", 0, 0);
+  sn_node *b = sn_add(&net, "eu", 0, 0);
+  frames_buf.len = 0;
+  frames_buf.max = SIZE_MAX / 2;
+  punch_frames(&frames_buf);
+  sn_node *ev[2];
+  for (int k = 0; k < 2; k++) {
+    ev[k] = sn_add(&net, "eu", 0, 0);
+    ev[k]->evil = SN_EVIL_REPEAT;
+    ev[k]->evil_buf = frames_buf.p;
+    ev[k]->evil_len = frames_buf.len;
+    ev[k]->evil_every = 5;
+    ev[k]->evil_from = 0;
+  }
+  ev[1]->cfg.ticket_len = 0; /* a stranger: the swarm is closed */
+  int known[2] = {seed->idx, r->idx};
+  sn_start(&net, seed, NULL, 0);
+  sn_start(&net, r, known, 1);
+  sn_start(&net, a, known, 2);
+  sn_start(&net, b, known, 2);
+  sn_start(&net, ev[0], NULL, 0);
+  sn_start(&net, ev[1], NULL, 0);
+  sn_link(&net, ev[0], r);
+  sn_link(&net, ev[0], a);
+  sn_link(&net, ev[1], r);
+  sn_link(&net, ev[1], b);
+  sn_run(&net, 200, NULL, NULL);
+  publish(&net, seed, 1);
+  uint64_t t0 = net.now;
+  run_until_all_at(&net, 1);
+  sn_run(&net, t0 + 30000, NULL, NULL);
+  check_all_exact(&net, 1);
+  stitch_swarm_stats sr, sa, sb;
+  sn_stats(r, &sr);
+  sn_stats(a, &sa);
+  sn_stats(b, &sb);
+  uint64_t secs = (net.now + 999) / 1000;
+  int ab = linked(&net, a->idx, b->idx);
+  printf("punch flood: in %" PRIu64 " s R relayed %" PRIu64 " PUNCHes and "
+         "ignored %" PRIu64 "; A dialed %" PRIu64 " punches (ignored %" PRIu64
+         "), B %" PRIu64 " (ignored %" PRIu64 "); A and B linked: %s; "
+         "the stranger refused %" PRIu64 " time(s)\n",
+         secs, sr.punch_relayed, sr.punch_ignored, sa.punch_dialed,
+         sa.punch_ignored, sb.punch_dialed, sb.punch_ignored,
+         ab ? "yes" : "no", sr.refused + sb.refused);
+  /* E's ASKs: at most PUNCH_RELAY_PER_S a second reach the relay's
+   * logic, and those naming nobody R holds are never passed on. Each
+   * relayed PUNCH is an ask passed on or an answer passed back: two per
+   * punch tried between A and B, one per ask of E's (to A or B). */
+  CHECK_NET(&net, sr.punch_relayed <= 2 * PUNCH_RELAY_PER_S * secs);
+  CHECK_NET(&net, sr.punch_ignored > 0);
+  /* A node dials at most one ask a PUNCH_TAKE_MS from each relay (R,
+   * and E posing as one), plus what it asked itself; here every ask's
+   * dial goes nowhere, so each holds a slot PUNCH_WAIT_MS. */
+  uint64_t bound = 2 * (secs * 1000 / PUNCH_TAKE_MS + PUNCH_INFLIGHT);
+  CHECK_NET(&net, sa.punch_dialed <= bound);
+  CHECK_NET(&net, sb.punch_dialed <= bound);
+  CHECK_NET(&net, sa.punch_ignored > 0);
+  /* The stranger's frames never got past the handshake. */
+  CHECK_NET(&net, sr.refused + sb.refused >= 2);
+  CHECK_NET(&net, ab);
+  sn_free(&net);
+}
+
 static const sw_scenario scenarios[] = {
     {"liar", scenario_liar},             {"push", scenario_push},
     {"push_bad", scenario_push_bad},
     {"spam", scenario_spam},       {"eclipse", scenario_eclipse},
     {"silent", scenario_silent},   {"thousand", scenario_thousand},
+    {"punch", scenario_punch},
 };
 
 int main(void) {

@@ -59,6 +59,11 @@ static void assert_msg_eq(const wire_msg *a, const wire_msg *b) {
     break;
   case WIRE_PING:
     break;
+  case WIRE_PUNCH:
+    ASSERT_UEQ(a->punch, b->punch);
+    ASSERT_MEM_EQ(a->node.b, b->node.b, STITCH_PUBKEY_BYTES);
+    ASSERT_STR_EQ(a->addr, b->addr);
+    break;
   case WIRE_MANIFEST:
   case WIRE_POLICY:
     ASSERT_UEQ(a->data_len, b->data_len);
@@ -130,6 +135,12 @@ static void ref_body(const wire_msg *m, msgpack_sbuffer *sb) {
     break;
   case WIRE_PING:
     msgpack_pack_array(&pk, 0);
+    break;
+  case WIRE_PUNCH:
+    msgpack_pack_array(&pk, 3);
+    msgpack_pack_uint32(&pk, m->punch);
+    msgpack_pack_bin_with_body(&pk, m->node.b, 32);
+    msgpack_pack_str_with_body(&pk, m->addr, strlen(m->addr));
     break;
   default:
     msgpack_pack_array(&pk, m->type == WIRE_CHUNK ||
@@ -280,6 +291,18 @@ static void test_roundtrip_small(void) {
     m->reach[i][STITCH_SWARM_REGION_MAX - 1] = 0;
   }
   roundtrip(m); /* the largest REACH */
+
+  m->type = WIRE_PUNCH;
+  for (uint32_t k = 0; k < WIRE_PUNCH_KINDS; k++) {
+    m->punch = k;
+    m->addr[0] = 0;
+    roundtrip(m); /* an ask or an answer to a relay: no address */
+    strcpy(m->addr, "198.51.100.7:40123");
+    roundtrip(m);
+  }
+  memset(m->addr, 'a', STITCH_SWARM_ADDR_MAX - 1);
+  m->addr[STITCH_SWARM_ADDR_MAX - 1] = 0;
+  roundtrip(m); /* the longest address */
   free(m);
 }
 
@@ -410,6 +433,13 @@ static void test_encode_refusals(void) {
   m->n_reach = 2;
   m->reach[1][0] = 0; /* empty region */
   enc_fails(m, STITCH_EINVAL);
+  memset(m, 0, sizeof(*m));
+  m->type = WIRE_PUNCH;
+  m->punch = WIRE_PUNCH_KINDS; /* no such kind */
+  enc_fails(m, STITCH_EINVAL);
+  m->punch = WIRE_PUNCH_ASK;
+  memset(m->addr, 'a', sizeof(m->addr)); /* no NUL inside */
+  enc_fails(m, STITCH_EINVAL);
   free(m);
 }
 
@@ -452,6 +482,9 @@ static void rand_msg(wire_msg *m, uint8_t *store) {
   m->n_reach = test_rng_next(&rng) % 4;
   for (size_t i = 0; i < m->n_reach; i++)
     snprintf(m->reach[i], STITCH_SWARM_REGION_MAX, "r%zu", i);
+  m->punch = (uint32_t)(big % WIRE_PUNCH_KINDS);
+  if (big % 2)
+    snprintf(m->addr, sizeof(m->addr), "%s", m->listen);
 }
 
 /* Feeds STREAM in pieces whose lengths NEXT_LEN picks, decoding every
@@ -574,7 +607,7 @@ static void header_fails(uint32_t len, int type, int code, const char *why) {
 
 static void test_reader_refusals(void) {
   header_fails(10, 0, STITCH_EFORMAT, "unknown type 0");
-  header_fails(10, WIRE_TYPE_COUNT_, STITCH_EFORMAT, "unknown type 16");
+  header_fails(10, WIRE_TYPE_COUNT_, STITCH_EFORMAT, "unknown type 17");
   header_fails(10, 255, STITCH_EFORMAT, "unknown type 255");
   header_fails(0, WIRE_PING, STITCH_EFORMAT, "length 0");
   header_fails(0xffffffffu, WIRE_CHUNK, STITCH_ELIMIT, "CHUNK frame of");
@@ -947,6 +980,36 @@ static void test_decode_refusals(void) {
   raw_fails(WIRE_REACH, nil_list, sizeof(nil_list), STITCH_EFORMAT,
             "field 0 (regions)");
 
+  /* PUNCH */
+  static const uint8_t punch_kind3[] = {0x93, 0x06, 0xc4, 0x20};
+  uint8_t pb[4 + 32 + 1];
+  memcpy(pb, punch_kind3, 4);
+  memset(pb + 4, 7, 32);
+  pb[36] = 0xa0; /* "" */
+  raw_fails(WIRE_PUNCH, pb, sizeof(pb), STITCH_EFORMAT,
+            "field 0 (kind) is 6, at most 5");
+  pb[1] = 0x01;
+  start(&b);
+  msgpack_sbuffer_write(&b.sb, (const char *)pb, sizeof(pb));
+  dec_ok(&b, WIRE_PUNCH, m);
+  ASSERT_UEQ(m->punch, WIRE_PUNCH_ACCEPT);
+  ASSERT_STR_EQ(m->addr, "");
+  pb[3] = 0x1f; /* a key of 31 bytes */
+  raw_fails(WIRE_PUNCH, pb, sizeof(pb) - 1, STITCH_EFORMAT,
+            "field 1 (node) is a bin of 31 bytes, not 32");
+  pk = start(&b);
+  msgpack_pack_array(pk, 3);
+  msgpack_pack_uint32(pk, 0);
+  msgpack_pack_bin_with_body(pk, s, 32);
+  msgpack_pack_str_with_body(pk, s, 128); /* one byte too long */
+  dec_fails(&b, WIRE_PUNCH, STITCH_EFORMAT,
+            "field 2 (addr) is a str of 128 bytes, not 0..127");
+  pk = start(&b);
+  msgpack_pack_array(pk, 2);
+  msgpack_pack_uint32(pk, 0);
+  msgpack_pack_bin_with_body(pk, s, 32);
+  dec_fails(&b, WIRE_PUNCH, STITCH_EFORMAT, "an array of 2 fields, expected 3");
+
   /* PING takes nothing */
   static const uint8_t ping1[] = {0x91, 0xc0};
   raw_fails(WIRE_PING, ping1, 2, STITCH_EFORMAT,
@@ -963,7 +1026,7 @@ static void test_decode_refusals(void) {
   ASSERT_ERR(wire_decode(0, huge, sizeof(huge), m, &d), STITCH_EFORMAT, d,
              "unknown message type 0");
   ASSERT_ERR(wire_decode(WIRE_TYPE_COUNT_, huge, sizeof(huge), m, &d),
-             STITCH_EFORMAT, d, "unknown message type 16");
+             STITCH_EFORMAT, d, "unknown message type 17");
   ASSERT_ERR(wire_decode(WIRE_PING, NULL, 0, m, &d), STITCH_ETRUNCATED, d,
              "PING");
   ASSERT_ERR(wire_decode(WIRE_PING, huge, WIRE_SMALL_MAX, m, &d), STITCH_ELIMIT,

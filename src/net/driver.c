@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #define NET_READ_BUF (64u << 10)
 #define NET_WRITE_MAX (1u << 20)
@@ -80,6 +81,7 @@ typedef struct net_resolve {
   uv_getaddrinfo_t req;
   stitch_net *net;
   char addr[STITCH_SWARM_ADDR_MAX];
+  unsigned flags; /* the CONNECT's STITCH_SWARM_DIAL_* */
 } net_resolve;
 
 struct stitch_net {
@@ -94,6 +96,10 @@ struct stitch_net {
   int started, closing;
   int pumping, again;
   int lowat_refused; /* set_notsent_lowat said so once */
+  /* The one local port a node that advertises no address dials from
+   * (STITCH_SWARM_DIAL_FIXED; 0 until its first such dial), so its NAT
+   * shows every peer the same address (fixed_socket). */
+  int fixed_port;
 };
 
 /* libstitch-net is built on libstitch's public API alone: libstitch.so
@@ -420,8 +426,56 @@ static void on_connect(uv_connect_t *req, int status) {
   pump(n);
 }
 
-static void dial_to(stitch_net *n, const char *addr,
-                    const struct sockaddr *sa) {
+/* A socket bound to the node's fixed local port, for SA's family, handed
+ * to P's handle. Every dial of a node behind a NAT comes from it: a NAT
+ * that keeps one mapping per local port (endpoint-independent, as
+ * Linux's masquerade, which also keeps the port when it can) then shows
+ * every peer the same address, which is the one a relay passes on for a
+ * punch; and a punch dial is a TCP simultaneous open from that port
+ * (docs/swarm.md "Hole punching"). SO_REUSEADDR and SO_REUSEPORT let
+ * every dial share the port; the first dial lets the system pick it. */
+static int fixed_socket(stitch_net *n, net_peer *p, const struct sockaddr *sa) {
+  int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return uv_translate_sys_error(errno);
+  int one = 1;
+  struct sockaddr_storage local;
+  memset(&local, 0, sizeof(local));
+  socklen_t len;
+  if (sa->sa_family == AF_INET6) {
+    struct sockaddr_in6 *l6 = (struct sockaddr_in6 *)&local;
+    l6->sin6_family = AF_INET6;
+    l6->sin6_port = htons((uint16_t)n->fixed_port);
+    len = sizeof(*l6);
+  } else {
+    struct sockaddr_in *l4 = (struct sockaddr_in *)&local;
+    l4->sin_family = AF_INET;
+    l4->sin_port = htons((uint16_t)n->fixed_port);
+    len = sizeof(*l4);
+  }
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+      setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0 ||
+      bind(fd, (struct sockaddr *)&local, len) != 0 ||
+      getsockname(fd, (struct sockaddr *)&local, &len) != 0) {
+    int err = uv_translate_sys_error(errno);
+    close(fd);
+    return err;
+  }
+  int port = ntohs(sa->sa_family == AF_INET6
+                       ? ((struct sockaddr_in6 *)&local)->sin6_port
+                       : ((struct sockaddr_in *)&local)->sin_port);
+  if (n->fixed_port == 0) {
+    n->fixed_port = port;
+    net_log(n, "dialing from local port %d (no address advertised)", port);
+  }
+  int rc = uv_tcp_open(&p->tcp, fd);
+  if (rc != 0)
+    close(fd);
+  return rc;
+}
+
+static void dial_to(stitch_net *n, const char *addr, const struct sockaddr *sa,
+                    unsigned flags) {
   net_peer *p = peer_new(n, addr);
   if (p == NULL) {
     net_log(n, "connect %s: out of memory", addr);
@@ -429,7 +483,11 @@ static void dial_to(stitch_net *n, const char *addr,
   }
   p->state = PEER_DIALING;
   p->conn.data = p;
-  int rc = uv_tcp_connect(&p->conn, &p->tcp, sa, on_connect);
+  int rc = 0;
+  if (flags & (STITCH_SWARM_DIAL_FIXED | STITCH_SWARM_DIAL_PUNCH))
+    rc = fixed_socket(n, p, sa);
+  if (rc == 0)
+    rc = uv_tcp_connect(&p->conn, &p->tcp, sa, on_connect);
   if (rc != 0) {
     net_log(n, "connect %s: %s", addr, uv_strerror(rc));
     stitch_swarm_dial_failed(n->swarm, addr, now_ms(n));
@@ -442,7 +500,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status,
   net_resolve *r = req->data;
   stitch_net *n = r->net;
   if (status == 0 && !n->closing)
-    dial_to(n, r->addr, res->ai_addr);
+    dial_to(n, r->addr, res->ai_addr, r->flags);
   else if (status != 0 && status != UV_ECANCELED) {
     net_log(n, "connect %s: %s", r->addr, uv_strerror(status));
     stitch_swarm_dial_failed(n->swarm, r->addr, now_ms(n));
@@ -454,7 +512,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status,
 
 /* Carries out a CONNECT: a numeric address at once, a name after a lookup
  * on the thread pool. */
-static void dial(stitch_net *n, const char *addr) {
+static void dial(stitch_net *n, const char *addr, unsigned flags) {
   char host[STITCH_SWARM_ADDR_MAX], port[8];
   struct sockaddr_storage ss;
   if (split_addr(addr, host, sizeof(host), port, sizeof(port)) != 0) {
@@ -463,7 +521,7 @@ static void dial(stitch_net *n, const char *addr) {
   }
   int rc = numeric_addr(host, port, &ss);
   if (rc == 0) {
-    dial_to(n, addr, (const struct sockaddr *)&ss);
+    dial_to(n, addr, (const struct sockaddr *)&ss, flags);
     return;
   }
   net_resolve *r = calloc(1, sizeof(*r));
@@ -473,6 +531,7 @@ static void dial(stitch_net *n, const char *addr) {
     return;
   }
   r->net = n;
+  r->flags = flags;
   r->req.data = r;
   snprintf(r->addr, sizeof(r->addr), "%s", addr);
   struct addrinfo hints = {.ai_socktype = SOCK_STREAM};
@@ -497,7 +556,9 @@ static void on_timer(uv_timer_t *t) {
 
 /* The core's actions (stitch_swarm_drain): a CONNECT is dialed, a CLOSE
  * lingers, an APPLY goes to the agent. */
-static void op_connect(void *user, const char *addr) { dial(user, addr); }
+static void op_connect(void *user, const char *addr, unsigned flags) {
+  dial(user, addr, flags);
+}
 
 static void op_close(void *user, uint32_t peer) {
   net_peer *p = peer_find(user, peer);

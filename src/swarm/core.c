@@ -338,6 +338,7 @@ void core_drop(stitch_swarm *s, peer *p, int ban, const char *why) {
                p->addr);
   }
   fetch_peer_gone(s, p);
+  punch_peer_gone(s, p);
   p->state = PEER_CLOSING;
   stitch_swarm_action a = {STITCH_SWARM_CLOSE, p->id, "", 0, 0};
   core_push_action(s, &a);
@@ -484,6 +485,7 @@ static void maintain(stitch_swarm *s) {
   count_ready(s, &same, &cross);
   if (s->cfg.seed)
     return; /* the seed waits for nodes to dial it */
+  punch_maintain(s);
   if (cross > s->cfg.cross_region)
     have -= cross - s->cfg.cross_region;
   /* Counting the far links toward max_peers left a node with six of its
@@ -531,7 +533,10 @@ static void maintain(stitch_swarm *s) {
       return;
     best->connecting = 1;
     best->connect_ms = s->now_ms;
-    stitch_swarm_action a = {STITCH_SWARM_CONNECT, 0, "", 0, 0};
+    /* Behind a NAT, every dial from one port: the address a relay sees
+     * is then the one a punch needs (punch.h). */
+    stitch_swarm_action a = {STITCH_SWARM_CONNECT, 0, "", 0,
+                             s->cfg.listen[0] ? 0 : STITCH_SWARM_DIAL_FIXED};
     snprintf(a.addr, sizeof(a.addr), "%s", best->addr);
     core_push_action(s, &a);
     pending++;
@@ -623,6 +628,13 @@ int stitch_swarm_peer_open(stitch_swarm *s, uint64_t now_ms, int outbound,
     addr_entry *e = find_addr(s, p->addr);
     if (e != NULL)
       e->connecting = 0;
+  }
+  /* A punched connection (punch.c): both ends dialed, one is the
+   * handshake's acceptor. */
+  int acceptor = 0;
+  if (outbound && punch_opened(s, p->addr, p->id, &acceptor)) {
+    p->punched = 1;
+    p->outbound = !acceptor;
   }
   int too_many = !outbound && count_peers(s, 0) >
                                   s->cfg.max_peers + CORE_INBOUND_SLACK +
@@ -754,6 +766,7 @@ void stitch_swarm_peer_close(stitch_swarm *s, uint32_t id, uint64_t now_ms) {
              p->listen[0] ? p->listen : p->addr);
     fetch_peer_gone(s, p);
   }
+  punch_peer_gone(s, p);
   /* A dial that never got through, or a link the other side closed soon
    * after (it was full, say): try that address again later and later. A
    * link that lasted clears the count. */
@@ -771,6 +784,8 @@ void stitch_swarm_peer_close(stitch_swarm *s, uint32_t id, uint64_t now_ms) {
 void stitch_swarm_dial_failed(stitch_swarm *s, const char *addr,
                               uint64_t now_ms) {
   s->now_ms = now_ms;
+  if (addr != NULL)
+    punch_dial_failed(s, addr);
   addr_entry *e = addr != NULL ? find_addr(s, addr) : NULL;
   if (e == NULL || !e->connecting)
     return;
@@ -973,6 +988,10 @@ static int kept_link(const stitch_swarm *s, const peer *p) {
 }
 
 void core_ready(stitch_swarm *s, peer *p) {
+  if (punch_ready(s, p)) {
+    core_drop(s, p, 0, "punched, but not the node the relay named");
+    return;
+  }
   /* One link per node: the one kept_link says, else the older. */
   for (size_t i = 0; i < s->n_peers; i++) {
     peer *q = &s->peers[i];
@@ -1248,6 +1267,9 @@ static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
     break;
   case WIRE_REACH:
     reach_on_msg(s, p, m);
+    break;
+  case WIRE_PUNCH:
+    punch_on_msg(s, p, m);
     break;
   default: /* PING: an honest peer sends one after CORE_PING_MS of quiet */
     if (p->ping_ms != 0 && s->now_ms - p->ping_ms < CORE_PING_MS / 2)

@@ -1,8 +1,9 @@
 /* core_internal.h: the swarm core's state, shared by core.c (the session:
  * peers, handshake, messages, gossip) and the policies beside it: fetch.c
  * (what to fetch, from whom, and what to serve, fetch.h), cross.c (crossing
- * regions, cross.h), seed.c (what the seed offers, seed.h) and reach.c
- * (which regions our links reach). docs/swarm.md explains the behaviour. */
+ * regions, cross.h), seed.c (what the seed offers, seed.h), reach.c
+ * (which regions our links reach) and punch.c (hole punching, punch.h).
+ * docs/swarm.md explains the behaviour. */
 #ifndef STITCH_SWARM_CORE_INTERNAL_H
 #define STITCH_SWARM_CORE_INTERNAL_H
 
@@ -12,6 +13,7 @@
 #include "swarm/channel.h"
 #include "swarm/cross.h"
 #include "swarm/fetch.h"
+#include "swarm/punch.h"
 #include "swarm/score.h"
 #include "swarm/seed.h"
 #include "swarm/wire.h"
@@ -218,6 +220,13 @@ typedef struct peer {
   uint64_t ready_ms;
   uint32_t frames; /* since it became ready (CORE_QUIET_MS) */
   int owes;        /* we sent it a manifest at ready: it answers */
+  /* Hole punching (punch.c): the link came from a punch; the PUNCHes it
+   * sent in the second since punch_win_ms; when we last took an ask it
+   * relayed. */
+  int punched;
+  uint64_t punch_win_ms;
+  unsigned punch_n;
+  uint64_t punch_took_ms;
 } peer;
 
 typedef struct addr_entry {
@@ -304,6 +313,7 @@ struct stitch_swarm {
   /* Peer addresses (host part) whose refusal was logged, a ring. */
   char refused_log[CORE_REFUSED_LOG][STITCH_SWARM_ADDR_MAX];
   size_t refused_next;
+  punch_state pu; /* hole punching (punch.h) */
 };
 
 /* core.c */

@@ -39,11 +39,11 @@
 static const char *const type_names[WIRE_TYPE_COUNT_] = {
     "type 0",  "HELLO",  "AUTH",  "MANIFEST", "BITFIELD", "HAVE",
     "REQUEST", "CANCEL", "CHUNK", "REJECT",   "PEERS",    "PING",
-    "CROSSING", "REACH", "BID", "POLICY"};
+    "CROSSING", "REACH", "BID", "POLICY", "PUNCH"};
 
 /* Fields of each message's array. */
 static const unsigned n_fields[WIRE_TYPE_COUNT_] = {
-    0, 2, 6, 1, 4, 3, 3, 3, 4, 3, 1, 0, 4, 1, 4, 1};
+    0, 2, 6, 1, 4, 3, 3, 3, 4, 3, 1, 0, 4, 1, 4, 1, 3};
 
 static int known(int type) { return type > 0 && type < WIRE_TYPE_COUNT_; }
 
@@ -292,6 +292,13 @@ static int get_fields(cur *c, wire_msg *m) {
     return get_peers(c, m);
   case WIRE_REACH:
     return get_reach(c, m);
+  case WIRE_PUNCH: {
+    uint64_t k;
+    CHECK_RC(get_uint(c, "field 0 (kind)", WIRE_PUNCH_KINDS - 1, &k));
+    m->punch = (uint32_t)k;
+    CHECK_RC(get_fixed(c, "field 1 (node)", STITCH_PUBKEY_BYTES, m->node.b));
+    return get_str(c, "field 2 (addr)", 0, STITCH_SWARM_ADDR_MAX, m->addr);
+  }
   default: /* PING */
     return 0;
   }
@@ -435,6 +442,11 @@ static void emit(wr *sink, const wire_msg *m) {
     for (size_t i = 0; i < m->n_reach; i++)
       w_str(w, m->reach[i]);
     break;
+  case WIRE_PUNCH:
+    w_uint(w, m->punch);
+    w_bin(w, m->node.b, STITCH_PUBKEY_BYTES);
+    w_str(w, m->addr);
+    break;
   default: /* PING */
     break;
   }
@@ -499,6 +511,9 @@ static int msg_ok(const wire_msg *m) {
       if (!cstr_ok(m->reach[i], 1, STITCH_SWARM_REGION_MAX))
         return 0;
     return 1;
+  case WIRE_PUNCH:
+    return m->punch < WIRE_PUNCH_KINDS &&
+           cstr_ok(m->addr, 0, STITCH_SWARM_ADDR_MAX);
   default:
     return 0;
   }

@@ -41,6 +41,8 @@ typedef enum wire_type {
   WIRE_BID = 14,     /* node key would fetch (version, object, chunk) from
                         another region by its turn */
   WIRE_POLICY = 15,  /* the swarm's signed policy (stitch/admit.h) */
+  WIRE_PUNCH = 16,   /* hole punching through a common neighbour: kind,
+                        node key, address (punch.h) */
   WIRE_TYPE_COUNT_
 } wire_type;
 
@@ -78,7 +80,20 @@ typedef struct wire_msg {
   /* REACH */
   size_t n_reach;
   char reach[WIRE_MAX_REACH][STITCH_SWARM_REGION_MAX];
+  /* PUNCH: its kind (WIRE_PUNCH_ASK..), node (above) and address */
+  uint32_t punch;
+  char addr[STITCH_SWARM_ADDR_MAX];
 } wire_msg;
+
+/* PUNCH's kinds (proto/wire.md "PUNCH"): three a member sends a relay,
+ * three a relay sends a member. */
+#define WIRE_PUNCH_ASK 0      /* link me with node (zero: whom you choose) */
+#define WIRE_PUNCH_ACCEPT 1   /* I take node's ask, and dial it now */
+#define WIRE_PUNCH_DECLINE 2  /* I do not take node's ask */
+#define WIRE_PUNCH_ASKED 3    /* node, seen at addr, asks to link with you */
+#define WIRE_PUNCH_ACCEPTED 4 /* node, seen at addr, took your ask: dial */
+#define WIRE_PUNCH_DECLINED 5 /* node declined (zero: nobody to offer) */
+#define WIRE_PUNCH_KINDS 6
 
 /* The largest frame (type byte and body) a type may have. */
 size_t wire_type_limit(int type);

@@ -350,6 +350,7 @@ typedef struct fp {
   fp_host host;
   uint32_t id;
   int seed_victim, cipher_none;
+  int nated; /* the victim and we advertise no address (FP_HS_GOOD2) */
   int refuse_expected; /* our AUTH must not be admitted */
   chan ch;           /* our keys; records both ways */
   dbuf plain;        /* our frames, not yet sealed */
@@ -721,6 +722,20 @@ static void run_op(fp *f, in *x, uint8_t op) {
     queue(f, m);
     break;
   }
+  case FP_OP_PUNCH: {
+    if (!get(x, &a) || !get(x, &b))
+      return;
+    msg_reset(m, WIRE_PUNCH);
+    m->punch = a % WIRE_PUNCH_KINDS;
+    const stitch_pubkey *who[3] = {&fx.dialer_pk, &fx.other_pk,
+                                   &fx.victim_pk};
+    if (b % 4 > 0)
+      m->node = *who[b % 4 - 1];
+    static const char *const at[3] = {"", "10.0.0.9:7", "10.9.8.7:50000"};
+    snprintf(m->addr, sizeof(m->addr), "%s", at[b / 4 % 3]);
+    queue(f, m);
+    break;
+  }
   default: { /* FP_OP_PEERS */
     if (!get(x, &a))
       return;
@@ -787,7 +802,8 @@ static void queue_auth(fp *f, int hs, uint8_t variant, int far) {
     m->sig[5] ^= 1;
   m->data = ticket;
   m->data_len = ticket_len == 100 ? STITCH_TICKET_BYTES : ticket_len;
-  snprintf(m->listen, sizeof(m->listen), "10.9.8.7:7000");
+  snprintf(m->listen, sizeof(m->listen), "%s",
+           f->nated ? "" : "10.9.8.7:7000");
   snprintf(m->region, sizeof(m->region), "%s", far ? "us" : "eu");
   size_t at = f->plain.len;
   queue(f, m);
@@ -839,7 +855,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   stitch_swarm_config cfg;
   memset(&cfg, 0, sizeof(cfg));
   cfg.swarm = fx.swarm_pk;
-  snprintf(cfg.listen, sizeof(cfg.listen), "10.1.1.1:7000");
+  f.nated = hs == FP_HS_GOOD2 && (variant & 0x80);
+  snprintf(cfg.listen, sizeof(cfg.listen), "%s",
+           f.nated ? "" : "10.1.1.1:7000");
   snprintf(cfg.region, sizeof(cfg.region), "eu");
   cfg.cipher_none = (mode & FP_F_CIPHER_NONE) != 0;
   if (f.seed_victim) {

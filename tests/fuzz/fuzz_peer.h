@@ -18,7 +18,9 @@
  *   byte 2: sizes for the handshake: records of (b % 64) * 4 + 1 bytes,
  *           fed in pieces of (b / 64) * 7 + 1 bytes (all at once when
  *           b / 64 is 3)
- *   byte 3: the variant of FP_HS_BAD_TICKET / FP_HS_BAD_AUTH
+ *   byte 3: the variant of FP_HS_BAD_TICKET / FP_HS_BAD_AUTH; with
+ *           FP_HS_GOOD2, bit 7: the victim and we advertise no address
+ *           (both behind NATs: PUNCH reaches the punching paths)
  *
  * Program: each operation is a byte (its code is the byte % FP_OP_COUNT)
  * and its arguments; an input that ends inside an operation ends there.
@@ -74,7 +76,10 @@ enum {
   FP_OP_POLICY = 10,  /* i: policy i % 4: open (serial 1), closed (2),
                          closed revoking us (3), signed by another key */
   FP_OP_PEERS = 11,   /* n, then n bytes: n % 65 addresses 10.0.x.y */
-  FP_OP_COUNT = 12
+  FP_OP_PUNCH = 12,   /* kind, who: PUNCH of kind % 6 naming nobody, us,
+                         another key or the victim (who % 4), at no
+                         address, 10.0.0.9:7 or our own (who / 4 % 3) */
+  FP_OP_COUNT = 13
 };
 
 #endif

@@ -856,10 +856,12 @@ static void gen_wire(void) {
   m->n_reach = 2;
   strcpy(m->reach[0], "us-east");
   strcpy(m->reach[1], "asia");
+  m->punch = WIRE_PUNCH_ACCEPT;
+  strcpy(m->addr, "198.51.100.7:40123");
   static const char *const names[WIRE_TYPE_COUNT_] = {
       NULL,      "hello",  "auth",  "manifest", "bitfield", "have",
       "request", "cancel", "chunk", "reject",   "peers",    "ping",
-      "crossing", "reach", "bid", "policy"};
+      "crossing", "reach", "bid", "policy", "punch"};
   for (int t = 1; t < WIRE_TYPE_COUNT_; t++) {
     m->type = (wire_type)t;
     m->data = t == WIRE_BITFIELD ? bits : blob;
@@ -1161,6 +1163,25 @@ static void gen_peer(void) {
   put(&p, 3, FP_OP_FLUSH, 255, 255);
   put(&p, 2, FP_OP_TICK, 60);
   emit_peer("seed-serves", &p);
+
+  /* Both behind NATs: the victim relays our asks (it has nobody to offer),
+   * takes an ask relayed to it (and dials), sees answers to asks it never
+   * made, and asks us to relay once it wants links. */
+  p.n = 0;
+  put(&p, 4, FP_HS_GOOD2, 0, 0xff, 0x80);
+  put(&p, 3, FP_OP_PUNCH, 0, 0);           /* ASK, anyone */
+  put(&p, 3, FP_OP_PUNCH, 0, 2);           /* ASK, another key */
+  put(&p, 3, FP_OP_PUNCH, 3, 2 + 4);       /* ASKED: another, at 10.0.0.9:7 */
+  put(&p, 3, FP_OP_PUNCH, 4, 2 + 4);       /* ACCEPTED, not asked */
+  put(&p, 3, FP_OP_PUNCH, 1, 1);           /* ACCEPT of nothing relayed */
+  put(&p, 3, FP_OP_PUNCH, 3, 3 + 8);       /* ASKED naming the victim */
+  put(&p, 3, FP_OP_FLUSH, 255, 255);
+  put(&p, 2, FP_OP_TICK, 30);
+  put(&p, 3, FP_OP_PUNCH, 5, 0);           /* DECLINED, nobody */
+  put(&p, 3, FP_OP_PUNCH, 4, 2 + 4);       /* ACCEPTED */
+  put(&p, 3, FP_OP_FLUSH, 255, 255);
+  put(&p, 2, FP_OP_TICK, 60);
+  emit_peer("punch", &p);
 
   /* Everything else a link carries, a manifest with a byte flipped (the
    * peer is dropped), then time and frames for the dropped peer. */

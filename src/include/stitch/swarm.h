@@ -161,11 +161,27 @@ typedef enum stitch_swarm_action_kind {
                            it, then call stitch_swarm_applied */
 } stitch_swarm_action_kind;
 
+/* A CONNECT's flags. */
+/* Dial from the node's one fixed local port: a node that advertises no
+ * address (behind a NAT) makes every connection from the same port, so
+ * that a NAT which maps a port the same for every destination (endpoint-
+ * independent mapping, as Linux's masquerade keeps the port) shows every
+ * peer the same address: the one a relay passes on for a punch. */
+#define STITCH_SWARM_DIAL_FIXED 1u
+/* A hole punch (docs/swarm.md "Hole punching"): the peer at addr dials
+ * us at about the same time, and the two SYNs make one connection (TCP's
+ * simultaneous open); it has no listener. A driver dials it as any other
+ * (with DIAL_FIXED) and reports it outbound. */
+#define STITCH_SWARM_DIAL_PUNCH 2u
+
 typedef struct stitch_swarm_action {
   stitch_swarm_action_kind kind;
   uint32_t peer;
   char addr[STITCH_SWARM_ADDR_MAX];
   uint64_t version;
+  /* APPLY: the object. CONNECT: its STITCH_SWARM_DIAL_* flags (the same
+   * field, so that every action is still written {kind, peer, addr,
+   * version, object}). */
   uint32_t object;
 } stitch_swarm_action;
 
@@ -182,7 +198,7 @@ void stitch_swarm_next_action(stitch_swarm *s, stitch_swarm_action *a);
  * an APPLY until it is answered. */
 typedef struct stitch_swarm_host {
   void *user;
-  void (*connect)(void *user, const char *addr);
+  void (*connect)(void *user, const char *addr, unsigned flags);
   void (*close)(void *user, uint32_t peer);
   void (*apply)(void *user, uint64_t version, uint32_t object);
 } stitch_swarm_host;
@@ -260,6 +276,12 @@ typedef struct stitch_swarm_stats {
   uint64_t greylisted;
   uint64_t grey_refused;
   uint64_t unasked_chunks; /* CHUNKs not asked for that were no use */
+  /* Hole punching (docs/swarm.md "Hole punching"): asks we sent a relay,
+   * punch dials we made (as the asker or the one asked), punched links
+   * that became ready, PUNCHes we relayed, and PUNCHes we ignored (over
+   * a rate, from or for a node we cannot relay for, not asked). */
+  uint64_t punch_asked, punch_dialed, punch_linked;
+  uint64_t punch_relayed, punch_ignored;
 } stitch_swarm_stats;
 
 void stitch_swarm_get_stats(const stitch_swarm *s, stitch_swarm_stats *st);

@@ -461,8 +461,8 @@ void fetch_early_from(stitch_swarm *s, peer *p, vstate *v,
       v->held[o].n > CORE_PUSH_SMALL_CHUNKS || !core_wanted_by_all(s, v, o) ||
       !fetch_in_plan(s, c->version, o) || bits_get(&v->held[o], c->chunk) ||
       v->inflight[o][c->chunk] > 0 || p->early_refused == c->version ||
-      p->n_req >= CORE_MAX_PIPELINE)
-    return;
+      p->n_req >= CORE_MAX_PIPELINE || peer_holds(p, c))
+    return; /* one that says it holds C is asked as usual, and judged */
   for (size_t i = 0; i < s->n_peers; i++)
     if (s->peers[i].state == PEER_READY && fetch_asked(&s->peers[i], c) >= 0)
       return; /* asked early already */

@@ -4,6 +4,7 @@
  * a region's own dialers, links across on top), and
  * what the seed gives to nodes that reach every region. */
 #include "swarm_fixture.h"
+#include "swarm/fetch.h" /* CORE_PUSH_SMALL_CHUNKS */
 
 /* ---- Crossing into a region ------------------------------------------- */
 
@@ -478,6 +479,82 @@ static void scenario_reach(void) {
   sn_free(&net);
 }
 
+/* A small version's chunk is asked early of the neighbour that first
+ * told of its way into the region (a CROSSING), and that neighbour keeps
+ * the request until it has the chunk (fetch.c fetch_early_from,
+ * fetch_hold): the chunk then goes a hop in a latency and its bytes, with
+ * no HAVE and no REQUEST after it arrived. The seed and n1 in "eu"; n2 to
+ * n5 in "us", n2 linked across to n1, each other node told of the one
+ * before it (peer exchange links them further). Every chunk of the delta
+ * v2 (two: small) comes into "us" through n2. Each of n3 to n5 asks for
+ * each chunk once, early (without the rule none asked: n2 passed the
+ * chunks on to its neighbours), none is rejected and none comes twice,
+ * and each holds v2 less than three latencies after n2 (what a HAVE, a
+ * REQUEST and the CHUNK would take). */
+static uint64_t sum_rx(const sn_net *net, int from, int to, int type) {
+  uint64_t n = 0;
+  for (int i = from; i <= to; i++)
+    n += net->node[i].rx_frames[type];
+  return n;
+}
+
+static uint64_t sum_twice(sn_net *net) {
+  uint64_t n = 0;
+  for (int i = 1; i <= 5; i++) {
+    stitch_swarm_stats st;
+    sn_stats(&net->node[i], &st);
+    n += st.chunks_twice;
+  }
+  return n;
+}
+
+static void scenario_early(void) {
+  sn_net net;
+  sn_params p = default_params;
+  p.lat_remote = 80;
+  sn_node *seed = build(&net, &p, 0);
+  sn_add(&net, "eu", 0, 1);
+  for (int i = 2; i <= 5; i++)
+    sn_add(&net, "us", 0, 1);
+  sn_start(&net, seed, NULL, 0);
+  for (int i = 1; i <= 5; i++) {
+    int before[1] = {i - 1};
+    sn_start(&net, &net.node[i], before, 1);
+  }
+  sn_run(&net, 50, NULL, NULL);
+  publish(&net, seed, 1);
+  run_until_all_at(&net, 1);
+  sn_run(&net, net.now + 500, NULL, NULL);
+  uint64_t haves = sum_rx(&net, 3, 5, WIRE_HAVE),
+           rejects = sum_rx(&net, 1, 5, WIRE_REJECT),
+           asked = sum_rx(&net, 2, 4, WIRE_REQUEST), twice = sum_twice(&net);
+  publish(&net, seed, 2);
+  run_until_all_at(&net, 2);
+  check_all_exact(&net, 2);
+  uint64_t n = ver[2].m->objects[0].n_chunks;
+  haves = sum_rx(&net, 3, 5, WIRE_HAVE) - haves; /* from each other too */
+  rejects = sum_rx(&net, 1, 5, WIRE_REJECT) - rejects;
+  asked = sum_rx(&net, 2, 4, WIRE_REQUEST) - asked;
+  twice = sum_twice(&net) - twice;
+  printf("early: v2 in %" PRIu64 " chunks; n3..n5 got %" PRIu64
+         " HAVEs and asked n2..n4 %" PRIu64 " times; %" PRIu64
+         " REJECTs, %" PRIu64 " chunks twice; v2 at n2..n5 %" PRIu64
+         " %" PRIu64 " %" PRIu64 " %" PRIu64 " ms after the publish\n",
+         n, haves, asked, rejects, twice,
+         net.node[2].applied_at[2] - publish_ms[2],
+         net.node[3].applied_at[2] - publish_ms[2],
+         net.node[4].applied_at[2] - publish_ms[2],
+         net.node[5].applied_at[2] - publish_ms[2]);
+  CHECK_NET(&net, n >= 1 && n <= CORE_PUSH_SMALL_CHUNKS);
+  CHECK_NET(&net, asked == 3 * n); /* each chunk asked once, early */
+  for (int i = 3; i <= 5; i++)
+    CHECK_NET(&net, net.node[i].applied_at[2] - net.node[2].applied_at[2] <
+                        3 * default_params.lat_local);
+  CHECK_NET(&net, rejects == 0);
+  CHECK_NET(&net, twice == 0);
+  sn_free(&net);
+}
+
 static const sw_scenario scenarios[] = {
     {"regions", scenario_regions},
     {"bids", scenario_bids},
@@ -490,6 +567,7 @@ static const sw_scenario scenarios[] = {
     {"full_same", scenario_full_same},
     {"cross_on_top", scenario_cross_on_top},
     {"reach", scenario_reach},
+    {"early", scenario_early},
 };
 
 int main(void) {

@@ -1102,7 +1102,8 @@ static void on_request(stitch_swarm *s, peer *p, const wire_msg *m) {
   r.chunk = m->chunk;
   if (v == NULL || m->object >= v->ref.m->n_objects ||
       !bits_get(&v->held[m->object], m->chunk)) {
-    core_send(s, p, &r);
+    if (!fetch_hold(s, p, &c))
+      core_send(s, p, &r);
     return;
   }
   if (fetch_queued(p, &c) >= 0)

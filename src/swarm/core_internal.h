@@ -132,6 +132,9 @@ typedef struct request {
   chunk_id c;
   uint64_t sent_ms;
   int late; /* charged as late (score.h SCORE_LATE) */
+  /* Asked before the peer held it (fetch.c ask_early): it answers when it
+   * has it. Not in flight, never late, and it expires unscored. */
+  int early;
 } request;
 
 typedef enum peer_state {
@@ -189,6 +192,9 @@ typedef struct peer {
   unsigned n_req;
   unsigned timeouts;
   uint64_t chunk_allow; /* largest CHUNK body it may send: what we asked */
+  /* A version of which it rejected an early request of ours: it is
+   * asked early for no more of it (fetch.c ask_early). */
+  uint64_t early_refused;
   /* Its requests to us, served in order. */
   chunk_id serve[CORE_MAX_SERVE];
   unsigned n_serve;

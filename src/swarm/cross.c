@@ -252,11 +252,15 @@ static void tell_crossing(stitch_swarm *s, vstate *v, const chunk_id *c,
 static void tell_entering(stitch_swarm *s, vstate *v, const chunk_id *c) {
   if (crossing_heard(s, v, c->object, c->chunk))
     return; /* told already (a pass's CROSSING came first) */
+  if (cross_far_known(s))
+    tell_crossing(s, v, c, &no_key, NULL);
+}
+
+int cross_far_known(const stitch_swarm *s) {
   int far = s->far_known > 0;
   for (size_t i = 0; i < s->n_peers && !far; i++)
     far = s->peers[i].state == PEER_READY && peer_far(&s->peers[i]);
-  if (far)
-    tell_crossing(s, v, c, &no_key, NULL);
+  return far;
 }
 
 /* Does a version's chunk C, named in a frame, exist, and do we lack it?
@@ -304,8 +308,10 @@ void cross_on_crossing(stitch_swarm *s, peer *p, const wire_msg *m) {
       v->cross[c.object].coming[c.chunk] = vstate_stamp(s, v);
     return;
   }
-  if (!crossing_heard(s, v, c.object, c.chunk)) /* else passed on already */
+  if (!crossing_heard(s, v, c.object, c.chunk)) { /* else passed on already */
     tell_crossing(s, v, &c, &m->node, p);
+    fetch_early_from(s, p, v, &c);
+  }
 }
 
 /* A BID from P: the node it names would take a turn at the chunk. From a

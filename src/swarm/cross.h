@@ -106,6 +106,9 @@ void cross_pass_more(stitch_swarm *s, struct peer *p, struct vstate *v,
  * CROSSING naming that node) instead, and 1 is returned; else 0, and P is
  * to be sent C. */
 int cross_answer(stitch_swarm *s, struct peer *p, const struct chunk_id *c);
+/* Do we know of another region (an address or a ready peer in one)?
+ * Only then is a chunk's way into our region announced (CROSSING). */
+int cross_far_known(const stitch_swarm *s);
 /* What a peer said it holds of chunk C of (V, O) is believed no more:
  * a CROSSING or BID heard for C no longer holds us back. */
 void cross_forget(struct vstate *v, uint32_t o, uint64_t c);

@@ -17,7 +17,10 @@
  * announced; one that does not verify gets its sender
  * banned. When the first step's object is whole, the agent is asked to
  * apply it. A node serves the CORE_SERVE_SLOTS requesters furthest behind
- * first (serve_turn), so that a region's nodes finish together.
+ * first (serve_turn), so that a region's nodes finish together. A small
+ * object's chunk is asked early, before the neighbour holds it, of the
+ * neighbour whose CROSSING came first (fetch_early_from), which keeps the
+ * request until it has the chunk (fetch_hold).
  */
 #include "swarm/core_internal.h"
 
@@ -168,7 +171,8 @@ void fetch_on_have_bit(stitch_swarm *s, peer *p, uint64_t version,
 void fetch_peer_gone(stitch_swarm *s, peer *p) {
   for (unsigned i = 0; i < p->n_req; i++) {
     vstate *v = core_find_version(s, p->req[i].c.version);
-    if (v != NULL && v->inflight[p->req[i].c.object][p->req[i].c.chunk] > 0)
+    if (!p->req[i].early && v != NULL &&
+        v->inflight[p->req[i].c.object][p->req[i].c.chunk] > 0)
       v->inflight[p->req[i].c.object][p->req[i].c.chunk]--;
   }
   p->n_req = 0;
@@ -283,6 +287,24 @@ static size_t near_bits(stitch_swarm *s, const vstate *v, uint32_t o,
   return n;
 }
 
+/* Is an early request of ours for C out, and younger than
+ * CORE_EARLY_PATIENCE_MS? Then C is not asked of another neighbour: the
+ * one asked early is nearer its way in, and a second request raced the
+ * early one's answer (a copy twice for every other chunk). The schedule
+ * runs again when the patience ends. */
+static int early_out(stitch_swarm *s, const chunk_id *c) {
+  for (size_t i = 0; i < s->n_peers; i++) {
+    peer *q = &s->peers[i];
+    int k;
+    if (q->state == PEER_READY && (k = fetch_asked(q, c)) >= 0 &&
+        q->req[k].early && s->now_ms < q->req[k].sent_ms + CORE_EARLY_PATIENCE_MS) {
+      wake_at(s, q->req[k].sent_ms + CORE_EARLY_PATIENCE_MS);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 /* The best chunk of (v, o) to ask P for: one it has and we lack, not yet
  * asked for (or, in the endgame, asked for once elsewhere and late);
  * random early on, then the rarest. */
@@ -296,6 +318,7 @@ static int pick(stitch_swarm *s, peer *p, vstate *v, uint32_t o, int endgame,
   unsigned best_avail = 0xffffffffu;
   int random_phase = s->fetched < CORE_RANDOM_FIRST;
   int far = peer_far(p);
+  int small = n <= CORE_PUSH_SMALL_CHUNKS;
   const bits *near[NEAR_MAX];
   size_t n_near = far ? near_bits(s, v, o, near) : 0;
   /* From a random start round to it: [start, n), then [0, start). */
@@ -316,7 +339,9 @@ static int pick(stitch_swarm *s, peer *p, vstate *v, uint32_t o, int endgame,
         if (far && !cross_ok(s, v, o, c, &s->fetch_wake_ms))
           continue;
         chunk_id id = {v->ref.m->version, o, c};
-        if (fl > 0 && fetch_asked(p, &id) >= 0)
+        if (fetch_asked(p, &id) >= 0)
+          continue; /* asked already, or asked early (fetch_early_from) */
+        if (small && early_out(s, &id))
           continue;
         if (random_phase && fl == 0) {
           best = c;
@@ -354,6 +379,20 @@ static int all_requested(stitch_swarm *s) {
   return 1;
 }
 
+/* Our early request for C (fetch_early_from) is withdrawn (CANCEL): a
+ * neighbour that holds C has been asked for it. */
+static void withdraw_early(stitch_swarm *s, const chunk_id *c) {
+  for (size_t i = 0; i < s->n_peers; i++) {
+    peer *q = &s->peers[i];
+    int k;
+    if (q->state == PEER_READY && (k = fetch_asked(q, c)) >= 0 &&
+        q->req[k].early) {
+      drop_request(s, q, (unsigned)k);
+      send_simple(s, q, WIRE_CANCEL, c);
+    }
+  }
+}
+
 /* Asks P for the best chunk it can give us, if any. */
 static int request_one(stitch_swarm *s, peer *p, int endgame) {
   for (size_t k = 0; k < s->plan.n; k++) {
@@ -366,12 +405,14 @@ static int request_one(stitch_swarm *s, peer *p, int endgame) {
     /* The CHUNK body: the msgpack array around the bytes is small. */
     uint64_t allow = chunk_ref(v, o, c)->size + 64;
     p->chunk_allow = allow > p->chunk_allow ? allow : p->chunk_allow;
-    p->req[p->n_req++] = (request){id, s->now_ms, 0};
+    p->req[p->n_req++] = (request){id, s->now_ms, 0, 0};
     if (v->inflight[o][c]++ == 0)
       v->asked_at[o][c] = vstate_stamp(s, v);
     send_simple(s, p, WIRE_REQUEST, &id);
-    if (v->inflight[o][c] == 1)
+    if (v->inflight[o][c] == 1) {
       cross_on_request(s, p, v, &id);
+      withdraw_early(s, &id);
+    }
     return 1;
   }
   return 0;
@@ -411,6 +452,22 @@ static unsigned request_depth(stitch_swarm *s) {
   if (n == 0 || mine >= sum / n - CORE_BEHIND_MARGIN)
     return s->cfg.pipeline;
   return more < CORE_MAX_PIPELINE ? more : CORE_MAX_PIPELINE;
+}
+
+void fetch_early_from(stitch_swarm *s, peer *p, vstate *v,
+                      const chunk_id *c) {
+  uint32_t o = c->object;
+  if (s->cfg.seed || !peer_near(p) || v != &s->v[s->n_v - 1] ||
+      v->held[o].n > CORE_PUSH_SMALL_CHUNKS || !core_wanted_by_all(s, v, o) ||
+      !fetch_in_plan(s, c->version, o) || bits_get(&v->held[o], c->chunk) ||
+      v->inflight[o][c->chunk] > 0 || p->early_refused == c->version ||
+      p->n_req >= CORE_MAX_PIPELINE || peer_holds(p, c))
+    return; /* one that says it holds C is asked as usual, and judged */
+  for (size_t i = 0; i < s->n_peers; i++)
+    if (s->peers[i].state == PEER_READY && fetch_asked(&s->peers[i], c) >= 0)
+      return; /* asked early already */
+  p->req[p->n_req++] = (request){*c, s->now_ms, 0, 1};
+  send_simple(s, p, WIRE_REQUEST, c);
 }
 
 /* Fills the peers' request pipelines one request at a time, always to the
@@ -453,13 +510,16 @@ void fetch_schedule(stitch_swarm *s) {
 
 static void drop_request(stitch_swarm *s, peer *p, unsigned i) {
   vstate *v = core_find_version(s, p->req[i].c.version);
-  if (v != NULL && v->inflight[p->req[i].c.object][p->req[i].c.chunk] > 0)
+  if (!p->req[i].early && v != NULL &&
+      v->inflight[p->req[i].c.object][p->req[i].c.chunk] > 0)
     v->inflight[p->req[i].c.object][p->req[i].c.chunk]--;
   p->req[i] = p->req[--p->n_req];
 }
 
 void fetch_on_reject(stitch_swarm *s, peer *p, const chunk_id *c) {
   int i = fetch_asked(p, c);
+  if (i >= 0 && p->req[i].early)
+    p->early_refused = c->version; /* it keeps no early requests */
   if (i >= 0)
     drop_request(s, p, (unsigned)i);
   /* It does not have it after all: stop asking it. */
@@ -532,6 +592,15 @@ static void push_near(stitch_swarm *s, const peer *from, vstate *v,
     }
     return;
   }
+  /* A small object's chunk is asked early of the neighbour nearest its
+   * way in (fetch_early_from), wherever CROSSINGs tell of that way (we
+   * know of another region): passed to an empty neighbour besides, it
+   * came twice (upload1000.json at 250 nodes, seeds 1-3: chunks that
+   * came twice 2,495-2,691 in the run with it, 577-719 without; the last
+   * node as soon). */
+  if (v->ref.m->objects[c->object].n_chunks <= CORE_PUSH_SMALL_CHUNKS &&
+      core_wanted_by_all(s, v, c->object) && cross_far_known(s))
+    return;
   peer *pick = NULL;
   unsigned n = 0;
   for (size_t i = 0; i < s->n_peers; i++) {
@@ -578,10 +647,15 @@ static int charge_outrun(stitch_swarm *s, peer *q) {
 int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
   chunk_id c = {m->version, m->object, m->chunk};
   int i = fetch_asked(p, &c);
-  uint64_t asked_ms = i >= 0 ? p->req[i].sent_ms : UINT64_MAX;
+  int early = i >= 0 && p->req[i].early;
+  /* An early request waited for P to get the chunk: it outruns nobody,
+   * and its wait says nothing of how long a chunk takes. */
+  uint64_t asked_ms = i < 0 ? UINT64_MAX : early ? 0 : p->req[i].sent_ms;
   if (i >= 0) { /* the usual wait: an average over the last 8 or so */
     double took = (double)(s->now_ms - p->req[i].sent_ms);
-    s->wait_ms = s->wait_ms > 0 ? s->wait_ms + (took - s->wait_ms) / 8 : took;
+    if (!early)
+      s->wait_ms =
+          s->wait_ms > 0 ? s->wait_ms + (took - s->wait_ms) / 8 : took;
     drop_request(s, p, (unsigned)i);
     p->answered_ms = s->now_ms;
   }
@@ -649,7 +723,7 @@ int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
       continue;
     int j = fetch_asked(q, &c);
     if (j >= 0) {
-      int beaten = outrun(q, &q->req[j], asked_ms);
+      int beaten = !q->req[j].early && outrun(q, &q->req[j], asked_ms);
       drop_request(s, q, (unsigned)j);
       send_simple(s, q, WIRE_CANCEL, &c);
       if (beaten && charge_outrun(s, q))
@@ -688,6 +762,17 @@ static double behind(peer *p) {
   return h == NULL || h->n == 0 ? 0 : (double)h->count / (double)h->n;
 }
 
+static int waiting(stitch_swarm *s, const chunk_id *c);
+
+/* Has P a request queued with us that we can answer now (not an early
+ * one still waiting for its chunk, fetch_hold)? */
+static int servable(stitch_swarm *s, const peer *p) {
+  for (unsigned j = 0; j < p->n_serve; j++)
+    if (!waiting(s, &p->serve[j]))
+      return 1;
+  return 0;
+}
+
 /* May P's queued requests be served now? Only the CORE_SERVE_SLOTS
  * requesters of our region furthest behind are served at once, of those
  * with requests queued or a chunk on its way out (a requester's queue
@@ -710,7 +795,7 @@ static int serve_turn(stitch_swarm *s, peer *p) {
   for (size_t i = 0; i < s->n_peers; i++) {
     peer *q = &s->peers[i];
     if (q == p || q->state != PEER_READY || peer_far(q) ||
-        (q->n_serve == 0 && !sending(s, q)))
+        (!servable(s, q) && !sending(s, q)))
       continue;
     double theirs = behind(q);
     if (theirs < mine || (theirs == mine && q->id < p->id)) {
@@ -722,14 +807,57 @@ static int serve_turn(stitch_swarm *s, peer *p) {
   return 1;
 }
 
+/* Did we send P chunk C among the last CORE_SENT_KEPT? */
+static int sent_lately(const peer *p, const chunk_id *c) {
+  for (unsigned k = 0; k < CORE_SENT_KEPT && k < p->sent_next; k++)
+    if (same_chunk(&p->sent[k], c))
+      return 1;
+  return 0;
+}
+
+/* Is C, queued for a peer, an early request still waiting for us to get
+ * the chunk (fetch_hold)? */
+static int waiting(stitch_swarm *s, const chunk_id *c) {
+  vstate *v = core_find_version(s, c->version);
+  return v != NULL && !bits_get(&v->held[c->object], c->chunk);
+}
+
+int fetch_hold(stitch_swarm *s, peer *p, const chunk_id *c) {
+  vstate *v = core_find_version(s, c->version);
+  if (s->cfg.seed || !peer_near(p) || v == NULL || v != &s->v[s->n_v - 1] ||
+      c->object >= v->ref.m->n_objects ||
+      v->ref.m->objects[c->object].n_chunks > CORE_PUSH_SMALL_CHUNKS ||
+      c->chunk >= v->ref.m->objects[c->object].n_chunks ||
+      !fetch_in_plan(s, c->version, c->object))
+    return 0;
+  if (fetch_queued(p, c) >= 0)
+    return 1; /* asked twice */
+  if (p->n_serve == CORE_MAX_SERVE)
+    return 0;
+  if (p->n_serve == 0)
+    p->serve_wait_ms = s->now_ms;
+  p->serve[p->n_serve++] = *c;
+  return 1;
+}
+
 void fetch_serve_next(stitch_swarm *s, peer *p) {
   while (p->n_serve > 0 && serve_turn(s, p)) {
-    chunk_id c = p->serve[0];
-    memmove(&p->serve[0], &p->serve[1], (p->n_serve - 1) * sizeof(c));
+    /* The first request we can answer; early ones wait for their chunk. */
+    unsigned j = 0;
+    while (j < p->n_serve && waiting(s, &p->serve[j]))
+      j++;
+    if (j == p->n_serve)
+      return;
+    chunk_id c = p->serve[j];
+    memmove(&p->serve[j], &p->serve[j + 1], (p->n_serve - j - 1) * sizeof(c));
     p->n_serve--;
     vstate *v = core_find_version(s, c.version);
     if (v == NULL || !bits_get(&v->held[c.object], c.chunk))
       continue;
+    if (!s->cfg.seed &&
+        v->ref.m->objects[c.object].n_chunks <= CORE_PUSH_SMALL_CHUNKS &&
+        sent_lately(p, &c))
+      continue; /* asked early while we passed it: it has it */
     if (s->cfg.seed && peer_holds(p, &c))
       continue; /* pushed (seed_offer), and P got it elsewhere since */
     if (cross_answer(s, p, &c))
@@ -809,6 +937,8 @@ static int fetch_judge(stitch_swarm *s, peer *p) {
   uint64_t oldest = UINT64_MAX;
   for (unsigned k = 0; k < p->n_req; k++) {
     request *r = &p->req[k];
+    if (r->early)
+      continue; /* it waits for P to get the chunk: never late */
     oldest = r->sent_ms < oldest ? r->sent_ms : oldest;
     if (!r->late && s->now_ms - r->sent_ms >= late_ms) {
       r->late = 1;
@@ -817,7 +947,7 @@ static int fetch_judge(stitch_swarm *s, peer *p) {
       forget_holdings(s, p);
     }
   }
-  if (p->n_req == 0)
+  if (oldest == UINT64_MAX)
     return 0;
   uint64_t since = p->answered_ms > oldest ? p->answered_ms : oldest;
   if (s->now_ms - since < SCORE_STALL_MS ||
@@ -837,6 +967,16 @@ void fetch_tick(stitch_swarm *s) {
     if (fetch_judge(s, p))
       continue; /* dropped: its score fell too low */
     for (unsigned k = 0; k < p->n_req;) {
+      if (p->req[k].early) { /* withdrawn unscored once it waited long */
+        if (s->now_ms - p->req[k].sent_ms < CORE_EARLY_MS) {
+          k++;
+          continue;
+        }
+        chunk_id c = p->req[k].c;
+        drop_request(s, p, k);
+        send_simple(s, p, WIRE_CANCEL, &c);
+        continue;
+      }
       if (s->now_ms - p->req[k].sent_ms < CORE_REQUEST_MS) {
         k++;
         continue;

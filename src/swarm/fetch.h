@@ -36,6 +36,12 @@
 #define CORE_SENDING_MAX_MS 200
 /* An object of at most this many chunks is small (fetch.c push_near). */
 #define CORE_PUSH_SMALL_CHUNKS 16
+/* A chunk of a small object is asked early of the neighbour that first
+ * told us it comes into our region (fetch.c fetch_early_from). While
+ * that request is younger than CORE_EARLY_PATIENCE_MS the chunk is asked
+ * of no other neighbour; it is withdrawn after CORE_EARLY_MS unanswered. */
+#define CORE_EARLY_PATIENCE_MS 60
+#define CORE_EARLY_MS 1000
 
 struct peer;
 struct vstate;
@@ -49,6 +55,15 @@ void fetch_on_reject(stitch_swarm *s, struct peer *p,
 void fetch_peer_gone(stitch_swarm *s, struct peer *p);
 void fetch_tick(stitch_swarm *s);
 void fetch_serve_next(stitch_swarm *s, struct peer *p);
+/* P asked us for chunk C, which we lack: 1 when the request is kept, to
+ * be answered once we hold C (an early request, fetch.c), 0 when it is
+ * to be rejected. */
+int fetch_hold(stitch_swarm *s, struct peer *p, const struct chunk_id *c);
+/* P, a neighbour of our region, first told us that chunk C of V comes
+ * into our region (CROSSING): it is nearer the chunk's way in than our
+ * other neighbours, and is asked for C early. */
+void fetch_early_from(stitch_swarm *s, struct peer *p, struct vstate *v,
+                      const struct chunk_id *c);
 /* Where C is among P's requests to us (fetch_queued), or among our
  * requests to P (fetch_asked), or -1. */
 int fetch_queued(const struct peer *p, const struct chunk_id *c);

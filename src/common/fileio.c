@@ -164,8 +164,9 @@ void stitch_tmpfile_abort(stitch_tmpfile *t) {
   t->tmp_path = t->path = NULL;
 }
 
-int stitch_write_file(const char *path, const void *buf, size_t len,
-                      stitch_diag *d) {
+/* The whole file at once, committed one way or the other. */
+static int write_whole(const char *path, const void *buf, size_t len,
+                       int synced, stitch_diag *d) {
   stitch_tmpfile t;
   CHECK_RC(stitch_tmpfile_open(&t, path, d));
   int rc = stitch_tmpfile_write(&t, buf, len, d);
@@ -173,19 +174,18 @@ int stitch_write_file(const char *path, const void *buf, size_t len,
     stitch_tmpfile_abort(&t);
     return rc;
   }
-  return stitch_tmpfile_commit(&t, d);
+  return synced ? stitch_tmpfile_commit(&t, d)
+                : stitch_tmpfile_commit_unsynced(&t, d);
+}
+
+int stitch_write_file(const char *path, const void *buf, size_t len,
+                      stitch_diag *d) {
+  return write_whole(path, buf, len, 1, d);
 }
 
 int stitch_write_file_unsynced(const char *path, const void *buf, size_t len,
                                stitch_diag *d) {
-  stitch_tmpfile t;
-  CHECK_RC(stitch_tmpfile_open(&t, path, d));
-  int rc = stitch_tmpfile_write(&t, buf, len, d);
-  if (rc != 0) {
-    stitch_tmpfile_abort(&t);
-    return rc;
-  }
-  return stitch_tmpfile_commit_unsynced(&t, d);
+  return write_whole(path, buf, len, 0, d);
 }
 
 int stitch_syncfs(const char *dir, stitch_diag *d) {

@@ -58,6 +58,8 @@ if x["connections_out"] < 1 or x["inbound_probe"] != "dropped" or \
     no("the NAT did not masquerade, or let a dial in: %s" % x)
 if not r["link_packets"] or r["link_packets"]["lost"] <= 0:
     no("the emulator lost nothing: %s" % r["link_packets"])
+if "late_p99_us" not in r["link_packets"]:
+    no("the emulator said nothing of its lateness: %s" % r["link_packets"])
 if sys.argv[1] == "yes":  # stitch-sim built: its keys, consistent (never a timing)
     if "bounds_note" in r or not r.get("latency_s", 0) > 0:
         no("no latency_s: %s" % r.get("bounds_note"))

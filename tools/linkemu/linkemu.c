@@ -73,6 +73,7 @@
 #define LE_DIR_BYTES (8u << 20)   /* bytes held per direction */
 #define LE_MAX_LIMIT 65536u       /* packets held per direction, at most */
 #define LE_LINE 1024              /* a config line, at most */
+#define LE_LATE_BUCKETS 24        /* lateness: 1 us to 8 s in powers of two */
 
 typedef struct {
   uint64_t delay_ns, jitter_ns, rate_bps;
@@ -113,6 +114,9 @@ typedef struct {
   le_pkt **heap;
   size_t nheap, capheap;
   uint64_t seq;
+  /* How late packets left against their due time: a count per power of
+   * two of microseconds (0: under 1 us), for the exit's line */
+  uint64_t late[LE_LATE_BUCKETS];
   unsigned char buf[LE_MAX_PKT];
 } le_emu;
 
@@ -405,6 +409,13 @@ static void deliver(le_emu *e, uint64_t now) {
     le_dir *d = &l->d[p->dir];
     d->held--;
     d->held_bytes -= p->len;
+    uint64_t us = (now - p->due) / 1000;
+    int b = 0;
+    while (us > 0 && b < LE_LATE_BUCKETS - 1) {
+      us >>= 1;
+      b++;
+    }
+    e->late[b]++;
     if (write(l->fd[!p->dir], p->data, p->len) == (ssize_t)p->len)
       d->out++;
     else
@@ -413,7 +424,23 @@ static void deliver(le_emu *e, uint64_t now) {
   }
 }
 
+/* The lateness below which a share Q of the packets left, in us (the
+ * upper edge of its power-of-two bucket). */
+static uint64_t late_quantile(const le_emu *e, double q) {
+  uint64_t all = 0, seen = 0;
+  for (int b = 0; b < LE_LATE_BUCKETS; b++) all += e->late[b];
+  for (int b = 0; b < LE_LATE_BUCKETS; b++) {
+    seen += e->late[b];
+    if (all > 0 && (double)seen >= q * (double)all) return b == 0 ? 1 : (uint64_t)1 << b;
+  }
+  return 0;
+}
+
 static void print_stats(const le_emu *e) {
+  fprintf(stderr,
+          "stitch-linkemu: late against due: p50 < %" PRIu64 " us, p90 < %" PRIu64
+          " us, p99 < %" PRIu64 " us\n",
+          late_quantile(e, 0.5), late_quantile(e, 0.9), late_quantile(e, 0.99));
   for (int i = 0; i < e->nlinks; i++)
     for (int k = 0; k < 2; k++) {
       const le_link *l = &e->links[i];

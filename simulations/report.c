@@ -183,6 +183,7 @@ void *sim_report_json(const sim_result *r, int per_node) {
     json_array_append_new(vs, e);
   }
   json_object_set_new(o, "mode", json_string(r->mode));
+  json_object_set_new(o, "network", json_string(r->network));
   json_object_set_new(o, "nodes", json_integer(r->nodes));
   json_object_set_new(o, "versions", vs);
   json_object_set_new(o, "latency_s", json_real(r->latency_s));

@@ -276,6 +276,34 @@ static void read_faults(rd *r, json_t *root, sim_scenario *sc) {
     }
 }
 
+
+/* "network" left out (or "auto"): the flows network, SimGrid's max-min
+ * sharing, where it runs the whole file in reasonable time; else the
+ * queues network, said on stderr (sim.c) with the reason, so that a user
+ * never needs to know which network a fleet's size or the file's keys
+ * call for (docs/simulator.md, "Two networks"). */
+static void pick_network(sim_scenario *sc, const char *path) {
+  int lossy = sc->inter_loss_pct > 0 || sc->inter_jitter_ms > 0;
+  for (size_t g = 0; g < sc->n_regions; g++)
+    lossy |= sc->regions[g].loss_pct > 0 || sc->regions[g].jitter_ms > 0;
+  char why[96];
+  if (sc->nodes > SIM_FLOWS_MAX_NODES)
+    snprintf(why, sizeof(why),
+             "%u nodes: the flows network takes over %u too long", sc->nodes,
+             SIM_FLOWS_MAX_NODES);
+  else if (sc->n_faults > 0)
+    snprintf(why, sizeof(why), "faults are simulated there only");
+  else if (lossy)
+    snprintf(why, sizeof(why), "loss_pct and jitter_ms are modelled there only");
+  else
+    return;
+  sc->queues = 1;
+  snprintf(sc->network_note, sizeof(sc->network_note),
+           "%s: the queues network (%s); \"network\": \"flows\" or "
+           "\"queues\" chooses",
+           path, why);
+}
+
 int sim_scenario_load(const char *path, sim_scenario *sc, char *err,
                       size_t errlen) {
   memset(sc, 0, sizeof(*sc));
@@ -336,10 +364,11 @@ int sim_scenario_load(const char *path, sim_scenario *sc, char *err,
     rd_fail(&r, "churn", "simulated in p2p mode only, not with \"mode\": "
                          "\"central\"");
   char net[16];
-  rd_str(&r, root, "", "network", 0, net, sizeof(net), "flows");
-  if (!r.failed && strcmp(net, "flows") != 0 && strcmp(net, "queues") != 0)
-    rd_fail(&r, "network", "expected \"flows\" or \"queues\", not \"%s\"",
-            net);
+  rd_str(&r, root, "", "network", 0, net, sizeof(net), "auto");
+  if (!r.failed && strcmp(net, "flows") != 0 && strcmp(net, "queues") != 0 &&
+      strcmp(net, "auto") != 0)
+    rd_fail(&r, "network",
+            "expected \"flows\", \"queues\" or \"auto\", not \"%s\"", net);
   sc->queues = strcmp(net, "queues") == 0;
   sc->time_limit_s = rd_num(&r, root, "", "time_limit_s", 1, 0, 1e-3, 1e7);
   sc->rng_seed = (uint64_t)rd_num(&r, root, "", "rng_seed", 0, 1, 0, 1e15);
@@ -349,6 +378,8 @@ int sim_scenario_load(const char *path, sim_scenario *sc, char *err,
       (unsigned)rd_num(&r, sw, "swarm.", "cross_region", 0, 0, 0, 256);
   sc->pipeline = (unsigned)rd_num(&r, sw, "swarm.", "pipeline", 0, 0, 0, 64);
   read_faults(&r, root, sc);
+  if (!r.failed && strcmp(net, "auto") == 0)
+    pick_network(sc, path);
   /* The flows network has no way to hold a route's packets (a partition)
    * or stop a node's actor and start it again: faults run on the queues
    * network, and a file asking for them on flows is refused at run time

@@ -1135,6 +1135,7 @@ static int report(sim *s, double wall_s, double rss_base, int as_json,
   sim_links *links = xcalloc(nv + 1, sizeof(*links));
   sim_result r = {0};
   r.mode = s->sc.central ? "central" : "p2p";
+  r.network = s->sc.queues ? "queues" : "flows";
   for (unsigned i = 0; i < slots; i++) {
     node *n = &s->node[i];
     memcpy(&done[(size_t)i * (nv + 1)], n->done, (nv + 1) * sizeof(*done));
@@ -1329,6 +1330,8 @@ int main(int argc, char **argv) {
     die(err);
   if (s.sc.unsimulated[0])
     die(s.sc.unsimulated);
+  if (s.sc.network_note[0])
+    fprintf(stderr, "stitch-sim: %s\n", s.sc.network_note);
   s.net = s.sc.queues ? &sim_net_queues : &sim_net_flows;
   const char *pn = getenv("STITCH_SIM_NAT_PUNCH");
   s.nat_punch = pn != NULL && *pn == '1';

@@ -37,6 +37,10 @@ typedef enum sim_fault_kind {
 } sim_fault_kind;
 
 #define SIM_FAULTS_MAX 16 /* as tools/netlab_faults.py */
+/* Above this many nodes a file that leaves "network" out runs on the
+ * queues network: SimGrid's solver costs about messages x concurrent
+ * flows, 20 % of a run at 200 nodes and growing (docs/simulator.md) */
+#define SIM_FLOWS_MAX_NODES 250
 
 typedef struct sim_fault {
   sim_fault_kind kind;
@@ -70,7 +74,11 @@ typedef struct sim_scenario {
   uint64_t rng_seed;      /* "rng_seed": 1 */
   unsigned max_peers, cross_region, pipeline; /* "swarm": 0, the core's */
   int queues;             /* "network": "flows" (0, SimGrid's max-min
-                             flows) or "queues" (1, link queues: scale) */
+                             flows) or "queues" (1, link queues: scale);
+                             left out or "auto": stitch-sim's choice */
+  /* Empty, or the line stitch-sim says on stderr when it chose the queues
+   * network for a file that left the choice to it, and why */
+  char network_note[256];
   unsigned nodes;         /* derived: the sum over regions */
   sim_fault faults[SIM_FAULTS_MAX]; /* "faults", in the file's order */
   unsigned n_faults;
@@ -181,6 +189,7 @@ typedef struct sim_links {
 
 typedef struct sim_result {
   const char *mode;
+  const char *network; /* "flows" or "queues": the one that ran */
   unsigned nodes, versions; /* nodes: at start */
   unsigned slots;           /* every node that ran, [0] the seed (churn.c) */
   const sim_version *v; /* [1..versions] */

@@ -111,7 +111,9 @@ if [ "${3:-}" = schema ]; then
   # NAT). The same nodes as netlab draws (Python's random.sample from
   # "nat-SEED"); none ever takes an inbound link; they dial out and serve.
   q "$dir/scenarios/netlab_nat.json" > "$tmp/natq.json"
-  "$sim" "$dir/scenarios/netlab_nat.json" --json > "$tmp/nat-flows.out" 2> /dev/null
+  sed 's/"mode": "p2p"/"network": "flows", "mode": "p2p"/' \
+    "$dir/scenarios/netlab_nat.json" > "$tmp/natf.json"
+  "$sim" "$tmp/natf.json" --json > "$tmp/nat-flows.out" 2> /dev/null
   "$sim" "$tmp/natq.json" --json > "$tmp/nat-queues.out"
   STITCH_SIM_NAT_PUNCH=1 "$sim" "$tmp/natq.json" --json > "$tmp/nat-punch.out"
   # Both branches of Python's sample(): a pool (30 nodes, 24 drawn: 30 is
@@ -534,11 +536,32 @@ churn=$(printf '%s' "$good" | sed 's/"leave_per_min": 0/"leave_per_min": 5/; s/"
 bad central_churn "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $churn}" "churn"
 bad nat "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $(printf '%s' "$good" | sed 's/"latency_ms": 1}\]/"latency_ms": 1, "nat": 1.5}]/')}" "regions\[0\].nat: 1.5 is outside"
 bad jitter "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $(printf '%s' "$good" | sed 's/"latency_ms": 1}\]/"latency_ms": 1, "jitter_ms": 2}]/')}" "regions\[0\].jitter_ms: 2 is more than latency_ms"
-# Faults run on the queues network only: on flows (the default) refused.
-bad faults "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"faults\": [{\"at_s\": 1, \"kind\": \"seed_restart\"}], $good}" "faults: simulated on the queues network only"
+# Faults run on the queues network only: on flows, asked for, refused.
+bad faults "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"network\": \"flows\", \"faults\": [{\"at_s\": 1, \"kind\": \"seed_restart\"}], $good}" "faults: simulated on the queues network only"
 bad fault_kind "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"network\": \"queues\", \"faults\": [{\"at_s\": 1, \"kind\": \"flood\"}], $good}" "faults\[0\].kind: 'flood' is not a fault"
 bad fault_nodes "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"network\": \"queues\", \"faults\": [{\"at_s\": 1, \"kind\": \"kill\", \"nodes\": [0, 2], \"restart_at_s\": 2}], $good}" "faults\[0\].nodes: expected distinct node numbers"
 bad fault_overlap "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"network\": \"queues\", \"faults\": [{\"at_s\": 1, \"kind\": \"kill\", \"nodes\": [0], \"restart_at_s\": 3}, {\"at_s\": 2, \"kind\": \"kill\", \"nodes\": [0, 1], \"restart_at_s\": 4}], $good}" "faults\[1\]: overlaps faults\[0\]"
+# "network" left out: stitch-sim picks the queues network for a file the
+# flows network cannot run in reasonable time (over 250 nodes) or at all
+# (faults, loss), says so in one line, and reports which one ran.
+picked() { # NAME JSON NETWORK WHY
+  printf '%s\n' "$2" > "$tmp/$1.json"
+  "$sim" "$tmp/$1.json" --json > "$tmp/$1.out" 2> "$tmp/$1.err" ||
+    { echo "sim_small: $1: failed:"; cat "$tmp/$1.err"; exit 1; }
+  python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))
+sys.exit(0 if r["network"] == sys.argv[2] and r["completed"] else "%s ran on %s" % (sys.argv[1], r["network"]))' "$tmp/$1.out" "$3"
+  if [ -n "$4" ]; then
+    [ "$(grep -c "the queues network ($4" "$tmp/$1.err")" -eq 1 ] ||
+      { echo "sim_small: $1: no one line saying '$4':"; cat "$tmp/$1.err"; exit 1; }
+  elif grep -q "the queues network (" "$tmp/$1.err"; then
+    echo "sim_small: $1: said it chose:"; cat "$tmp/$1.err"; exit 1
+  fi
+}
+picked few "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $good}" flows ""
+picked many "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $(printf '%s' "$good" | sed 's/"nodes": 2,/"nodes": 300,/; s/"bytes": 100000/"bytes": 20000/')}" queues "300 nodes"
+picked faults_auto "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"faults\": [{\"at_s\": 0.5, \"kind\": \"seed_restart\", \"restart_at_s\": 0.6}], $good}" queues "faults"
+picked lossy_auto "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $(printf '%s' "$good" | sed 's/"latency_ms": 1}\]/"latency_ms": 1, "loss_pct": 1}]/')}" queues "loss_pct"
+picked forced "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"network\": \"queues\", $good}" queues ""
 printf '%s\n' "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"extra\": 1, $good}" > "$tmp/ok.json"
 "$sim" "$tmp/ok.json" > /dev/null || { echo "sim_small: an unknown key was refused"; exit 1; }
 echo "sim_small: bad scenario files refused"

@@ -117,6 +117,17 @@ for f in --listed "--format 2"; do
   "$bin/stitch" delta "$work/nvfp4/$a" "$work/nvfp4/$b" -o "$work/d" $f
   check_delta "$work/d" "nvfp4 $f"
 done
+# It applies to its base bit for bit (metadata included); another base
+# with the same tensors is refused by its digest, and nothing is written.
+"$bin/stitch" delta "$work/nvfp4/$a" "$work/nvfp4/$b" -o "$work/d"
+"$bin/stitch" apply "$work/nvfp4/$a" "$work/d" -o "$work/r.safetensors"
+cmp "$work/r.safetensors" "$work/nvfp4/$b"
+if "$bin/stitch" apply "$work/nvfp4/$b" "$work/d" -o "$work/r2.safetensors" \
+  2>"$work/err"; then
+  echo "FAIL: a format-3 delta applied to the wrong base"; exit 1
+fi
+[ ! -e "$work/r2.safetensors" ]
+echo "ok: format 3 applies to its base only ($(head -c 120 "$work/err"))"
 
 # A published version: the manifest and every chunk, fixed and payload.
 "$bin/stitch" keygen --out "$work/k" >/dev/null

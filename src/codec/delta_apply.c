@@ -426,10 +426,10 @@ static int parse_index(stitch_delta *dl, const uint8_t *ix, size_t il,
   CHECK_RC(parse_meta(dl, &r, dl->table_as_base,
                       dl->table_as_base ? stitch_st_metadata(base) : NULL, d));
   /* A tensor takes at least 5 bytes: a name's 2 (format 1: its length
-   * and a byte; 2: two lengths), a dtype, a dim count and flags; 2 when
-   * they are the base's (flags and a coding). */
+   * and a byte; 2: two lengths), a dtype, a dim count and flags; 1 when
+   * they are the base's (its flags: an empty tensor has no block). */
   RETURN_IF(rd_varint(&r, &n) ||
-                n > (r.len - r.pos) / (dl->table_as_base ? 2 : 5),
+                n > (r.len - r.pos) / (dl->table_as_base ? 1 : 5),
             d, STITCH_EFORMAT, "delta index: bad tensor count");
   dl->index_head = r.pos;
   dl->t = calloc(n ? (size_t)n : 1, sizeof(*dl->t));

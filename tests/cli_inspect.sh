@@ -13,10 +13,11 @@ bin="$1"
 work="$(mktemp -d "${TMPDIR:-/tmp}/stitch-inspect.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 
-check_delta() { # delta file, label
-  local d="$1" what="$2"
-  "$bin/stitch" inspect --json "$d" >"$work/i.json"
-  "$bin/stitch" inspect "$d" >"$work/i.txt"
+check_delta() { # delta file, label, its base (format 3 names its tensors by it)
+  local d="$1" what="$2" base=()
+  [ $# -lt 3 ] || base=(--base "$3")
+  "$bin/stitch" inspect --json "$d" "${base[@]}" >"$work/i.json"
+  "$bin/stitch" inspect "$d" "${base[@]}" >"$work/i.txt"
   python3 - "$d" "$work/i.json" "$work/i.txt" "$what" <<'PY'
 import json, os, re, sys
 path, jpath, tpath, what = sys.argv[1:]
@@ -49,8 +50,10 @@ for x in j["tensors"]:
     need = sum(MIN.get(c, 0) * n for c, n in x["blocks"].items())
     if xb["params"] < need:
         fail(f"{x['name']}: params {xb['params']} < {need} ({x['blocks']})")
-    # Format 2 front-codes names: two lengths, a dtype, a dim count, flags.
-    if xb["table"] < (len(x["name"].encode()) + 4 if j["format"] == 1 else 5):
+    # Format 2 front-codes names: two lengths, a dtype, a dim count, flags;
+    # format 3 can name them by the base's (flags alone).
+    if xb["table"] < (len(x["name"].encode()) + 4 if j["format"] == 1
+                      else 5 if j["format"] == 2 else 1):
         fail(f"{x['name']}: table {xb['table']}")
 for k, v in sums.items():
     if v != t[k]:
@@ -85,7 +88,7 @@ b=step_0002.safetensors
 for t in bf16 bf16s fp8 nvfp4 f32; do
   for mode in "" --small --fastest; do
     "$bin/stitch" delta "$work/$t/$a" "$work/$t/$b" -o "$work/d" $mode
-    check_delta "$work/d" "$t ${mode:-default}"
+    check_delta "$work/d" "$t ${mode:-default}" "$work/$t/$a"
   done
 done
 # Format 1, as builds before format 2 wrote it (a checksum a block).
@@ -95,14 +98,36 @@ check_delta "$work/d" "nvfp4 --format 1"
 # Dense blocks: another seed's weights (XOR, PLANES), and an anchor (a
 # delta from the empty checkpoint: every tensor NEW).
 "$bin/stitch" delta "$work/f32/$a" "$work/f32b/$b" -o "$work/d"
-check_delta "$work/d" "f32 against another seed"
+check_delta "$work/d" "f32 against another seed" "$work/f32/$a"
 printf '\002\000\000\000\000\000\000\000{}' >"$work/empty.safetensors"
 "$bin/stitch" delta "$work/empty.safetensors" "$work/fp8/$b" -o "$work/d"
 check_delta "$work/d" "fp8 anchor"
 # Blocks as small as they go: many blocks a tensor, RANS in the fastest
 # mode (blocks of 2^12 symbols and more).
 "$bin/stitch" delta "$work/bf16/$a" "$work/bf16/$b" -o "$work/d" --block-log2 12 --fastest
-check_delta "$work/d" "bf16 --block-log2 12 --fastest"
+check_delta "$work/d" "bf16 --block-log2 12 --fastest" "$work/bf16/$a"
+# Format 3 names the base's tensors: without the base it does not parse
+# (one line, saying how); --listed and --format 2 list them.
+if "$bin/stitch" inspect "$work/d" 2>"$work/err"; then
+  echo "FAIL: a delta naming the base's tensors parsed without it"; exit 1
+fi
+grep -q -- "--base BASE" "$work/err"
+[ "$(wc -l <"$work/err")" = 1 ]
+for f in --listed "--format 2"; do
+  "$bin/stitch" delta "$work/nvfp4/$a" "$work/nvfp4/$b" -o "$work/d" $f
+  check_delta "$work/d" "nvfp4 $f"
+done
+# It applies to its base bit for bit (metadata included); another base
+# with the same tensors is refused by its digest, and nothing is written.
+"$bin/stitch" delta "$work/nvfp4/$a" "$work/nvfp4/$b" -o "$work/d"
+"$bin/stitch" apply "$work/nvfp4/$a" "$work/d" -o "$work/r.safetensors"
+cmp "$work/r.safetensors" "$work/nvfp4/$b"
+if "$bin/stitch" apply "$work/nvfp4/$b" "$work/d" -o "$work/r2.safetensors" \
+  2>"$work/err"; then
+  echo "FAIL: a format-3 delta applied to the wrong base"; exit 1
+fi
+[ ! -e "$work/r2.safetensors" ]
+echo "ok: format 3 applies to its base only ($(head -c 120 "$work/err"))"
 
 # A published version: the manifest and every chunk, fixed and payload.
 "$bin/stitch" keygen --out "$work/k" >/dev/null

@@ -116,8 +116,8 @@ static void check_apply_file(const char *a, const uint8_t *dbytes, size_t dlen,
                              const char *b) {
   stitch_diag d = {{0}};
   stitch_delta *dl;
-  ASSERT_OK(stitch_delta_parse(dbytes, dlen, &dl, &d), d);
   stitch_st *sa = open_ckpt(a), *sb = open_ckpt(b);
+  ASSERT_OK(stitch_delta_parse_ex(dbytes, dlen, sa, &dl, &d), d);
   const char *out = test_path("applied.safetensors");
   progress_log pl = {.n = 0};
   stitch_delta_apply_opts o = {.threads = 2, .progress = on_progress,
@@ -582,9 +582,9 @@ static void test_formats(void) {
   write_ckpt(pb, tb, NT, "{\"format\": \"pt\"}");
   size_t l1, l2;
   uint8_t *d1 = encode_fmt(pa, pb, 10, 1, &l1, NULL);
-  uint8_t *d2 = encode_fmt(pa, pb, 10, 0, &l2, NULL);
+  uint8_t *d2 = encode_fmt(pa, pb, 10, 2, &l2, NULL);
   ASSERT_UEQ(le64(d1 + 8) & 0xffff, 1);
-  ASSERT_UEQ(le64(d2 + 8) & 0xffff, STITCH_DELTA_FORMAT);
+  ASSERT_UEQ(le64(d2 + 8) & 0xffff, 2);
   fprintf(stderr, "formats: %d tensors, format 1 %zu B, format 2 %zu B\n", NT,
           l1, l2);
   ASSERT_LE(l2 + 100, l1);
@@ -626,7 +626,7 @@ static void test_formats(void) {
   x[8] = STITCH_DELTA_FORMAT + 1;
   ASSERT(fz_delta_fix_sums(x, l2));
   ASSERT_EQ(stitch_delta_parse(x, l2, &h2, &d), STITCH_EVERSION);
-  ASSERT(strstr(d.msg, "format 3") != NULL);
+  ASSERT(strstr(d.msg, "format 4") != NULL);
   free(x);
   /* Format 2, index raw: damage its names and counts (sums fixed, so the
    * index parser meets them). */
@@ -668,6 +668,184 @@ static void test_formats(void) {
     free(bufs[i]);
 }
 
+/* Format 3 with the base's tensors (proto/delta.md "Index, format 3"):
+ * D encoded with table_as_base from PA to PB, whose metadata are MA and
+ * MB. It parses only with the base, to what format 2 lists, and applies
+ * to PB's bytes and metadata; a base of another tensor count is refused. */
+static void check_format3(const char *pa, const char *pb, const char *ma,
+                          const char *mb, const uint8_t *d3, size_t l3,
+                          const uint8_t *d2, size_t l2) {
+  stitch_diag d = {{0}};
+  stitch_delta *h2, *h3;
+  ASSERT_UEQ(le64(d3 + 8) & 0xffff, 3);
+  ASSERT_EQ(stitch_delta_parse(d3, l3, &h3, &d), STITCH_EINVAL);
+  ASSERT(strstr(d.msg, "base") != NULL);
+  stitch_st *sa = open_ckpt(pa);
+  ASSERT_OK(stitch_delta_parse_ex(d3, l3, sa, &h3, &d), d);
+  ASSERT_OK(stitch_delta_parse(d2, l2, &h2, &d), d);
+  if (mb == NULL)
+    ASSERT(stitch_delta_metadata(h3) == NULL);
+  else
+    ASSERT_STR_EQ(stitch_delta_metadata(h3), stitch_delta_metadata(h2));
+  (void)ma;
+  ASSERT_UEQ(stitch_delta_count(h3), stitch_delta_count(h2));
+  for (size_t i = 0; i < stitch_delta_count(h3); i++) {
+    const stitch_delta_tensor *a = stitch_delta_tensor_at(h3, i),
+                              *b = stitch_delta_tensor_at(h2, i);
+    ASSERT_STR_EQ(a->name, b->name);
+    ASSERT_EQ(a->dtype, b->dtype);
+    ASSERT_EQ(a->ndim, b->ndim);
+    ASSERT_UEQ(a->shape[0], b->shape[0]);
+    ASSERT_UEQ(a->symbols, b->symbols);
+    ASSERT_UEQ(a->changed, b->changed);
+    ASSERT_UEQ(a->encoded, b->encoded);
+    ASSERT_UEQ(a->blocks, b->blocks);
+  }
+  stitch_delta_bytes by3, by2;
+  stitch_delta_bytes_of(h3, &by3, NULL);
+  stitch_delta_bytes_of(h2, &by2, NULL);
+  ASSERT_UEQ(by3.format, 3);
+  ASSERT_UEQ(by3.file, l3);
+  ASSERT_UEQ(by3.tensors.payload, by2.tensors.payload);
+  ASSERT_UEQ(by3.tensors.table, stitch_delta_count(h3)); /* a flag byte each */
+  stitch_delta_free(h2);
+  stitch_delta_free(h3);
+  stitch_st_free(sa);
+  check_apply_file(pa, d3, l3, pb);
+  stitch_st *so = open_ckpt(test_path("applied.safetensors")),
+            *sb = open_ckpt(pb);
+  if (mb == NULL)
+    ASSERT(stitch_st_metadata(so) == NULL);
+  else
+    ASSERT_STR_EQ(stitch_st_metadata(so), stitch_st_metadata(sb));
+  stitch_st_free(so);
+  stitch_st_free(sb);
+}
+
+/* Format 3: the index names the base's tensors instead of listing them
+ * when the result has the base's table, and edits the base's metadata;
+ * smaller than format 2, the same result; deterministic; a listed table
+ * stays parseable alone; damaged edits, flags and table kinds are
+ * refused at parse, as is a base with another table. */
+static void test_format3(void) {
+  enum { NT = 30 };
+  tspec ta[NT], tb[NT];
+  char names[NT][64];
+  uint8_t *bufs[2 * NT];
+  for (int i = 0; i < NT; i++) {
+    size_t n = 512 + 128 * (size_t)i;
+    stitch_dtype dt = i % 3 == 0 ? STITCH_DT_U8 : STITCH_DT_BF16;
+    size_t es = stitch_dtype_size(dt);
+    bufs[2 * i] = malloc(n * es);
+    bufs[2 * i + 1] = malloc(n * es);
+    make_pair(dt, n, i % 4 == 1 ? 0.0 : 0.001, bufs[2 * i], bufs[2 * i + 1]);
+    snprintf(names[i], sizeof(names[i]), "model.layers.%d.mlp.%s_proj.weight",
+             i / 3, i % 3 == 0 ? "gate" : i % 3 == 1 ? "up" : "down");
+    ta[i] = (tspec){names[i], dt, 1, {n}, bufs[2 * i]};
+    tb[i] = (tspec){names[i], dt, 1, {n}, bufs[2 * i + 1]};
+  }
+  /* Metadata pairs: a step number edited, added, dropped, none, all new. */
+  static const char *const metas[][2] = {
+      {"{\"step\": \"00000001\", \"view\": \"nvfp4\"}",
+       "{\"step\": \"00000002\", \"view\": \"nvfp4\"}"},
+      {NULL, "{\"a\": \"b\"}"},
+      {"{\"a\": \"b\"}", NULL},
+      {NULL, NULL},
+      {"{\"aa\": \"aa\"}", "{\"aa\": \"aaaa\", \"aa2\": \"aa\"}"},
+  };
+  char pa[256], pb[256]; /* test_path's slots are reused */
+  snprintf(pa, sizeof(pa), "%s", test_path("f3a.safetensors"));
+  snprintf(pb, sizeof(pb), "%s", test_path("f3b.safetensors"));
+  stitch_diag d = {{0}};
+  for (size_t m = 0; m < sizeof(metas) / sizeof(metas[0]); m++) {
+    write_ckpt(pa, ta, NT, metas[m][0]);
+    write_ckpt(pb, tb, NT, metas[m][1]);
+    stitch_st *sa = open_ckpt(pa), *sb = open_ckpt(pb);
+    stitch_delta_opts o = {.block_log2 = 10, .table_as_base = 1};
+    uint8_t *d3, *d3b, *d2;
+    size_t l3, l3b, l2;
+    ASSERT_OK(stitch_delta_encode(sa, sb, &o, &d3, &l3, NULL, &d), d);
+    ASSERT_OK(stitch_delta_encode(sa, sb, &o, &d3b, &l3b, NULL, &d), d);
+    ASSERT_UEQ(l3, l3b);
+    ASSERT(memcmp(d3, d3b, l3) == 0);
+    o.format = 2;
+    ASSERT_OK(stitch_delta_encode(sa, sb, &o, &d2, &l2, NULL, &d), d);
+    fprintf(stderr, "format3: %d tensors, metadata %zu: format 2 %zu B, "
+            "format 3 %zu B\n", NT, m, l2, l3);
+    ASSERT_LE(l3 + 100, l2);
+    check_format3(pa, pb, metas[m][0], metas[m][1], d3, l3, d2, l2);
+    free(d3b);
+    if (m == 0) {
+      /* Damage the raw index (sums fixed): after the digests, the
+       * payloads' checksum and block_log2 comes the table kind, then
+       * the metadata edit (shared start, shared end, mid). */
+      size_t rl;
+      uint8_t *raw = fz_delta_raw_index(d3, l3, &rl), *x = malloc(rl);
+      stitch_delta *h;
+      ASSERT(raw != NULL && x != NULL);
+      size_t kind = DELTA_HEADER_BYTES + 64 + 8 + 1;
+      ASSERT_EQ(raw[kind], DELTA_TABLE_BASE);
+      memcpy(x, raw, rl);
+      x[kind] = 2;
+      ASSERT(fz_delta_fix_sums(x, rl));
+      ASSERT_EQ(stitch_delta_parse_ex(x, rl, sa, &h, &d), STITCH_EFORMAT);
+      ASSERT(strstr(d.msg, "table kind") != NULL);
+      /* The edit claims more of the base's metadata than it has. */
+      memcpy(x, raw, rl);
+      ASSERT_EQ(x[kind + 1], 16); /* '{"step":"0000000', stored compact */
+      x[kind + 1] = 0x7f;
+      ASSERT(fz_delta_fix_sums(x, rl));
+      ASSERT_EQ(stitch_delta_parse_ex(x, rl, sa, &h, &d), STITCH_EFORMAT);
+      ASSERT(strstr(d.msg, "metadata edit") != NULL);
+      /* An edit that leaves no JSON object. */
+      memcpy(x, raw, rl);
+      x[kind + 1] = 1;
+      ASSERT(fz_delta_fix_sums(x, rl));
+      ASSERT_EQ(stitch_delta_parse_ex(x, rl, sa, &h, &d), STITCH_EFORMAT);
+      /* A NEW flag: the base's tensors are never new. */
+      memcpy(x, raw, rl);
+      size_t flags = kind + 1 + 3 + x[kind + 3] + 1;
+      ASSERT_LE(x[flags], DELTA_TF_NIBBLE); /* tensor 0's flags */
+      x[flags] |= DELTA_TF_NEW;
+      ASSERT(fz_delta_fix_sums(x, rl));
+      ASSERT_EQ(stitch_delta_parse_ex(x, rl, sa, &h, &d), STITCH_EFORMAT);
+      ASSERT(strstr(d.msg, "bad flags") != NULL);
+      /* A base with another table: one tensor fewer. */
+      const char *pc = test_path("f3c.safetensors");
+      write_ckpt(pc, ta, NT - 1, metas[m][0]);
+      stitch_st *sc = open_ckpt(pc);
+      ASSERT_EQ(stitch_delta_parse_ex(raw, rl, sc, &h, &d), STITCH_EMISMATCH);
+      ASSERT(strstr(d.msg, "tensors") != NULL);
+      stitch_st_free(sc);
+      free(x);
+      free(raw);
+    }
+    free(d3);
+    free(d2);
+    stitch_st_free(sa);
+    stitch_st_free(sb);
+  }
+  /* A result whose table is not the base's is listed, and parses alone. */
+  write_ckpt(pa, ta, NT, NULL);
+  write_ckpt(pb, tb, NT - 1, NULL);
+  stitch_st *sa = open_ckpt(pa), *sb = open_ckpt(pb);
+  stitch_delta_opts o = {.block_log2 = 10, .table_as_base = 1};
+  uint8_t *d3;
+  size_t l3;
+  stitch_delta *h;
+  ASSERT_OK(stitch_delta_encode(sa, sb, &o, &d3, &l3, NULL, &d), d);
+  ASSERT_UEQ(le64(d3 + 8) & 0xffff, 3);
+  ASSERT_OK(stitch_delta_parse(d3, l3, &h, &d), d);
+  ASSERT_UEQ(stitch_delta_count(h), NT - 1);
+  stitch_delta_free(h);
+  check_apply_file(pa, d3, l3, pb);
+  free(d3);
+  stitch_st_free(sa);
+  stitch_st_free(sb);
+  for (int i = 0; i < 2 * NT; i++)
+    free(bufs[i]);
+}
+
 int main(void) {
   rng = test_rng_seeded("test_delta", 20261130);
   test_dtypes();
@@ -680,6 +858,7 @@ int main(void) {
   test_nibble_choice();
   test_planes_flush();
   test_formats();
+  test_format3();
   puts("test_delta: ok");
   return 0;
 }

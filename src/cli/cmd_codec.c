@@ -84,18 +84,23 @@ int cmd_delta(int argc, char **argv) {
   flag fl[] = {{"-o", 1, NULL},     {"--stats", 0, NULL}, {"--json", 0, NULL},
                {"--block-log2", 1, NULL}, {"--level", 1, NULL},
                {"--small", 0, NULL}, {"--fastest", 0, NULL},
-               {"--threads", 1, NULL}, {"--format", 1, NULL}};
-  int n = cli_parse_args(argc, argv, pos, 2, fl, 9);
+               {"--threads", 1, NULL}, {"--format", 1, NULL},
+               {"--listed", 0, NULL}};
+  int n = cli_parse_args(argc, argv, pos, 2, fl, 10);
   if (n < 0)
     return 2;
   if (n != 2 || fl[0].value == NULL)
     return cli_usage_error("stitch delta OLD NEW -o OUT [--stats] [--json] "
                            "[--block-log2 N] [--level L] [--small | --fastest] "
-                           "[--threads N] [--format 1|2]");
+                           "[--threads N] [--format 1|2|3] [--listed]");
   if (fl[5].value && fl[6].value)
     return cli_usage_error("stitch delta: --small and --fastest do not go "
                            "together");
   stitch_delta_opts o = {0};
+  /* The node that applies a delta holds its base: name its tensors by
+   * the base's (format 3), unless --listed asks for a delta that parses
+   * on its own (proto/delta.md "Index, format 3"). */
+  o.table_as_base = fl[9].value == NULL;
   uint64_t v;
   if (fl[3].value) {
     if (cli_parse_u64(fl[3].value, "--block-log2", 255, &v))
@@ -182,7 +187,7 @@ int cmd_apply(int argc, char **argv) {
   }
   int rc = stitch_st_open(pos[0], &a, &d);
   if (rc == 0)
-    rc = stitch_delta_open(pos[1], &dl, &d);
+    rc = stitch_delta_open_ex(pos[1], a, &dl, &d);
   if (rc == 0)
     rc = stitch_delta_apply_file_ex(a, dl, fl[0].value, &o, &d);
   stitch_delta_free(dl);
@@ -243,10 +248,23 @@ static void print_bytes(const stitch_delta_bytes *a, size_t n) {
          (unsigned long long)t->payload);
 }
 
-static int inspect_delta(const char *path, int as_json) {
+/* BASE_PATH, if not NULL: the base, which a delta that names its tensors
+ * by the base's needs. */
+static int inspect_delta(const char *path, const char *base_path,
+                         int as_json) {
   stitch_diag d = {{0}};
-  stitch_delta *dl;
-  int rc = stitch_delta_open(path, &dl, &d);
+  stitch_delta *dl = NULL;
+  stitch_st *base = NULL;
+  int rc = base_path ? stitch_st_open(base_path, &base, &d) : 0;
+  if (rc == 0)
+    rc = stitch_delta_open_ex(path, base, &dl, &d);
+  stitch_st_free(base); /* the parse copied what it took */
+  if (rc == STITCH_EINVAL && base_path == NULL) { /* say how, on one line */
+    char why[sizeof(d.msg)];
+    snprintf(why, sizeof(why), "%s", d.msg);
+    snprintf(d.msg, sizeof(d.msg), "%.200s (stitch inspect FILE --base BASE)",
+             why);
+  }
   if (rc != 0)
     return cli_fail(rc, &d);
   char bh[65], rh[65];
@@ -364,18 +382,19 @@ static int inspect_checkpoint(const char *path, int as_json) {
 
 int cmd_inspect(int argc, char **argv) {
   const char *pos[1];
-  flag fl[] = {{"--json", 0, NULL}, {"--store", 1, NULL}, {"--pub", 1, NULL}};
-  int n = cli_parse_args(argc, argv, pos, 1, fl, 3);
+  flag fl[] = {{"--json", 0, NULL}, {"--store", 1, NULL}, {"--pub", 1, NULL},
+               {"--base", 1, NULL}};
+  int n = cli_parse_args(argc, argv, pos, 1, fl, 4);
   if (n < 0)
     return 2;
   if (n != 1 || (fl[1].value == NULL) != (fl[2].value == NULL))
-    return cli_usage_error("stitch inspect FILE [--json] | "
+    return cli_usage_error("stitch inspect FILE [--base BASE] [--json] | "
                            "stitch inspect --store DIR --pub PREFIX.pub "
                            "VERSION [--json]");
   int js = fl[0].value != NULL;
   if (fl[1].value != NULL)
     return cli_inspect_version(fl[1].value, fl[2].value, pos[0], js);
-  return is_delta_file(pos[0]) ? inspect_delta(pos[0], js)
+  return is_delta_file(pos[0]) ? inspect_delta(pos[0], fl[3].value, js)
                                : inspect_checkpoint(pos[0], js);
 }
 

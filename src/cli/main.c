@@ -17,10 +17,10 @@ static const struct {
      "view --to bf16|fp8|nvfp4 [--fp8-block N] [--prev PREV_VIEW] IN OUT"},
     {"delta", cmd_delta,
      "delta OLD NEW -o OUT [--stats] [--json] [--block-log2 N] [--level L] "
-     "[--small | --fastest] [--threads N] [--format 1|2]"},
+     "[--small | --fastest] [--threads N] [--format 1|2|3] [--listed]"},
     {"apply", cmd_apply, "apply OLD DELTA -o OUT"},
     {"inspect", cmd_inspect,
-     "inspect FILE [--json] | inspect --store DIR --pub PREFIX.pub VERSION "
+     "inspect FILE [--base BASE] [--json] | inspect --store DIR --pub PREFIX.pub VERSION "
      "[--json]"},
     {"digest", cmd_digest, "digest FILE [--tensors]"},
     {"keygen", cmd_keygen, "keygen --out PREFIX"},

@@ -70,7 +70,10 @@ static int check_name(const uint8_t *name, uint64_t nl, stitch_diag *d) {
   return 0;
 }
 
-/* A tensor's dtype, shape and flags (both formats), and room for its
+static int parse_flags(stitch_delta *dl, rd *r, delta_entry *e,
+                       unsigned allowed, uint64_t *claimed, stitch_diag *d);
+
+/* A tensor's dtype, shape and flags (all formats), and room for its
  * blocks: each takes at least one byte of what R has left. */
 static int parse_type(stitch_delta *dl, rd *r, delta_entry *e,
                       uint64_t *claimed, stitch_diag *d) {
@@ -93,9 +96,18 @@ static int parse_type(stitch_delta *dl, rd *r, delta_entry *e,
     numel *= t->shape[i];
   }
   t->nbytes = numel * stitch_dtype_size(t->dtype);
-  RETURN_IF(rd_u8(r, &e->flags) || e->flags & ~(DELTA_TF_NIBBLE | DELTA_TF_NEW),
-            d, STITCH_EFORMAT, "delta index: tensor '%s' has bad flags",
-            t->name);
+  return parse_flags(dl, r, e, DELTA_TF_NIBBLE | DELTA_TF_NEW, claimed, d);
+}
+
+/* A tensor's flags (any of ALLOWED) and room for its blocks, its dtype
+ * and shape known: each block takes at least one byte of what R has left
+ * (all formats; format 3 with the base's tensors reads only this). */
+static int parse_flags(stitch_delta *dl, rd *r, delta_entry *e,
+                       unsigned allowed, uint64_t *claimed, stitch_diag *d) {
+  stitch_delta_tensor *t = &e->pub;
+  uint64_t numel = t->nbytes / stitch_dtype_size(t->dtype);
+  RETURN_IF(rd_u8(r, &e->flags) || e->flags & ~allowed, d, STITCH_EFORMAT,
+            "delta index: tensor '%s' has bad flags", t->name);
   int nibble = e->flags & DELTA_TF_NIBBLE;
   t->is_new = (e->flags & DELTA_TF_NEW) != 0;
   sym_fmt f;
@@ -256,7 +268,8 @@ static int parse_names(stitch_delta *dl, rd *r, uint64_t n, stitch_diag *d) {
   return 0;
 }
 
-/* Format 2's columns after the names: every tensor's type, every block's
+/* Format 2's columns after the names (format 3's after the names or the
+ * base's table): every tensor's type, every block's
  * coding, every coded block's length and change count. No checksum a
  * block: one over the payloads' XXH3-64s (SUM), checked here, and each
  * block's own kept for decode and for chunks (proto/chunk.md). */
@@ -265,7 +278,10 @@ static int parse_columns(stitch_delta *dl, rd *r, uint64_t sum,
   uint64_t claimed = 0;
   for (size_t i = 0; i < dl->count; i++) {
     size_t at = r->pos;
-    CHECK_RC(parse_type(dl, r, &dl->t[i], &claimed, d));
+    if (dl->table_as_base) /* no tensor is NEW: all are the base's */
+      CHECK_RC(parse_flags(dl, r, &dl->t[i], DELTA_TF_NIBBLE, &claimed, d));
+    else
+      CHECK_RC(parse_type(dl, r, &dl->t[i], &claimed, d));
     dl->t[i].table_bytes += r->pos - at;
   }
   for (size_t i = 0; i < dl->count; i++) {
@@ -316,8 +332,74 @@ static int parse_columns(stitch_delta *dl, rd *r, uint64_t sum,
   return 0;
 }
 
+/* The result's metadata: listed (format 1, 2, and 3 with listed
+ * tensors), or as an edit of BASE_META (format 3 with the base's
+ * tensors; NULL: the base has none): the bytes it shares with the base's
+ * at the start and the end, and the `mid` bytes between. */
+static int parse_meta(stitch_delta *dl, rd *r, int edit, const char *base_meta,
+                      stitch_diag *d) {
+  uint64_t v, pre = 0, suf = 0;
+  const uint8_t *p;
+  size_t bl = base_meta ? strlen(base_meta) : 0;
+  if (edit)
+    RETURN_IF(rd_varint(r, &pre) || rd_varint(r, &suf) || pre > bl ||
+                  suf > bl - pre,
+              d, STITCH_EFORMAT,
+              "delta index: metadata edit does not fit the base's %zu bytes",
+              bl);
+  RETURN_IF(rd_varint(r, &v) || rd_bytes(r, (size_t)v, &p) ||
+                memchr(p, 0, (size_t)v) != NULL,
+            d, STITCH_EFORMAT, "delta index: bad metadata");
+  uint64_t ml = pre + v + suf; /* v is at most the index, pre + suf bl */
+  if (ml == 0)
+    return 0;
+  dl->meta = malloc((size_t)ml + 1);
+  RETURN_IF(dl->meta == NULL, d, STITCH_ENOMEM, "out of memory");
+  if (pre)
+    memcpy(dl->meta, base_meta, (size_t)pre);
+  if (v)
+    memcpy(dl->meta + pre, p, (size_t)v);
+  if (suf)
+    memcpy(dl->meta + pre + v, base_meta + bl - suf, (size_t)suf);
+  dl->meta[ml] = 0;
+  json_t *m = json_loads(dl->meta, JSON_REJECT_DUPLICATES, NULL);
+  int ok = json_is_object(m);
+  json_decref(m);
+  RETURN_IF(!ok, d, STITCH_EFORMAT, "delta index: metadata is not a JSON object");
+  return 0;
+}
+
+/* Format 3 with the base's tensors: names, dtypes and shapes copied from
+ * BASE, which must hold N tensors. */
+static int take_base_table(stitch_delta *dl, const stitch_st *base, uint64_t n,
+                           stitch_diag *d) {
+  RETURN_IF(stitch_st_count(base) != n, d, STITCH_EMISMATCH,
+            "delta index: lists the base's %llu tensors; this base has %zu",
+            (unsigned long long)n, stitch_st_count(base));
+  size_t total = 1;
+  for (size_t i = 0; i < n; i++)
+    total += strlen(stitch_st_tensor(base, i)->name) + 1;
+  dl->names = malloc(total);
+  RETURN_IF(dl->names == NULL, d, STITCH_ENOMEM, "out of memory");
+  char *np = dl->names;
+  for (size_t i = 0; i < n; i++) {
+    const stitch_tensor *bt = stitch_st_tensor(base, i);
+    stitch_delta_tensor *t = &dl->t[i].pub;
+    size_t nl = strlen(bt->name);
+    memcpy(np, bt->name, nl + 1);
+    t->name = np;
+    np += nl + 1;
+    t->dtype = bt->dtype;
+    t->ndim = bt->ndim;
+    memcpy(t->shape, bt->shape, sizeof(t->shape));
+    t->nbytes = bt->nbytes;
+  }
+  return 0;
+}
+
 static int parse_index(stitch_delta *dl, const uint8_t *ix, size_t il,
-                       uint64_t payload_at, stitch_diag *d) {
+                       uint64_t payload_at, const stitch_st *base,
+                       stitch_diag *d) {
   rd r = {ix, il, 0};
   const uint8_t *p;
   uint64_t v, n;
@@ -332,29 +414,32 @@ static int parse_index(stitch_delta *dl, const uint8_t *ix, size_t il,
                 v > DELTA_MAX_BLOCK_LOG2,
             d, STITCH_EFORMAT, "delta index: bad block size");
   dl->block_log2 = (unsigned)v;
-  RETURN_IF(rd_varint(&r, &v) || rd_bytes(&r, (size_t)v, &p) ||
-                memchr(p, 0, (size_t)v) != NULL,
-            d, STITCH_EFORMAT, "delta index: bad metadata");
-  if (v > 0) {
-    dl->meta = malloc((size_t)v + 1);
-    RETURN_IF(dl->meta == NULL, d, STITCH_ENOMEM, "out of memory");
-    memcpy(dl->meta, p, (size_t)v);
-    dl->meta[v] = 0;
-    json_t *m = json_loads(dl->meta, JSON_REJECT_DUPLICATES, NULL);
-    int ok = json_is_object(m);
-    json_decref(m);
-    RETURN_IF(!ok, d, STITCH_EFORMAT, "delta index: metadata is not a JSON object");
+  if (dl->format >= 3) {
+    uint8_t tb;
+    RETURN_IF(rd_u8(&r, &tb) || tb > DELTA_TABLE_BASE, d, STITCH_EFORMAT,
+              "delta index: bad tensor table kind");
+    dl->table_as_base = tb == DELTA_TABLE_BASE;
+    RETURN_IF(dl->table_as_base && base == NULL, d, STITCH_EINVAL,
+              "delta: names its tensors by its base's; it parses only "
+              "with the base at hand");
   }
+  CHECK_RC(parse_meta(dl, &r, dl->table_as_base,
+                      dl->table_as_base ? stitch_st_metadata(base) : NULL, d));
   /* A tensor takes at least 5 bytes: a name's 2 (format 1: its length
-   * and a byte; 2: two lengths), a dtype, a dim count and flags. */
-  RETURN_IF(rd_varint(&r, &n) || n > (r.len - r.pos) / 5, d, STITCH_EFORMAT,
-            "delta index: bad tensor count");
+   * and a byte; 2: two lengths), a dtype, a dim count and flags; 1 when
+   * they are the base's (its flags: an empty tensor has no block). */
+  RETURN_IF(rd_varint(&r, &n) ||
+                n > (r.len - r.pos) / (dl->table_as_base ? 1 : 5),
+            d, STITCH_EFORMAT, "delta index: bad tensor count");
   dl->index_head = r.pos;
   dl->t = calloc(n ? (size_t)n : 1, sizeof(*dl->t));
   RETURN_IF(dl->t == NULL, d, STITCH_ENOMEM, "out of memory");
   if (dl->format >= 2) {
     dl->count = (size_t)n; /* entries are zeroed: free() copes */
-    CHECK_RC(parse_names(dl, &r, n, d));
+    if (dl->table_as_base)
+      CHECK_RC(take_base_table(dl, base, n, d));
+    else
+      CHECK_RC(parse_names(dl, &r, n, d));
     CHECK_RC(parse_columns(dl, &r, sum, payload_at, d));
   } else {
     dl->names = malloc(il + 1); /* all names fit in the index they came from */
@@ -386,6 +471,11 @@ static int parse_index(stitch_delta *dl, const uint8_t *ix, size_t il,
 
 int stitch_delta_parse(const uint8_t *buf, size_t len, stitch_delta **out,
                        stitch_diag *d) {
+  return stitch_delta_parse_ex(buf, len, NULL, out, d);
+}
+
+int stitch_delta_parse_ex(const uint8_t *buf, size_t len, const stitch_st *base,
+                          stitch_delta **out, stitch_diag *d) {
   *out = NULL;
   stitch_delta *dl = calloc(1, sizeof(*dl));
   RETURN_IF(dl == NULL, d, STITCH_ENOMEM, "out of memory");
@@ -413,7 +503,7 @@ int stitch_delta_parse(const uint8_t *buf, size_t len, stitch_delta **out,
   if (rc == 0 && XXH3_64bits(ix, (size_t)raw) != sum)
     FAIL(d, STITCH_ECHECKSUM, "delta: index checksum mismatch");
   if (rc == 0)
-    rc = parse_index(dl, ix, (size_t)raw, DELTA_HEADER_BYTES + stored, d);
+    rc = parse_index(dl, ix, (size_t)raw, DELTA_HEADER_BYTES + stored, base, d);
   if (rc != 0) {
     stitch_delta_free(dl);
     return rc;
@@ -423,10 +513,15 @@ int stitch_delta_parse(const uint8_t *buf, size_t len, stitch_delta **out,
 }
 
 int stitch_delta_open(const char *path, stitch_delta **out, stitch_diag *d) {
+  return stitch_delta_open_ex(path, NULL, out, d);
+}
+
+int stitch_delta_open_ex(const char *path, const stitch_st *base,
+                         stitch_delta **out, stitch_diag *d) {
   *out = NULL;
   stitch_map m;
   CHECK_RC(stitch_map_open(path, &m, d));
-  int rc = stitch_delta_parse(m.data, m.len, out, d);
+  int rc = stitch_delta_parse_ex(m.data, m.len, base, out, d);
   if (rc != 0) {
     stitch_map_close(&m);
     return stitch_diag_prefix(d, rc, path); /* the error names the file */

@@ -377,7 +377,7 @@ static int encode_tensor(enc *e, const stitch_st *base, const stitch_tensor *t,
  * "Fixed bytes"). Each tensor is coded as a format-1 entry (encode_tensor)
  * and split here, in order, on the calling thread. */
 typedef struct columns {
-  dbuf names, types, codings, blocks, sums;
+  dbuf names, types, flags, codings, blocks, sums;
   const uint8_t *prev; /* the name before, in the entry it came from */
   size_t prev_len;
 } columns;
@@ -385,6 +385,7 @@ typedef struct columns {
 static void columns_free(columns *c) {
   dbuf_free(&c->names);
   dbuf_free(&c->types);
+  dbuf_free(&c->flags);
   dbuf_free(&c->codings);
   dbuf_free(&c->blocks);
   dbuf_free(&c->sums);
@@ -416,6 +417,7 @@ static int columns_add(columns *c, const dbuf *e, uint32_t blocks) {
   if (rd_u8(&r, &u))
     return STITCH_EFORMAT;
   CHECK_RC(dbuf_put(&c->types, e->p + at, r.pos - at));
+  CHECK_RC(dbuf_u8(&c->flags, u)); /* format 3's flags column */
   for (uint32_t b = 0; b < blocks; b++) {
     if (rd_u8(&r, &u))
       return STITCH_EFORMAT;
@@ -431,14 +433,20 @@ static int columns_add(columns *c, const dbuf *e, uint32_t blocks) {
   return r.pos == r.len ? 0 : STITCH_EFORMAT;
 }
 
-/* The whole format-2 index into IX: HEAD's digests, the payloads'
- * checksum, the rest of HEAD, then the columns. */
-static int columns_index(columns *c, const dbuf *head, dbuf *ix) {
+/* The whole format-2 or -3 index into IX: HEAD's digests, the payloads'
+ * checksum, the rest of HEAD, then the columns; with AS_BASE (format 3,
+ * the base's tensors) the flags alone stand for the names and types. */
+static int columns_index(columns *c, const dbuf *head, int as_base,
+                         dbuf *ix) {
   CHECK_RC(dbuf_put(ix, head->p, 64));
   CHECK_RC(dbuf_u64(ix, XXH3_64bits(c->sums.p, c->sums.len)));
   CHECK_RC(dbuf_put(ix, head->p + 64, head->len - 64));
-  CHECK_RC(dbuf_put(ix, c->names.p, c->names.len));
-  CHECK_RC(dbuf_put(ix, c->types.p, c->types.len));
+  if (as_base) {
+    CHECK_RC(dbuf_put(ix, c->flags.p, c->flags.len));
+  } else {
+    CHECK_RC(dbuf_put(ix, c->names.p, c->names.len));
+    CHECK_RC(dbuf_put(ix, c->types.p, c->types.len));
+  }
   CHECK_RC(dbuf_put(ix, c->codings.p, c->codings.len));
   return dbuf_put(ix, c->blocks.p, c->blocks.len);
 }
@@ -484,6 +492,46 @@ static int finish(enc *e, unsigned format, uint8_t **out, size_t *out_len) {
   *out = buf;
   *out_len = total;
   return 0;
+}
+
+/* Whether RESULT lists BASE's tensors, in order, each with its dtype and
+ * shape: then format 3 can leave them out of the index. */
+static int tables_match(const stitch_st *base, const stitch_st *result) {
+  size_t n = stitch_st_count(result);
+  if (stitch_st_count(base) != n)
+    return 0;
+  for (size_t i = 0; i < n; i++) {
+    const stitch_tensor *b = stitch_st_tensor(base, i),
+                        *r = stitch_st_tensor(result, i);
+    if (strcmp(b->name, r->name) != 0 || !same_layout(b, r))
+      return 0;
+  }
+  return 1;
+}
+
+/* The result's metadata META (NULL: none): listed (its length, then its
+ * bytes), or with EDIT as an edit of the base's, BASE_META (NULL: none):
+ * the bytes it shares with it at the start and at the end, then the
+ * `mid` bytes between (format 3 with the base's tensors). A trainer's
+ * metadata differs from the step before's in its step number. */
+static int put_meta(dbuf *ix, int edit, const char *base_meta,
+                    const char *meta) {
+  size_t ml = meta ? strlen(meta) : 0;
+  if (!edit) {
+    CHECK_RC(dbuf_varint(ix, ml));
+    return ml ? dbuf_put(ix, meta, ml) : 0;
+  }
+  size_t bl = base_meta ? strlen(base_meta) : 0, pre = 0, suf = 0;
+  while (pre < bl && pre < ml && base_meta[pre] == meta[pre])
+    pre++;
+  while (suf < bl - pre && suf < ml - pre &&
+         base_meta[bl - 1 - suf] == meta[ml - 1 - suf])
+    suf++;
+  size_t mid = ml - pre - suf;
+  CHECK_RC(dbuf_varint(ix, pre));
+  CHECK_RC(dbuf_varint(ix, suf));
+  CHECK_RC(dbuf_varint(ix, mid));
+  return mid ? dbuf_put(ix, meta + pre, mid) : 0;
 }
 
 static int digest_or_given(const stitch_st *st, const stitch_digest *given,
@@ -611,16 +659,18 @@ int stitch_delta_encode(const stitch_st *base, const stitch_st *result,
     stitch_diag_set(d, rc, "cannot digest the checkpoints");
     goto out;
   }
-  const char *meta = stitch_st_metadata(result);
-  size_t ml = meta ? strlen(meta) : 0;
+  int as_base = format >= 3 && opts->table_as_base && tables_match(base, result);
   if ((rc = dbuf_put(&e.index, bdg.b, 32)) || (rc = dbuf_put(&e.index, rdg.b, 32)) ||
       (rc = dbuf_varint(&e.index, e.block_log2)) ||
-      (rc = dbuf_varint(&e.index, ml)) || (rc = dbuf_put(&e.index, meta, ml)) ||
+      (format >= 3 && (rc = dbuf_u8(&e.index, as_base ? DELTA_TABLE_BASE
+                                                         : DELTA_TABLE_LISTED))) ||
+      (rc = put_meta(&e.index, as_base, stitch_st_metadata(base),
+                     stitch_st_metadata(result))) ||
       (rc = dbuf_varint(&e.index, n)))
     goto fail_rc;
   /* Format 2: e.index holds the head until the columns join it. */
-  cols.names.max = cols.types.max = cols.codings.max = cols.blocks.max =
-      cols.sums.max = DELTA_MAX_INDEX;
+  cols.names.max = cols.types.max = cols.flags.max = cols.codings.max =
+      cols.blocks.max = cols.sums.max = DELTA_MAX_INDEX;
   uint64_t total = 0, done = 0;
   for (size_t i = 0; i < n; i++)
     total += stitch_st_tensor(result, i)->nbytes;
@@ -657,7 +707,7 @@ int stitch_delta_encode(const stitch_st *base, const stitch_st *result,
   if (format != 1) {
     dbuf head = e.index;
     e.index = (dbuf){.max = DELTA_MAX_INDEX};
-    rc = columns_index(&cols, &head, &e.index);
+    rc = columns_index(&cols, &head, as_base, &e.index);
     dbuf_free(&head);
     if (rc != 0)
       goto fail_rc;

@@ -31,6 +31,9 @@
 #define DELTA_INDEX_LEVEL_SMALL 19    /* gets this level */
 #define DELTA_TF_NIBBLE 1u /* symbols are 4-bit halves of each byte */
 #define DELTA_TF_NEW 2u    /* tensor absent from the base */
+/* Format 3's table byte: the tensors are listed, or are the base's. */
+#define DELTA_TABLE_LISTED 0
+#define DELTA_TABLE_BASE 1
 
 /* How a symbol's bits are read: sign-magnitude floats get order-preserving
  * keys so that one step of the bit pattern is a difference of +-1; integers
@@ -230,7 +233,8 @@ typedef struct delta_entry {
 } delta_entry;
 
 struct stitch_delta {
-  unsigned format; /* 1 or 2 (proto/delta.md) */
+  unsigned format; /* 1, 2 or 3 (proto/delta.md) */
+  int table_as_base; /* format 3: the tensors are the base's */
   const uint8_t *buf;
   size_t len;
   void *map; /* owned mapping when opened from a file */

@@ -277,4 +277,51 @@ static FZ_UNUSED uint8_t *fz_delta_raw_index(const uint8_t *buf, size_t len,
   return out;
 }
 
+/* ---- the base format-3 seeds name ------------------------------------- */
+
+/* A delta in format 3 may name its base's tensors instead of listing
+ * them (proto/delta.md "Index, format 3"), and then parses only with that
+ * base. The seeds of gen_corpus's "table-base-*" are coded against this
+ * one, and fuzz_delta parses every input with it: a BF16 matrix, packed
+ * NVFP4 values with their E4M3 scales, and an F32 vector, no metadata.
+ * Its bytes (*DATA, fz_table_base_len) are built once and kept for the
+ * process, as is the parsed checkpoint. */
+static FZ_UNUSED const uint8_t *fz_table_base_bytes(size_t *len) {
+  static uint8_t *file;
+  static size_t flen;
+  if (file == NULL) {
+    static uint8_t w[64 * 32 * 2], q[32 * 64], sc[32 * 8], nrm[64 * 4];
+    fz_rng r = {38};
+    for (size_t i = 0; i < sizeof(w) / 2; i++) { /* weights near +-0.02 */
+      uint64_t v = fz_next(&r);
+      uint16_t h = (uint16_t)(0x3c00 + (v % 640) + (v & 0x10000 ? 0x8000 : 0));
+      memcpy(w + 2 * i, &h, 2);
+    }
+    fz_fill(&r, q, sizeof(q));
+    for (size_t i = 0; i < sizeof(sc); i++)
+      sc[i] = (uint8_t)(0x30 + fz_next(&r) % 16);
+    for (size_t i = 0; i < 64; i++) {
+      float f = 1.0f + (float)(fz_next(&r) % 100) / 1000.0f;
+      memcpy(nrm + 4 * i, &f, 4);
+    }
+    fz_tensor t[4] = {
+        {"model.layers.0.mlp.w", STITCH_DT_BF16, 2, {64, 32}, w},
+        {"model.layers.0.mlp.q", STITCH_DT_U8, 2, {32, 64}, q},
+        {"model.layers.0.mlp.q_scale", STITCH_DT_F8_E4M3, 2, {32, 8}, sc},
+        {"model.norm", STITCH_DT_F32, 1, {64}, nrm}};
+    file = fz_st_build(t, 4, NULL, &flen);
+  }
+  *len = flen;
+  return file;
+}
+
+static FZ_UNUSED const stitch_st *fz_table_base(void) {
+  static stitch_st *st;
+  size_t len;
+  const uint8_t *p = fz_table_base_bytes(&len);
+  if (st == NULL && p != NULL && stitch_st_parse(p, len, &st, NULL) != 0)
+    st = NULL;
+  return st;
+}
+
 #endif

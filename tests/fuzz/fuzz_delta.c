@@ -1,4 +1,4 @@
-/* fuzz_delta.c: stitch_delta_parse, stitch_delta_apply_tensor,
+/* fuzz_delta.c: stitch_delta_parse_ex, stitch_delta_apply_tensor,
  * stitch_delta_apply_all and stitch_delta_apply_file on arbitrary bytes.
  *
  * Three passes per input:
@@ -210,7 +210,8 @@ static void consistent_apply(uint8_t *buf, size_t len, stitch_delta *dl) {
     memcpy(buf + DELTA_HEADER_BYTES, bdg.b, 32);
     memcpy(buf + DELTA_HEADER_BYTES + 32, rdg.b, 32);
     fz_delta_fix_sums(buf, len);
-    CHECK(stitch_delta_parse(buf, len, &dl3, &d) == 0);
+    /* A delta naming its base's tensors names this base's: the same. */
+    CHECK(stitch_delta_parse_ex(buf, len, base, &dl3, &d) == 0);
     fz_delta_fix_blocks(dl3);
     for (size_t i = 0; i < n; i++)
       fz_delta_fix_changes(dl3, i, zeros);
@@ -264,7 +265,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(copy, data, size);
   stitch_delta *dl = NULL;
   stitch_diag d = {{0}};
-  int rc = stitch_delta_parse(copy, size, &dl, &d);
+  /* A format-3 delta may name its base's tensors: those parse against
+   * the base the seeds were coded from (fuzz_common.h). */
+  const stitch_st *tb = fz_table_base();
+  CHECK(tb != NULL);
+  int rc = stitch_delta_parse_ex(copy, size, tb, &dl, &d);
   if (rc != 0) {
     CHECK(dl == NULL);
     check_err(rc, &d);
@@ -276,7 +281,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   /* Pass 2: checksums recomputed, so mutations reach the parser proper. */
   if (fz_delta_fix_sums(copy, size)) {
-    rc = stitch_delta_parse(copy, size, &dl, &d);
+    rc = stitch_delta_parse_ex(copy, size, tb, &dl, &d);
     if (rc != 0) {
       CHECK(dl == NULL);
       check_err(rc, &d);

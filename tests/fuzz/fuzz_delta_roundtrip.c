@@ -283,7 +283,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                        : (flags & 0x80 ? 12 : 8) + (flags & 3),
                          .zstd_level = 1 + ((flags >> 2) & 3),
                          .sparse_mode = flags & 0x80 ? STITCH_SPARSE_FASTEST
-                                                     : STITCH_SPARSE_FAST};
+                                                     : STITCH_SPARSE_FAST,
+                         /* format 3 names BASE's tensors where it can */
+                         .table_as_base = 1};
   uint8_t *dbytes, *dbytes2;
   size_t dlen, dlen2;
   stitch_delta_stats st = {0};
@@ -301,7 +303,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
 
   stitch_delta *dl = NULL;
-  rc = stitch_delta_parse(dbytes, dlen, &dl, &d);
+  rc = stitch_delta_parse_ex(dbytes, dlen, base, &dl, &d);
   if (rc != 0)
     fprintf(stderr, "parse: %s\n", d.msg);
   CHECK(rc == 0);

@@ -192,7 +192,8 @@ static uint8_t *make_delta(const tdata *b, size_t nb, const tdata *r, size_t nr,
 static void check(const char *name, const uint8_t *p, size_t n, want w) {
   stitch_delta *dl;
   stitch_diag d = {{0}};
-  if (stitch_delta_parse(p, n, &dl, &d) != 0) {
+  /* Format 3 seeds that name their base's tensors name fz_table_base's. */
+  if (stitch_delta_parse_ex(p, n, fz_table_base(), &dl, &d) != 0) {
     fprintf(stderr, "gen_corpus: %s does not parse: %s\n", name, d.msg);
     failures++;
     return;
@@ -229,6 +230,64 @@ static void emit_delta(const char *name, uint8_t *p, size_t n, want w) {
     write_file("fuzz_delta", nm, raw, rl);
     free(raw);
   }
+}
+
+/* Format 3 naming its base's tensors (fuzz_common.h fz_table_base): some
+ * NVFP4 nibbles and BF16 weights stepped, metadata added or edited. */
+static void gen_table_base(void) {
+  const stitch_st *bs = fz_table_base();
+  size_t bl;
+  const uint8_t *bb = fz_table_base_bytes(&bl);
+  if (bs == NULL || bb == NULL)
+    exit(1);
+  static const char *const metas[2] = {"{\"step\":\"2\"}", NULL};
+  static const char *const names[2] = {"table-base-nvfp4", "table-base-bf16"};
+  for (int k = 0; k < 2; k++) {
+    fz_rng r = {(uint64_t)(40 + k)};
+    size_t n = stitch_st_count(bs);
+    fz_tensor t[8];
+    uint8_t *copies[8];
+    for (size_t i = 0; i < n && i < 8; i++) {
+      const stitch_tensor *x = stitch_st_tensor(bs, i);
+      copies[i] = malloc(x->nbytes ? (size_t)x->nbytes : 1);
+      memcpy(copies[i], x->data, (size_t)x->nbytes);
+      t[i] = (fz_tensor){x->name, x->dtype, x->ndim, {0}, copies[i]};
+      memcpy(t[i].shape, x->shape, sizeof(t[i].shape));
+      /* k 0: a few nibbles of the U8 tensor by one step; 1: BF16 ulps */
+      if ((k == 0 && x->dtype == STITCH_DT_U8) ||
+          (k == 1 && x->dtype == STITCH_DT_BF16))
+        for (size_t j = 0; j < (size_t)x->nbytes; j++)
+          if (fz_next(&r) % 64 == 0)
+            copies[i][j] ^= k == 0 ? 0x01 : (j & 1 ? 0 : 0x01);
+    }
+    size_t rl;
+    uint8_t *rb = fz_st_build(t, n, metas[k], &rl);
+    stitch_st *rs;
+    stitch_diag d = {{0}};
+    if (rb == NULL || stitch_st_parse(rb, rl, &rs, &d) != 0)
+      exit(1);
+    stitch_delta_opts o = {.block_log2 = 8, .sparse_mode = sparse_mode,
+                           .table_as_base = 1};
+    uint8_t *out;
+    size_t len;
+    if (stitch_delta_encode(bs, rs, &o, &out, &len, NULL, &d) != 0) {
+      fprintf(stderr, "gen_corpus: encode: %s\n", d.msg);
+      exit(1);
+    }
+    stitch_delta *dl;
+    if (stitch_delta_parse(out, len, &dl, &d) != STITCH_EINVAL) {
+      fprintf(stderr, "gen_corpus: %s parses without its base\n", names[k]);
+      failures++;
+    }
+    emit_delta(names[k], out, len,
+               (want){STITCH_CODING_SPARSEK, 0, 0});
+    free(out);
+    stitch_st_free(rs);
+    free(rb);
+    for (size_t i = 0; i < n && i < 8; i++)
+      free(copies[i]);
+  }
+  (void)bl;
 }
 
 static void gen_deltas(uint8_t **keep, size_t *keep_len) {
@@ -420,7 +479,7 @@ static void gen_deltas(uint8_t **keep, size_t *keep_len) {
     uint8_t *p = make_delta(NULL, 0, NULL, 0, NULL, 8, &len);
     emit_delta("empty", p, len, any);
     free(p);
-  }
+  }  gen_table_base();
 }
 
 /* Mutants of one good delta: each stops at a different check. */

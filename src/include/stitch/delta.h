@@ -22,7 +22,7 @@ extern "C" {
 STITCH_API_BEGIN
 
 /* The format written by default; readers read every format up to it. */
-#define STITCH_DELTA_FORMAT 2
+#define STITCH_DELTA_FORMAT 3
 
 /* Block codings. */
 typedef enum stitch_coding {
@@ -69,6 +69,12 @@ typedef struct stitch_delta_opts {
    * before 2026-12-04, for readers that predate format 2 (a larger index:
    * proto/delta.md). */
   unsigned format;
+  /* Format 3 only: when the result lists the base's tensors (names,
+   * dtypes, shapes, in the base's order), leave them out of the index and
+   * code the metadata as an edit of the base's (proto/delta.md "Index,
+   * format 3"). Such a delta parses only with its base at hand
+   * (stitch_delta_parse_ex). 0: always list them, as format 2 does. */
+  int table_as_base;
 } stitch_delta_opts;
 
 enum { STITCH_SPARSE_FAST = 0, STITCH_SPARSE_SMALL = 1, STITCH_SPARSE_FASTEST = 2 };
@@ -129,6 +135,17 @@ int stitch_delta_parse(const uint8_t *buf, size_t len, stitch_delta **out,
                        stitch_diag *d);
 /* Maps PATH; the handle owns the mapping. */
 int stitch_delta_open(const char *path, stitch_delta **out, stitch_diag *d);
+/* The same, with the base checkpoint the delta applies to, which a
+ * format-3 delta that names its tensors by the base's needs (its index
+ * holds no names, types or shapes: stitch_delta_opts.table_as_base); the
+ * parse copies what it takes, so BASE need not outlive the handle. BASE
+ * may be NULL; then such a delta is refused with STITCH_EINVAL. A wrong
+ * base gives a wrong tensor table or a parse error; apply then refuses
+ * it by its view digest, before writing anything. */
+int stitch_delta_parse_ex(const uint8_t *buf, size_t len, const stitch_st *base,
+                          stitch_delta **out, stitch_diag *d);
+int stitch_delta_open_ex(const char *path, const stitch_st *base,
+                         stitch_delta **out, stitch_diag *d);
 void stitch_delta_free(stitch_delta *dl);
 
 size_t stitch_delta_count(const stitch_delta *dl);

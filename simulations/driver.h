@@ -180,6 +180,7 @@ typedef struct snap {
 struct qnet;
 typedef struct faults faults;
 typedef struct sim sim;
+typedef struct sim_busy sim_busy;
 
 /* A network model's operations (flows.c: SimGrid comms; queue.c: link
  * queues): sim.c calls the chosen one's, never a model by name. NULL:
@@ -242,9 +243,10 @@ struct sim {
   FILE *trace; /* --trace: a CSV row per controller turn */
   double trace_t;
   uint64_t trace_up, trace_seed;
-  uint64_t *trace_region; /* three blocks of [region], the total last:
+  uint64_t *trace_region; /* five blocks of [region], the total last:
                              bytes down at the last row, bytes down now,
-                             live nodes now */
+                             live nodes now, bytes up at the last row,
+                             bytes up now */
   sim_churn ch; /* node slots, who joins and leaves when */
   unsigned nodes_left, nodes_joined;
   faults *faults;    /* faults.c; NULL without */
@@ -256,6 +258,7 @@ struct sim {
   uint64_t punch_opened; /* connections two punch dials made */
   uint64_t loss_recoveries; /* messages that paid a loss's recovery */
   double loss_resent;       /* bytes sent again for loss */
+  struct sim_busy *busy;    /* busy.c: each version's upload per region */
 };
 
 /* sim.c */
@@ -328,5 +331,18 @@ void queue_publish_central(sim *s, unsigned v);
 /* N's core wants a tick at stitch_swarm_wake: queue the wake-up. */
 void queue_wake(sim *s, node *n);
 void queue_start(sim *s, void *host);
+
+/* ---- busy.c: each version's upload, per region ----------------------- */
+
+/* A node's core's counters, its past lives' added (sim.c). */
+void sim_node_stats(const node *n, stitch_swarm_stats *st);
+int sim_busy_init(sim *s);
+void sim_busy_free(sim *s);
+/* Version V was published now / node N came to hold it now. */
+void sim_busy_publish(sim *s, unsigned v);
+void sim_busy_held(sim *s, const node *n, unsigned v);
+/* Adds each version's window_s, up_busy, seed_up_busy and regions to the
+ * report's "versions" array (a json_t *). */
+void sim_busy_json(const sim *s, void *versions);
 
 #endif

@@ -363,8 +363,10 @@ static int apply(sim *s, node *n, uint64_t v, uint32_t obj) {
   /* A node that jumps over a version (a cumulative delta) holds what it
    * would have had: the skipped versions count as done now. */
   for (uint64_t k = 1; k <= v && k <= s->tr.count; k++)
-    if (n->done[k] < 0)
+    if (n->done[k] < 0) {
       n->done[k] = now_s(s);
+      sim_busy_held(s, n, (unsigned)k);
+    }
   return 0;
 }
 
@@ -574,7 +576,7 @@ void node_step(sim *s, node *n) {
 
 /* A node's core's counters; a node that left keeps its last ones, a
  * joiner still waiting has none. */
-static void node_stats(const node *n, stitch_swarm_stats *st) {
+void sim_node_stats(const node *n, stitch_swarm_stats *st) {
   if (n->sw != NULL)
     stitch_swarm_get_stats(n->sw, st);
   else
@@ -600,7 +602,7 @@ static void node_stats(const node *n, stitch_swarm_stats *st) {
 /* Ends the life of N's core: its counters join the past ones. */
 static void core_end(node *n) {
   stitch_swarm_stats st;
-  node_stats(n, &st);
+  sim_node_stats(n, &st);
   n->past = st;
   n->known = st.latest_version;
   stitch_swarm_free(n->sw);
@@ -612,11 +614,11 @@ static void take_snap(sim *s, snap *sn) {
   if (s->sc.central)
     return;
   stitch_swarm_stats st;
-  node_stats(&s->node[0], &st);
+  sim_node_stats(&s->node[0], &st);
   sn->seed_up = st.bytes_up;
   unsigned hist[LINKS_HIST] = {0}, live = 0;
   for (int i = 0; i < s->n_node; i++) {
-    node_stats(&s->node[i], &st);
+    sim_node_stats(&s->node[i], &st);
     sn->cross += st.bytes_other_region;
     if (i > 0 && strcmp(s->sc.regions[s->node[i].region].name,
                         s->sc.seed_region) == 0)
@@ -666,24 +668,29 @@ static unsigned holding(const sim *s, unsigned v, unsigned *live,
 /* --trace: one row per controller turn (every 50 ms, and at each
  * publish), the rates since the last row: the nodes' mean chunk download
  * and upload in Mbit/s, the seed's upload, how many live nodes hold the
- * newest version published, then each region's nodes' mean download. */
+ * newest version published, then each region's nodes' mean download,
+ * then each region's uplinks' busy fraction (their upload over what they
+ * could carry in the row's time). */
 static void trace_row(sim *s, double t) {
   size_t nr = s->sc.n_regions;
   uint64_t up = 0, seed = 0, *down = s->trace_region + nr + 1,
-           *live = down + nr + 1, stored;
+           *live = down + nr + 1, *up_was = live + nr + 1,
+           *up_r = up_was + nr + 1, stored;
   unsigned v = s->next_version - 1, all;
   unsigned done = holding(s, v, &all, &stored);
   memset(down, 0, 2 * (nr + 1) * sizeof(*down));
+  memset(up_r, 0, (nr + 1) * sizeof(*up_r));
   stitch_swarm_stats st;
   for (int i = 0; i < s->n_node; i++) {
     node *n = &s->node[i];
-    node_stats(n, &st);
+    sim_node_stats(n, &st);
     if (i == 0) {
       seed = st.bytes_up;
       continue;
     }
     down[n->region] += st.bytes_down;
     down[nr] += st.bytes_down;
+    up_r[n->region] += st.bytes_up;
     up += st.bytes_up;
     if (n->state == NODE_LIVE) {
       live[n->region]++;
@@ -701,12 +708,18 @@ static void trace_row(sim *s, double t) {
       fprintf(s->trace, ",%.1f",
               (double)(down[r] - s->trace_region[r]) * mbit /
                   (live[r] > 0 ? (double)live[r] : 1));
+    for (size_t r = 0; r < nr; r++) /* the uplinks' busy fraction */
+      fprintf(s->trace, ",%.3f",
+              (double)(up_r[r] - up_was[r]) * 8 / 1e6 / dt /
+                  (live[r] > 0 ? (double)live[r] * s->sc.regions[r].up_mbps
+                               : 1));
     fputc('\n', s->trace);
   }
   s->trace_t = t;
   s->trace_up = up;
   s->trace_seed = seed;
   memcpy(s->trace_region, down, (nr + 1) * sizeof(down[0]));
+  memcpy(up_was, up_r, (nr + 1) * sizeof(up_r[0]));
 }
 
 static void publish(sim *s, unsigned v) {
@@ -748,6 +761,7 @@ double controller_step(sim *s) {
   while (next <= s->tr.count && t >= due) {
     take_snap(s, &s->at[next]);
     s->published[next] = t;
+    sim_busy_publish(s, next);
     publish(s, next++);
     due = WARMUP_S + (next - 1) * s->sc.interval_s;
   }
@@ -1029,6 +1043,7 @@ static void sim_free(sim *s) {
   free(s->at);
   free(s->stable);
   free(s->ramp_v1);
+  sim_busy_free(s);
   queue_free(s);
   faults_free(s);
   sim_churn_free(&s->ch);
@@ -1060,7 +1075,7 @@ static void extras_json(const sim *s, json_t *o) {
   for (unsigned i = 1; i <= nn; i++) {
     const node *n = &s->node[i];
     stitch_swarm_stats st;
-    node_stats(n, &st);
+    sim_node_stats(n, &st);
     all += st.bytes_up;
     refused += n->nat_refused;
     unsigned peers = n->sw != NULL ? st.peers : 0;
@@ -1102,7 +1117,7 @@ static void extras_json(const sim *s, json_t *o) {
   memset(&sum, 0, sizeof(sum));
   for (unsigned i = 0; i <= nn; i++) {
     stitch_swarm_stats st;
-    node_stats(&s->node[i], &st);
+    sim_node_stats(&s->node[i], &st);
     sum.punch_asked += st.punch_asked;
     sum.punch_dialed += st.punch_dialed;
     sum.punch_linked += st.punch_linked;
@@ -1151,7 +1166,7 @@ static int report(sim *s, double wall_s, double rss_base, int as_json,
       r.chunks_stored += n->stored;
     }
     stitch_swarm_stats st;
-    node_stats(n, &st);
+    sim_node_stats(n, &st);
     r.verify_failures += st.verify_failures;
     if (i > 0)
       r.chunks_twice += st.chunks_twice;
@@ -1202,6 +1217,7 @@ static int report(sim *s, double wall_s, double rss_base, int as_json,
   int rc = 0;
   json_t *o = sim_report_json(&r, 0);
   extras_json(s, o);
+  sim_busy_json(s, json_object_get(o, "versions"));
   if (as_json) {
     json_dumpf(o, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(8));
     fputc('\n', stdout);
@@ -1378,16 +1394,20 @@ int main(int argc, char **argv) {
       return 1;
     }
     s.trace_region =
-        xcalloc(3 * (s.sc.n_regions + 1), sizeof(*s.trace_region));
+        xcalloc(5 * (s.sc.n_regions + 1), sizeof(*s.trace_region));
     fprintf(s.trace, "t_s,down_mbps,up_mbps,seed_mbps,nodes_done");
     for (size_t r = 0; r < s.sc.n_regions; r++)
       fprintf(s.trace, ",down_mbps_%s", s.sc.regions[r].name);
+    for (size_t r = 0; r < s.sc.n_regions; r++)
+      fprintf(s.trace, ",up_busy_%s", s.sc.regions[r].name);
     fputc('\n', s.trace);
   }
   s.published = xcalloc(s.tr.count + 2, sizeof(*s.published));
   s.at = xcalloc(s.tr.count + 2, sizeof(*s.at));
   for (unsigned v = 0; v <= s.tr.count + 1; v++)
     s.published[v] = -1;
+  if (sim_busy_init(&s) != 0)
+    die("out of memory");
   stable_make(&s);
   /* Churn runs from the first publish to one interval after the last (or
    * the time limit): every version is published into a churning swarm,

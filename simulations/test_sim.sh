@@ -481,7 +481,11 @@ import csv, sys
 rows = list(csv.reader(open(sys.argv[1])))
 head = rows[0]
 want = ["t_s", "down_mbps", "up_mbps", "seed_mbps", "nodes_done"]
-if head[:5] != want or not all(h.startswith("down_mbps_") for h in head[5:]) or len(head) < 6:
+per = (len(head) - 5) // 2  # down_mbps_REGION, then up_busy_REGION
+if (head[:5] != want or per < 1 or len(head) != 5 + 2 * per or
+        not all(h.startswith("down_mbps_") for h in head[5:5 + per]) or
+        [h[len("up_busy_"):] for h in head[5 + per:]] !=
+        [h[len("down_mbps_"):] for h in head[5:5 + per]]):
     sys.exit("sim_small: --trace header %s" % head)
 if len(rows) < 10 or any(len(r) != len(head) for r in rows[1:]):
     sys.exit("sim_small: --trace rows do not match the header")
@@ -489,6 +493,27 @@ if int(rows[-1][4]) != 20:
     sys.exit("sim_small: --trace: %s nodes done at the end, not 20" % rows[-1][4])
 if max(float(r[1]) for r in rows[1:]) <= 0:
     sys.exit("sim_small: --trace: no download")
+busy = [float(x) for r in rows[1:] for x in r[5 + per:]]
+if max(busy) <= 0 or min(busy) < 0:
+    sys.exit("sim_small: --trace: up_busy from %s to %s" % (min(busy), max(busy)))
+PY
+# Each version's upload per region (busy.c): a region for each of the
+# scenario's, uplinks no busier than they can be, the region's times
+# within the version's.
+python3 - "$tmp/queues.out" "$tmp/queues.json" <<'PY'
+import json, sys
+run, sc = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+names = [g["name"] for g in sc["regions"]]
+for v in run["versions"]:
+    rs = v.get("regions")
+    if rs is None or [r["name"] for r in rs] != names:
+        sys.exit("sim_small: version %d: regions %s, want %s" % (v["version"], rs, names))
+    if abs(v["window_s"] - v["max_s"]) > 1e-6 or not 0 < v["up_busy"] <= 1.01:
+        sys.exit("sim_small: version %d: window_s %s (max_s %s), up_busy %s"
+                 % (v["version"], v["window_s"], v["max_s"], v["up_busy"]))
+    if any(not 0 <= r["up_busy"] <= 1.01 or r["max_s"] > v["max_s"] + 1e-9
+           for r in rs):
+        sys.exit("sim_small: version %d: regions %s" % (v["version"], rs))
 PY
 [ ! -e "$tmp/trace.csv.part" ] || { echo "sim_small: --trace left its .part file"; exit 1; }
 # A run killed midway leaves no FILE.csv that looks whole (only FILE.csv.part).

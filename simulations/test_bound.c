@@ -70,10 +70,10 @@ int main(int argc, char **argv) {
     }
   }
   /* tools/netlab's NAT and fault files load (stitch-sim --bounds gives
-   * their bounds): NAT is simulated on either network; faults on the
-   * queues network only, so a fault file of the flows network (the
-   * default) is marked as not to be simulated, naming the key. */
-  const char *netlab_only[][2] = {{"netlab_nat.json", ""},
+   * their bounds). Neither names a network, and each has what only the
+   * queues network simulates (loss; faults): stitch-sim picks it, says
+   * why, and marks nothing as not to be simulated. */
+  const char *netlab_only[][2] = {{"netlab_nat.json", "loss_pct"},
                                   {"netlab_kill.json", "faults"}};
   for (size_t i = 0; i < 2; i++) {
     char path[512], err[512];
@@ -84,11 +84,13 @@ int main(int argc, char **argv) {
       failures++;
       continue;
     }
-    int want = netlab_only[i][1][0] != 0;
-    if (want ? strstr(s2.unsimulated, netlab_only[i][1]) == NULL
-             : s2.unsimulated[0] != 0) {
-      fprintf(stderr, "%s: unsimulated is '%s', expected '%s'\n", path,
-              s2.unsimulated, netlab_only[i][1]);
+    if (s2.unsimulated[0] != 0 || !s2.queues ||
+        strstr(s2.network_note, netlab_only[i][1]) == NULL) {
+      fprintf(stderr,
+              "%s: unsimulated '%s', network %s, note '%s' (expected the "
+              "queues network, for '%s')\n",
+              path, s2.unsimulated, s2.queues ? "queues" : "flows",
+              s2.network_note, netlab_only[i][1]);
       failures++;
     }
     if (i == 0 && (s2.regions[0].nat_nodes != 3 || s2.regions[1].nat_nodes != 2)) {

@@ -6,6 +6,7 @@
  * from: whatever a member claims, an honest node dials only where the
  * relay saw an authenticated member. */
 #include "swarm/core_internal.h"
+#include "swarm/scope.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -235,10 +236,23 @@ static void relay_answer(stitch_swarm *s, peer *b, const wire_msg *m) {
 
 /* ---- The one asked, and the asker ------------------------------------- */
 
+/* Whether ADDR, which relay R passed on, may be dialed (scope.h
+ * scope_punch_ok, judged against the address our link to R runs to):
+ * what a hostile relay names is no further from us than R is. */
+static int in_scope(stitch_swarm *s, const peer *r, const char *addr) {
+  if (scope_punch_ok(addr, r->addr))
+    return 1;
+  s->st.punch_refused++;
+  core_log(s, "punch: refused %s (%s) from peer %u at %s (%s)", addr,
+           scope_name(scope_of(addr)), r->id, r->addr,
+           scope_name(scope_of(r->addr)));
+  return 0;
+}
+
 /* Relay R says K, seen at ADDR, asks to link with us. */
 static void on_asked(stitch_swarm *s, peer *r, const wire_msg *m) {
   const stitch_pubkey *k = &m->node;
-  int ok = room(s, PUNCH_WANT + PUNCH_TAKE_EXTRA) &&
+  int ok = in_scope(s, r, m->addr) && room(s, PUNCH_WANT + PUNCH_TAKE_EXTRA) &&
            ready_key(s, k) == NULL && !backed_off(s, k) &&
            (r->punch_took_ms == 0 ||
             s->now_ms - r->punch_took_ms >= PUNCH_TAKE_MS);
@@ -289,6 +303,10 @@ static void on_answer(stitch_swarm *s, peer *r, const wire_msg *m) {
       same_key(&m->node, &s->cfg.node_pk)) {
     s->st.punch_ignored++;
     try_end(s, t, 0);
+    return;
+  }
+  if (!in_scope(s, r, m->addr)) {
+    try_end(s, t, 1); /* backs off that relay */
     return;
   }
   t->target = m->node;

@@ -20,7 +20,9 @@
  * takes at most one ask per PUNCH_TAKE_MS from each relay and has at most
  * PUNCH_INFLIGHT punches (asked or taken) under way, each ended by its
  * link, its dial's failure or PUNCH_WAIT_MS; a node whose punch failed
- * waits before it punches with that node (or asks that relay) again. */
+ * waits before it punches with that node (or asks that relay) again.
+ * An address a relay names is dialed only if its scope
+ * allows, judged against the relay's own address (scope.h). */
 #ifndef STITCH_SWARM_PUNCH_H
 #define STITCH_SWARM_PUNCH_H
 

@@ -549,6 +549,24 @@ static void scenario_punch(void) {
   CHECK_NET(&net, sa.punch_ignored > 0);
   /* The stranger's frames never got past the handshake. */
   CHECK_NET(&net, sr.refused + sb.refused >= 2);
+  /* E's PUNCHes past the rate are charged: R and A drop and greylist
+   * it within its first second, and keep no link to it. */
+  printf("punch flood: R dropped %" PRIu64 " of E's PUNCHes and greylisted %"
+         PRIu64 ", A dropped %" PRIu64 " and greylisted %" PRIu64
+         "; E linked to R: %s, to A: %s\n",
+         sr.punch_dropped, sr.greylisted, sa.punch_dropped, sa.greylisted,
+         ready_with(r, &ev[0]->cfg.node_pk) ? "yes" : "no",
+         ready_with(a, &ev[0]->cfg.node_pk) ? "yes" : "no");
+  CHECK_NET(&net, sr.punch_dropped > 0 && sa.punch_dropped > 0);
+  CHECK_NET(&net, sr.greylisted >= 1 && sa.greylisted >= 1);
+  CHECK_NET(&net, grey_key(&r->sw->grey, &ev[0]->cfg.node_pk, net.now));
+  CHECK_NET(&net, grey_key(&a->sw->grey, &ev[0]->cfg.node_pk, net.now));
+  CHECK_NET(&net, !ready_with(r, &ev[0]->cfg.node_pk));
+  CHECK_NET(&net, !ready_with(a, &ev[0]->cfg.node_pk));
+  /* Nobody honest was charged for a flood. */
+  stitch_swarm_stats sb2;
+  sn_stats(b, &sb2);
+  CHECK_NET(&net, sb2.greylisted == 0);
   CHECK_NET(&net, ab);
   sn_free(&net);
 }
@@ -601,14 +619,15 @@ static void scenario_punch_scope(void) {
   punch_scope_run("10.77.0.12:7000", "10.79.4.2:7000", &sq);
   printf("punch scope: a victim of a relay at a public address dialed %"
          PRIu64 " punches, refused %" PRIu64 " addresses; at a private "
-         "one, dialed %" PRIu64 ", refused %" PRIu64 "; greylisted %" PRIu64
-         "\n",
+         "one, dialed %" PRIu64 ", refused %" PRIu64 "; dropped %" PRIu64
+         ", greylisted %" PRIu64 "\n",
          sp.punch_dialed, sp.punch_refused, sq.punch_dialed, sq.punch_refused,
-         sp.greylisted + sq.greylisted);
+         sp.punch_dropped + sq.punch_dropped, sp.greylisted + sq.greylisted);
   ASSERT_EQ(sp.punch_dialed, 0);
   ASSERT(sp.punch_refused >= 2 * 5);
   ASSERT(sq.punch_dialed >= 1);
   ASSERT(sq.punch_refused >= 5);
+  ASSERT_EQ(sp.punch_dropped + sq.punch_dropped, 0);
   ASSERT_EQ(sp.greylisted + sq.greylisted, 0);
 }
 

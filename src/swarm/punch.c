@@ -315,13 +315,16 @@ static void on_answer(stitch_swarm *s, peer *r, const wire_msg *m) {
 }
 
 void punch_on_msg(stitch_swarm *s, peer *p, const wire_msg *m) {
-  /* What any peer may send us: PUNCH_RELAY_PER_S a second. */
+  /* What any peer may send us: PUNCH_RELAY_PER_S a second. An honest
+   * one sends fewer (punch.h): each past it is charged, so a flooder is
+   * dropped and greylisted after some fifty. */
   if (p->punch_win_ms == 0 || s->now_ms - p->punch_win_ms >= 1000) {
     p->punch_win_ms = s->now_ms;
     p->punch_n = 0;
   }
   if (++p->punch_n > PUNCH_RELAY_PER_S) {
-    s->st.punch_ignored++;
+    s->st.punch_dropped++;
+    core_score(s, p, SCORE_PUNCH_FLOOD);
     return;
   }
   int to_relay = m->punch <= WIRE_PUNCH_DECLINE;

@@ -21,7 +21,10 @@
  * PUNCH_INFLIGHT punches (asked or taken) under way, each ended by its
  * link, its dial's failure or PUNCH_WAIT_MS; a node whose punch failed
  * waits before it punches with that node (or asks that relay) again.
- * An address a relay names is dialed only if its scope
+ * PUNCHes past PUNCH_RELAY_PER_S are charged to the sender's score
+ * (SCORE_PUNCH_FLOOD): an honest peer asks at most once per PUNCH_ASK_MS,
+ * answers each ask once, and as a relay offers a pair once per
+ * PUNCH_PAIR_MS. An address a relay names is dialed only if its scope
  * allows, judged against the relay's own address (scope.h). */
 #ifndef STITCH_SWARM_PUNCH_H
 #define STITCH_SWARM_PUNCH_H

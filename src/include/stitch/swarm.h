@@ -281,14 +281,15 @@ typedef struct stitch_swarm_stats {
   uint64_t unasked_chunks; /* CHUNKs not asked for that were no use */
   /* Hole punching (docs/swarm.md "Hole punching"): asks we sent a relay,
    * punch dials we made (as the asker or the one asked), punched links
-   * that became ready, PUNCHes we relayed, and PUNCHes we ignored (over
-   * a rate, from or for a node we cannot relay for, not asked). */
+   * that became ready, PUNCHes we relayed, and PUNCHes we ignored (from
+   * or for a node we cannot relay for, not asked). */
   uint64_t punch_asked, punch_dialed, punch_linked;
   uint64_t punch_relayed, punch_ignored;
-  /* Punch addresses refused by their scope (a loopback, link-local or
-   * multicast one; a private one from a relay at a public address;
-   * docs/security.md "Hole punching"). */
-  uint64_t punch_refused;
+  /* PUNCHes past a peer's rate (each charged to its score), and punch
+   * addresses refused by their scope (a loopback, link-local or multicast
+   * one; a private one from a relay at a public address; docs/security.md
+   * "Hole punching"). */
+  uint64_t punch_dropped, punch_refused;
 } stitch_swarm_stats;
 
 void stitch_swarm_get_stats(const stitch_swarm *s, stitch_swarm_stats *st);

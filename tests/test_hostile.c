@@ -547,6 +547,10 @@ static void scenario_punch(void) {
   CHECK_NET(&net, sa.punch_dialed <= bound);
   CHECK_NET(&net, sb.punch_dialed <= bound);
   CHECK_NET(&net, sa.punch_ignored > 0);
+  /* E's punches for A go nowhere: each ends failed. */
+  CHECK_NET(&net, sa.punch_failed >= 1 &&
+                      sa.punch_dialed <= sa.punch_linked + sa.punch_failed +
+                                             PUNCH_INFLIGHT);
   /* The stranger's frames never got past the handshake. */
   CHECK_NET(&net, sr.refused + sb.refused >= 2);
   /* E's PUNCHes past the rate are charged: R and A drop and greylist

@@ -916,6 +916,9 @@ static void scenario_punch(void) {
   CHECK_NET(&net, ab);
   CHECK_NET(&net, net.punches_opened == 1);
   CHECK_NET(&net, sa.punch_linked + sb.punch_linked == 2);
+  /* Every punch dialed ended linked or failed, or is under way. */
+  CHECK_NET(&net, sa.punch_dialed <= sa.punch_linked + sa.punch_failed + 2 &&
+                      sb.punch_dialed <= sb.punch_linked + sb.punch_failed + 2);
   CHECK_NET(&net, sa.punch_refused + sb.punch_refused == 0);
   CHECK_NET(&net, sr.punch_relayed >= 2);
   CHECK_NET(&net, sa.peers == 3 && sb.peers == 3);

@@ -107,10 +107,12 @@ static punch_try *free_try(stitch_swarm *s) {
 }
 
 /* Ends T; a failure backs off the node it was with, or the relay that
- * never named one. */
+ * never named one, and counts when T had dialed. */
 static void try_end(stitch_swarm *s, punch_try *t, int failed) {
   if (failed)
     back_fail(s, zero_key(&t->target) ? &t->relay_key : &t->target);
+  if (failed && t->addr[0])
+    s->st.punch_failed++;
   memset(t, 0, sizeof(*t));
 }
 

@@ -285,11 +285,12 @@ typedef struct stitch_swarm_stats {
    * or for a node we cannot relay for, not asked). */
   uint64_t punch_asked, punch_dialed, punch_linked;
   uint64_t punch_relayed, punch_ignored;
-  /* PUNCHes past a peer's rate (each charged to its score), and punch
+  /* PUNCHes past a peer's rate (each charged to its score), punch
    * addresses refused by their scope (a loopback, link-local or multicast
    * one; a private one from a relay at a public address; docs/security.md
-   * "Hole punching"). */
-  uint64_t punch_dropped, punch_refused;
+   * "Hole punching"), and punch dials that ended with no link (no answer
+   * in time, the dial failed, the link closed or proved another key). */
+  uint64_t punch_dropped, punch_refused, punch_failed;
 } stitch_swarm_stats;
 
 void stitch_swarm_get_stats(const stitch_swarm *s, stitch_swarm_stats *st);

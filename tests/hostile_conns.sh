@@ -25,6 +25,15 @@ addr="$(wait_line "$work/node.out" '^stitchd: listening on ')"
 held() { json held_version <"$work/node.json" 2>/dev/null || echo 0; }
 for _ in $(seq 300); do [ "$(held)" -ge 1 ] && break; sleep 0.1; done
 [ "$(held)" -ge 1 ] || fail "the node did not reach version 1"
+# The status file carries hole punching's counters (docs/stitchd.md).
+python3 - "$work/node.json" <<'PY' || fail "status: no punch counters: $(cat "$work/node.json")"
+import json, sys
+p = json.load(open(sys.argv[1]))["punch"]
+keys = {"asked", "relayed", "ignored", "dropped", "refused", "dialed",
+        "linked", "failed"}
+assert set(p) == keys, sorted(p)
+assert all(type(v) is int and v >= 0 for v in p.values()), p
+PY
 rss() { awk '/^VmRSS/ {print $2}' "/proc/$node/status"; } # KiB
 before=$(rss)
 

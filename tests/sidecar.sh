@@ -89,7 +89,15 @@ for k in ("stitch_bytes_up_total", "stitch_verify_failures_total",
           "stitch_bans_total", "stitch_peers", "stitch_apply_pause_seconds",
           "stitch_apply_prepare_seconds",
           'stitch_bytes_down_total{source="same_region"}',
-          'stitch_bytes_down_total{source="other_region"}'):
+          'stitch_bytes_down_total{source="other_region"}',
+          'stitch_punch_messages_total{what="asked"}',
+          'stitch_punch_messages_total{what="relayed"}',
+          'stitch_punch_messages_total{what="ignored"}',
+          'stitch_punch_messages_total{what="dropped"}',
+          'stitch_punches_total{result="dialed"}',
+          'stitch_punches_total{result="linked"}',
+          'stitch_punches_total{result="failed"}',
+          'stitch_punches_total{result="refused"}'):
     assert k in values, "no " + k
 assert values['stitch_bytes_down_total{source="seed"}'] > 0
 EOF

@@ -137,6 +137,15 @@ static int linked(sn_net *net, int a, int b) {
   return 0;
 }
 
+/* N's core holds a ready link to the member with key K. */
+static int ready_with(const sn_node *n, const stitch_pubkey *k) {
+  for (size_t i = 0; i < n->sw->n_peers; i++)
+    if (n->sw->peers[i].state == PEER_READY &&
+        memcmp(n->sw->peers[i].node.b, k->b, sizeof(k->b)) == 0)
+      return 1;
+  return 0;
+}
+
 /* Attackers dial their targets again, every RELINK_MS, where they have no
  * link: a greylisted one is refused at its AUTH. */
 static void relink(sn_net *net, run_state *rs) {
@@ -538,10 +547,92 @@ static void scenario_punch(void) {
   CHECK_NET(&net, sa.punch_dialed <= bound);
   CHECK_NET(&net, sb.punch_dialed <= bound);
   CHECK_NET(&net, sa.punch_ignored > 0);
+  /* E's punches for A go nowhere: each ends failed. */
+  CHECK_NET(&net, sa.punch_failed >= 1 &&
+                      sa.punch_dialed <= sa.punch_linked + sa.punch_failed +
+                                             PUNCH_INFLIGHT);
   /* The stranger's frames never got past the handshake. */
   CHECK_NET(&net, sr.refused + sb.refused >= 2);
+  /* E's PUNCHes past the rate are charged: R and A drop and greylist
+   * it within its first second, and keep no link to it. */
+  printf("punch flood: R dropped %" PRIu64 " of E's PUNCHes and greylisted %"
+         PRIu64 ", A dropped %" PRIu64 " and greylisted %" PRIu64
+         "; E linked to R: %s, to A: %s\n",
+         sr.punch_dropped, sr.greylisted, sa.punch_dropped, sa.greylisted,
+         ready_with(r, &ev[0]->cfg.node_pk) ? "yes" : "no",
+         ready_with(a, &ev[0]->cfg.node_pk) ? "yes" : "no");
+  CHECK_NET(&net, sr.punch_dropped > 0 && sa.punch_dropped > 0);
+  CHECK_NET(&net, sr.greylisted >= 1 && sa.greylisted >= 1);
+  CHECK_NET(&net, grey_key(&r->sw->grey, &ev[0]->cfg.node_pk, net.now));
+  CHECK_NET(&net, grey_key(&a->sw->grey, &ev[0]->cfg.node_pk, net.now));
+  CHECK_NET(&net, !ready_with(r, &ev[0]->cfg.node_pk));
+  CHECK_NET(&net, !ready_with(a, &ev[0]->cfg.node_pk));
+  /* Nobody honest was charged for a flood. */
+  stitch_swarm_stats sb2;
+  sn_stats(b, &sb2);
+  CHECK_NET(&net, sb2.greylisted == 0);
   CHECK_NET(&net, ab);
   sn_free(&net);
+}
+
+/* A member E, as a relay, names two addresses to a NATed victim V that
+ * dialed E at RELAY_AT: one on V's own host (loopback) and one on a
+ * private network (10.0.0.9), each ask every 2.5 s (under the rate, with
+ * E's own asks: nothing is charged), for 15 s. V sees nobody else, so
+ * every punch it dials is one of E's. */
+static void punch_scope_run(const char *relay_at, const char *seen_at,
+                            stitch_swarm_stats *st) {
+  sn_net net;
+  sn_node *seed = build(&net, &default_params, 0);
+  sn_node *v = sn_add(&net, "eu", 0, 0);
+  sn_node *e = sn_add(&net, "eu", 0, 0);
+  static const char *const targets[] = {"127.0.0.1:22", "10.0.0.9:80"};
+  frames_buf.len = 0;
+  frames_buf.max = SIZE_MAX / 2;
+  wire_msg *m = calloc(1, sizeof(*m));
+  ASSERT(m != NULL);
+  m->type = WIRE_PUNCH;
+  m->punch = WIRE_PUNCH_ASKED;
+  for (int i = 0; i < 2; i++) {
+    memset(m->node.b, 0x60 + i, sizeof(m->node.b)); /* nobody's */
+    snprintf(m->addr, sizeof(m->addr), "%s", targets[i]);
+    put_msg(&frames_buf, m);
+  }
+  free(m);
+  e->evil = SN_EVIL_REPEAT;
+  e->evil_buf = frames_buf.p;
+  e->evil_len = frames_buf.len;
+  e->evil_every = 2500;
+  e->evil_from = 0;
+  sn_start(&net, seed, NULL, 0);
+  sn_start(&net, v, NULL, 0);
+  sn_start(&net, e, NULL, 0);
+  sn_open_as(&net, v->idx, e->idx, 0, relay_at, seen_at);
+  sn_run(&net, 15000, NULL, NULL);
+  sn_stats(v, st);
+  CHECK_NET(&net, ready_with(v, &e->cfg.node_pk));
+  sn_free(&net);
+}
+
+/* E at a public address: V dials neither address (no CONNECT at all). E
+ * at a private one, as netlab's members are: V dials the private address,
+ * as netlab's NATed pairs must, never the loopback one. */
+static void scenario_punch_scope(void) {
+  stitch_swarm_stats sp, sq;
+  punch_scope_run("203.0.113.7:7000", "198.51.100.20:7000", &sp);
+  punch_scope_run("10.77.0.12:7000", "10.79.4.2:7000", &sq);
+  printf("punch scope: a victim of a relay at a public address dialed %"
+         PRIu64 " punches, refused %" PRIu64 " addresses; at a private "
+         "one, dialed %" PRIu64 ", refused %" PRIu64 "; dropped %" PRIu64
+         ", greylisted %" PRIu64 "\n",
+         sp.punch_dialed, sp.punch_refused, sq.punch_dialed, sq.punch_refused,
+         sp.punch_dropped + sq.punch_dropped, sp.greylisted + sq.greylisted);
+  ASSERT_EQ(sp.punch_dialed, 0);
+  ASSERT(sp.punch_refused >= 2 * 5);
+  ASSERT(sq.punch_dialed >= 1);
+  ASSERT(sq.punch_refused >= 5);
+  ASSERT_EQ(sp.punch_dropped + sq.punch_dropped, 0);
+  ASSERT_EQ(sp.greylisted + sq.greylisted, 0);
 }
 
 static const sw_scenario scenarios[] = {
@@ -549,7 +640,7 @@ static const sw_scenario scenarios[] = {
     {"push_bad", scenario_push_bad},
     {"spam", scenario_spam},       {"eclipse", scenario_eclipse},
     {"silent", scenario_silent},   {"thousand", scenario_thousand},
-    {"punch", scenario_punch},
+    {"punch", scenario_punch},     {"punch_scope", scenario_punch_scope},
 };
 
 int main(void) {

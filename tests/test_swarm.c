@@ -5,6 +5,8 @@
  * every node's weights are checked bit for bit against the trainer's. */
 #include "swarm_fixture.h"
 
+#include "swarm/scope.h"
+
 /* ---- Scenarios -------------------------------------------------------- */
 
 /* 1 seed + 8 nodes, 3 versions published 300 ms apart. Returns the run's
@@ -914,6 +916,10 @@ static void scenario_punch(void) {
   CHECK_NET(&net, ab);
   CHECK_NET(&net, net.punches_opened == 1);
   CHECK_NET(&net, sa.punch_linked + sb.punch_linked == 2);
+  /* Every punch dialed ended linked or failed, or is under way. */
+  CHECK_NET(&net, sa.punch_dialed <= sa.punch_linked + sa.punch_failed + 2 &&
+                      sb.punch_dialed <= sb.punch_linked + sb.punch_failed + 2);
+  CHECK_NET(&net, sa.punch_refused + sb.punch_refused == 0);
   CHECK_NET(&net, sr.punch_relayed >= 2);
   CHECK_NET(&net, sa.peers == 3 && sb.peers == 3);
   publish(&net, seed, 1);
@@ -929,6 +935,76 @@ static void scenario_punch(void) {
   CHECK_NET(&net, sa.punch_dialed + sb.punch_dialed == dialed);
   CHECK_NET(&net, sa.punch_asked + sb.punch_asked < 40);
   sn_free(&net);
+}
+
+/* The scopes of punch addresses (src/swarm/scope.c; docs/security.md
+ * "Hole punching"), and which a node dials through a relay at a public,
+ * a private and a named address. */
+static void scenario_scope(void) {
+  static const struct {
+    const char *addr;
+    addr_scope sc;
+  } cases[] = {
+      {"127.0.0.1:22", SCOPE_LOCAL},      {"127.255.0.9:1", SCOPE_LOCAL},
+      {"0.0.0.0:80", SCOPE_LOCAL},        {"0.1.2.3:80", SCOPE_LOCAL},
+      {"169.254.169.254:80", SCOPE_LOCAL}, {"224.0.0.251:5353", SCOPE_LOCAL},
+      {"239.1.1.1:80", SCOPE_LOCAL},      {"255.255.255.255:80", SCOPE_LOCAL},
+      {"240.0.0.1:80", SCOPE_LOCAL},      {"[::1]:22", SCOPE_LOCAL},
+      {"[::]:22", SCOPE_LOCAL},           {"[::7f00:1]:22", SCOPE_LOCAL},
+      {"[fe80::1]:22", SCOPE_LOCAL},      {"[fe80::1%eth0]:22", SCOPE_LOCAL},
+      {"[2001:db8::1%2]:22", SCOPE_LOCAL}, {"[ff02::1]:22", SCOPE_LOCAL},
+      {"[::ffff:127.0.0.1]:22", SCOPE_LOCAL},
+      {"[::ffff:169.254.1.1]:22", SCOPE_LOCAL},
+      {"localhost:22", SCOPE_LOCAL},      {"LocalHost.:22", SCOPE_LOCAL},
+      {"db.localhost:5432", SCOPE_LOCAL}, {"::1:22", SCOPE_LOCAL},
+      {":22", SCOPE_LOCAL},               {"[]:22", SCOPE_LOCAL},
+      {"[::1:22", SCOPE_LOCAL},           {"[zz::1]:22", SCOPE_LOCAL},
+      {"10.0.0.1:80", SCOPE_PRIVATE},     {"10.255.255.255:80", SCOPE_PRIVATE},
+      {"172.16.0.1:80", SCOPE_PRIVATE},   {"172.31.255.1:80", SCOPE_PRIVATE},
+      {"192.168.1.1:80", SCOPE_PRIVATE},  {"100.64.0.1:80", SCOPE_PRIVATE},
+      {"100.127.255.254:80", SCOPE_PRIVATE}, {"[fd00::1]:80", SCOPE_PRIVATE},
+      {"[fc00::1]:80", SCOPE_PRIVATE},    {"[fec0::1]:80", SCOPE_PRIVATE},
+      {"[::ffff:10.1.2.3]:80", SCOPE_PRIVATE},
+      {"172.15.0.1:80", SCOPE_PUBLIC},    {"172.32.0.1:80", SCOPE_PUBLIC},
+      {"100.63.0.1:80", SCOPE_PUBLIC},    {"100.128.0.1:80", SCOPE_PUBLIC},
+      {"192.169.0.1:80", SCOPE_PUBLIC},   {"203.0.113.7:7000", SCOPE_PUBLIC},
+      {"8.8.8.8:53", SCOPE_PUBLIC},       {"[2001:db8::1]:7000", SCOPE_PUBLIC},
+      {"[::ffff:8.8.8.8]:53", SCOPE_PUBLIC}, {"[fbff::1]:80", SCOPE_PUBLIC},
+      {"n3.nat", SCOPE_NAME},             {"node.example:7000", SCOPE_NAME},
+      {"127.1:22", SCOPE_NAME},           {"0x7f.0.0.1:22", SCOPE_NAME},
+      {"2130706433:22", SCOPE_NAME},      {"notlocalhost:22", SCOPE_NAME},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    addr_scope sc = scope_of(cases[i].addr);
+    if (sc != cases[i].sc)
+      printf("scope_of(\"%s\"): %s, want %s\n", cases[i].addr,
+             scope_name(sc), scope_name(cases[i].sc));
+    ASSERT_EQ(sc, cases[i].sc);
+  }
+  /* Through a relay at a public address: public targets only. */
+  const char *pub = "203.0.113.7:7000", *priv = "10.77.0.2:7000";
+  ASSERT(scope_punch_ok("198.51.100.9:40000", pub));
+  ASSERT(!scope_punch_ok("127.0.0.1:22", pub));
+  ASSERT(!scope_punch_ok("192.168.1.1:80", pub));
+  ASSERT(!scope_punch_ok("100.64.0.1:80", pub));
+  ASSERT(!scope_punch_ok("[fd00::1]:80", pub));
+  ASSERT(!scope_punch_ok("router.lan:80", pub));
+  /* Through one at a private address (netlab's 10.77/16): private ones
+   * too, never a local one. */
+  ASSERT(scope_punch_ok("10.79.3.2:40000", priv));
+  ASSERT(scope_punch_ok("198.51.100.9:40000", priv));
+  ASSERT(!scope_punch_ok("127.0.0.1:22", priv));
+  ASSERT(!scope_punch_ok("[fe80::1]:22", priv));
+  ASSERT(!scope_punch_ok("router.lan:80", priv));
+  /* A relay at a loopback address vouches for nothing private. */
+  ASSERT(!scope_punch_ok("10.0.0.1:80", "127.0.0.1:7000"));
+  /* Hosts that name their nodes (this harness, stitch-sim). */
+  ASSERT(scope_punch_ok("n3.nat", "n2"));
+  ASSERT(!scope_punch_ok("localhost:22", "n2"));
+  ASSERT(!scope_punch_ok("10.0.0.1:80", "n2"));
+  printf("scope: %zu addresses judged; a private target only through a "
+         "relay at a private address\n",
+         sizeof(cases) / sizeof(cases[0]));
 }
 
 /* stitch_swarm_drain (src/swarm/host.c) hands each action to its
@@ -1006,6 +1082,7 @@ static const sw_scenario scenarios[] = {
     {"dial_storm", scenario_dial_storm},
     {"dialout_room", scenario_dialout_room},
     {"punch", scenario_punch},
+    {"scope", scenario_scope},
     {"corrupt", scenario_corrupt},
     {"corrupt_store", scenario_corrupt_store},
     {"flood", scenario_flood},

@@ -37,6 +37,31 @@ static int metric(sbuf *b, const char *name, const char *type, const char *help,
   return rc;
 }
 
+/* Hole punching (docs/swarm.md "Hole punching"): PUNCH messages, and the
+ * punches themselves. */
+static int punch_metrics(sbuf *b, const stitch_swarm_stats *s) {
+  static const char *const msgs[] = {
+      "{what=\"asked\"}", "{what=\"relayed\"}", "{what=\"ignored\"}",
+      "{what=\"dropped\"}"};
+  static const char *const res[] = {"{result=\"dialed\"}",
+                                    "{result=\"linked\"}",
+                                    "{result=\"failed\"}",
+                                    "{result=\"refused\"}"};
+  double m[] = {(double)s->punch_asked, (double)s->punch_relayed,
+                (double)s->punch_ignored, (double)s->punch_dropped};
+  double p[] = {(double)s->punch_dialed, (double)s->punch_linked,
+                (double)s->punch_failed, (double)s->punch_refused};
+  int rc = metric(b, "stitch_punch_messages_total", "counter",
+                  "PUNCH messages: asks sent to a relay, relayed, ignored, "
+                  "dropped over a peer's rate (and charged to it)",
+                  4, msgs, m);
+  return rc ? rc
+            : metric(b, "stitch_punches_total", "counter",
+                     "Hole punches: dialed, linked, failed with no link, "
+                     "refused for the address's scope",
+                     4, res, p);
+}
+
 int sidecar_metrics_text(const sidecar_snapshot *r, sbuf *out) {
   const stitch_swarm_stats *s = &r->st;
   static const char *const src[] = {"{source=\"seed\"}",
@@ -83,6 +108,7 @@ int sidecar_metrics_text(const sidecar_snapshot *r, sbuf *out) {
   ONE("stitch_handshakes_refused_total", "counter",
       "Peers refused at the handshake (no ticket, a bad one, revoked)",
       s->refused);
+  rc = rc ? rc : punch_metrics(b, s);
   ONE("stitch_engine_applies_total", "counter",
       "Versions the engine switched to", r->applies);
   ONE("stitch_apply_pause_seconds", "gauge",

@@ -390,12 +390,21 @@ static void write_status(agent *a) {
           ", \"verify_failures\": %" PRIu64 ", \"chunks_twice\": %" PRIu64
           ", \"bans\": %" PRIu64 ", \"refused\": %" PRIu64
           ", \"policy_serial\": %" PRIu64
-          ", \"manifests_forwarded\": %" PRIu64 ", \"applied\": [",
+          ", \"manifests_forwarded\": %" PRIu64,
           s.held_version, s.latest_version, s.fetching_version, s.fetch_done,
           s.fetch_total, s.peers, s.bytes_up, s.bytes_down, s.bytes_from_seed,
           s.bytes_same_region, s.bytes_other_region, s.bytes_to_same_region,
           s.bytes_to_other_region, s.verify_failures, s.chunks_twice, s.bans,
           s.refused, s.policy_serial, s.manifests_forwarded);
+  /* Hole punching (docs/stitchd.md "Status"). */
+  fprintf(f,
+          ", \"punch\": {\"asked\": %" PRIu64 ", \"relayed\": %" PRIu64
+          ", \"ignored\": %" PRIu64 ", \"dropped\": %" PRIu64
+          ", \"refused\": %" PRIu64 ", \"dialed\": %" PRIu64
+          ", \"linked\": %" PRIu64 ", \"failed\": %" PRIu64
+          "}, \"applied\": [",
+          s.punch_asked, s.punch_relayed, s.punch_ignored, s.punch_dropped,
+          s.punch_refused, s.punch_dialed, s.punch_linked, s.punch_failed);
   for (size_t i = 0; i < a->n_applied; i++)
     fprintf(f,
             "%s{\"version\": %" PRIu64 ", \"unix_ms\": %" PRIu64

@@ -511,7 +511,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status,
 }
 
 /* Carries out a CONNECT: a numeric address at once, a name after a lookup
- * on the thread pool. */
+ * on the thread pool (never a punch's). */
 static void dial(stitch_net *n, const char *addr, unsigned flags) {
   char host[STITCH_SWARM_ADDR_MAX], port[8];
   struct sockaddr_storage ss;
@@ -522,6 +522,14 @@ static void dial(stitch_net *n, const char *addr, unsigned flags) {
   int rc = numeric_addr(host, port, &ss);
   if (rc == 0) {
     dial_to(n, addr, (const struct sockaddr *)&ss, flags);
+    return;
+  }
+  if (rc == STITCH_ENOTFOUND && (flags & STITCH_SWARM_DIAL_PUNCH)) {
+    /* A punch's address is what a relay saw on its transport, a number;
+     * a name there is a hostile relay's, and its lookup could lead
+     * anywhere ("127.1", a LAN host's name): never looked up. */
+    net_log(n, "connect %s: a punch to a name, not dialed", addr);
+    stitch_swarm_dial_failed(n->swarm, addr, now_ms(n));
     return;
   }
   net_resolve *r = calloc(1, sizeof(*r));

@@ -6,6 +6,7 @@
  * from: whatever a member claims, an honest node dials only where the
  * relay saw an authenticated member. */
 #include "swarm/core_internal.h"
+#include "swarm/scope.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,10 +107,12 @@ static punch_try *free_try(stitch_swarm *s) {
 }
 
 /* Ends T; a failure backs off the node it was with, or the relay that
- * never named one. */
+ * never named one, and counts when T had dialed. */
 static void try_end(stitch_swarm *s, punch_try *t, int failed) {
   if (failed)
     back_fail(s, zero_key(&t->target) ? &t->relay_key : &t->target);
+  if (failed && t->addr[0])
+    s->st.punch_failed++;
   memset(t, 0, sizeof(*t));
 }
 
@@ -235,10 +238,23 @@ static void relay_answer(stitch_swarm *s, peer *b, const wire_msg *m) {
 
 /* ---- The one asked, and the asker ------------------------------------- */
 
+/* Whether ADDR, which relay R passed on, may be dialed (scope.h
+ * scope_punch_ok, judged against the address our link to R runs to):
+ * what a hostile relay names is no further from us than R is. */
+static int in_scope(stitch_swarm *s, const peer *r, const char *addr) {
+  if (scope_punch_ok(addr, r->addr))
+    return 1;
+  s->st.punch_refused++;
+  core_log(s, "punch: refused %s (%s) from peer %u at %s (%s)", addr,
+           scope_name(scope_of(addr)), r->id, r->addr,
+           scope_name(scope_of(r->addr)));
+  return 0;
+}
+
 /* Relay R says K, seen at ADDR, asks to link with us. */
 static void on_asked(stitch_swarm *s, peer *r, const wire_msg *m) {
   const stitch_pubkey *k = &m->node;
-  int ok = room(s, PUNCH_WANT + PUNCH_TAKE_EXTRA) &&
+  int ok = in_scope(s, r, m->addr) && room(s, PUNCH_WANT + PUNCH_TAKE_EXTRA) &&
            ready_key(s, k) == NULL && !backed_off(s, k) &&
            (r->punch_took_ms == 0 ||
             s->now_ms - r->punch_took_ms >= PUNCH_TAKE_MS);
@@ -291,19 +307,26 @@ static void on_answer(stitch_swarm *s, peer *r, const wire_msg *m) {
     try_end(s, t, 0);
     return;
   }
+  if (!in_scope(s, r, m->addr)) {
+    try_end(s, t, 1); /* backs off that relay */
+    return;
+  }
   t->target = m->node;
   snprintf(t->addr, sizeof(t->addr), "%s", m->addr);
   dial(s, t);
 }
 
 void punch_on_msg(stitch_swarm *s, peer *p, const wire_msg *m) {
-  /* What any peer may send us: PUNCH_RELAY_PER_S a second. */
+  /* What any peer may send us: PUNCH_RELAY_PER_S a second. An honest
+   * one sends fewer (punch.h): each past it is charged, so a flooder is
+   * dropped and greylisted after some fifty. */
   if (p->punch_win_ms == 0 || s->now_ms - p->punch_win_ms >= 1000) {
     p->punch_win_ms = s->now_ms;
     p->punch_n = 0;
   }
   if (++p->punch_n > PUNCH_RELAY_PER_S) {
-    s->st.punch_ignored++;
+    s->st.punch_dropped++;
+    core_score(s, p, SCORE_PUNCH_FLOOD);
     return;
   }
   int to_relay = m->punch <= WIRE_PUNCH_DECLINE;

@@ -20,7 +20,12 @@
  * takes at most one ask per PUNCH_TAKE_MS from each relay and has at most
  * PUNCH_INFLIGHT punches (asked or taken) under way, each ended by its
  * link, its dial's failure or PUNCH_WAIT_MS; a node whose punch failed
- * waits before it punches with that node (or asks that relay) again. */
+ * waits before it punches with that node (or asks that relay) again.
+ * PUNCHes past PUNCH_RELAY_PER_S are charged to the sender's score
+ * (SCORE_PUNCH_FLOOD): an honest peer asks at most once per PUNCH_ASK_MS,
+ * answers each ask once, and as a relay offers a pair once per
+ * PUNCH_PAIR_MS. An address a relay names is dialed only if its scope
+ * allows, judged against the relay's own address (scope.h). */
 #ifndef STITCH_SWARM_PUNCH_H
 #define STITCH_SWARM_PUNCH_H
 

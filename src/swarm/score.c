@@ -12,11 +12,13 @@ static const double weight[SCORE_N_] = {
     [SCORE_NO_VERSION] = -1.0,   [SCORE_STALE] = -0.05,
     [SCORE_DUP_MANIFEST] = -0.2, [SCORE_EMPTY] = -0.05,
     [SCORE_SILENT] = -100.0,     [SCORE_OUTRUN] = -4.0,
+    [SCORE_PUNCH_FLOOD] = -1.0,
 };
 
 static const char *const ev_name[SCORE_N_] = {
     "useful", "reject",   "timeout", "late",  "stall",  "unasked",
     "no-version", "stale", "dup-manifest", "empty", "silent", "outrun",
+    "punch-flood",
 };
 
 void score_init(score *sc, uint64_t now_ms) {

@@ -73,6 +73,10 @@ typedef enum score_ev {
                        asked later, and it sent nothing at all since we
                        asked (fetch.c outrun): a liar's requests are
                        cancelled so, never reaching SCORE_LATE */
+  SCORE_PUNCH_FLOOD, /* -1: a PUNCH past PUNCH_RELAY_PER_S a second
+                       (punch.c): a flooder is gone after some fifty in
+                       its first second; an honest peer's rare burst past
+                       it costs a point or two, forgotten in minutes */
   SCORE_N_
 } score_ev;
 

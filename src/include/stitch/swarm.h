@@ -171,7 +171,10 @@ typedef enum stitch_swarm_action_kind {
 /* A hole punch (docs/swarm.md "Hole punching"): the peer at addr dials
  * us at about the same time, and the two SYNs make one connection (TCP's
  * simultaneous open); it has no listener. A driver dials it as any other
- * (with DIAL_FIXED) and reports it outbound. */
+ * (with DIAL_FIXED) and reports it outbound. Its addr is one a relay saw
+ * on its transport: a driver on a real network dials it only as a
+ * numeric address and never looks a name up (it reports the dial failed;
+ * docs/security.md "Hole punching"). */
 #define STITCH_SWARM_DIAL_PUNCH 2u
 
 typedef struct stitch_swarm_action {
@@ -278,10 +281,16 @@ typedef struct stitch_swarm_stats {
   uint64_t unasked_chunks; /* CHUNKs not asked for that were no use */
   /* Hole punching (docs/swarm.md "Hole punching"): asks we sent a relay,
    * punch dials we made (as the asker or the one asked), punched links
-   * that became ready, PUNCHes we relayed, and PUNCHes we ignored (over
-   * a rate, from or for a node we cannot relay for, not asked). */
+   * that became ready, PUNCHes we relayed, and PUNCHes we ignored (from
+   * or for a node we cannot relay for, not asked). */
   uint64_t punch_asked, punch_dialed, punch_linked;
   uint64_t punch_relayed, punch_ignored;
+  /* PUNCHes past a peer's rate (each charged to its score), punch
+   * addresses refused by their scope (a loopback, link-local or multicast
+   * one; a private one from a relay at a public address; docs/security.md
+   * "Hole punching"), and punch dials that ended with no link (no answer
+   * in time, the dial failed, the link closed or proved another key). */
+  uint64_t punch_dropped, punch_refused, punch_failed;
 } stitch_swarm_stats;
 
 void stitch_swarm_get_stats(const stitch_swarm *s, stitch_swarm_stats *st);

@@ -1012,13 +1012,13 @@ static void scenario_scope(void) {
  * stitch_swarm_find_version finds what stitch_swarm_versions holds and
  * nothing else. */
 typedef struct drain_seen {
-  unsigned connect, close, apply;
+  unsigned connect, close, apply, flags;
   char addr[STITCH_SWARM_ADDR_MAX];
 } drain_seen;
 
 static void seen_connect(void *user, const char *addr, unsigned flags) {
   drain_seen *d = user;
-  (void)flags;
+  d->flags = flags;
   d->connect++;
   snprintf(d->addr, sizeof(d->addr), "%s", addr);
 }
@@ -1042,6 +1042,7 @@ static void scenario_drain(void) {
   ASSERT(stitch_swarm_find_version(seed->sw, 0) == NULL);
   ASSERT(stitch_swarm_find_version(seed->sw, 3) == NULL);
   sn_node *n = &net.node[1];
+  n->cfg.listen[0] = 0; /* behind a NAT: it dials from its fixed port */
   sn_start(&net, n, NULL, 0);
   ASSERT(stitch_swarm_find_version(n->sw, 1) == NULL);
   stitch_diag d = {{0}};
@@ -1058,6 +1059,7 @@ static void scenario_drain(void) {
   ASSERT_EQ(taken, 1);
   ASSERT_EQ(seen.close + seen.apply, 0);
   ASSERT(strcmp(seen.addr, "nowhere") == 0);
+  ASSERT_EQ(seen.flags, STITCH_SWARM_DIAL_FIXED); /* the action's .flags */
   ASSERT_EQ(stitch_swarm_drain(n->sw, &ops, &taken), 0);
   ASSERT_EQ(taken, 0);
   /* Refused: dialed again after its backoff, to a host that drops it. */

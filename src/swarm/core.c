@@ -340,7 +340,7 @@ void core_drop(stitch_swarm *s, peer *p, int ban, const char *why) {
   fetch_peer_gone(s, p);
   punch_peer_gone(s, p);
   p->state = PEER_CLOSING;
-  stitch_swarm_action a = {STITCH_SWARM_CLOSE, p->id, "", 0, 0};
+  stitch_swarm_action a = {.kind = STITCH_SWARM_CLOSE, .peer = p->id};
   core_push_action(s, &a);
 }
 
@@ -535,8 +535,9 @@ static void maintain(stitch_swarm *s) {
     best->connect_ms = s->now_ms;
     /* Behind a NAT, every dial from one port: the address a relay sees
      * is then the one a punch needs (punch.h). */
-    stitch_swarm_action a = {STITCH_SWARM_CONNECT, 0, "", 0,
-                             s->cfg.listen[0] ? 0 : STITCH_SWARM_DIAL_FIXED};
+    stitch_swarm_action a = {
+        .kind = STITCH_SWARM_CONNECT,
+        .flags = s->cfg.listen[0] ? 0 : STITCH_SWARM_DIAL_FIXED};
     snprintf(a.addr, sizeof(a.addr), "%s", best->addr);
     core_push_action(s, &a);
     pending++;

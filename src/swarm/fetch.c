@@ -70,7 +70,9 @@ static void maybe_apply(stitch_swarm *s) {
   if (v == NULL || v->held[st->object].count < v->held[st->object].n)
     return;
   s->applying = 1;
-  stitch_swarm_action a = {STITCH_SWARM_APPLY, 0, "", st->version, st->object};
+  stitch_swarm_action a = {.kind = STITCH_SWARM_APPLY,
+                           .version = st->version,
+                           .object = st->object};
   core_push_action(s, &a);
 }
 

@@ -67,7 +67,7 @@ static void refuse(stitch_swarm *s, peer *p, const char *why) {
   }
   p->state = PEER_CLOSING;
   fetch_peer_gone(s, p);
-  stitch_swarm_action a = {STITCH_SWARM_CLOSE, p->id, "", 0, 0};
+  stitch_swarm_action a = {.kind = STITCH_SWARM_CLOSE, .peer = p->id};
   core_push_action(s, &a);
 }
 

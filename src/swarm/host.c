@@ -32,7 +32,7 @@ int stitch_swarm_drain(stitch_swarm *s, const stitch_swarm_host *host,
     switch (a.kind) {
     case STITCH_SWARM_CONNECT:
       if (host->connect != NULL)
-        host->connect(host->user, a.addr, a.object);
+        host->connect(host->user, a.addr, a.flags);
       break;
     case STITCH_SWARM_CLOSE:
       if (host->close != NULL)

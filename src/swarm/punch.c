@@ -117,8 +117,9 @@ static void try_end(stitch_swarm *s, punch_try *t, int failed) {
 }
 
 static void dial(stitch_swarm *s, punch_try *t) {
-  stitch_swarm_action a = {STITCH_SWARM_CONNECT, 0, "", 0,
-                           STITCH_SWARM_DIAL_FIXED | STITCH_SWARM_DIAL_PUNCH};
+  stitch_swarm_action a = {
+      .kind = STITCH_SWARM_CONNECT,
+      .flags = STITCH_SWARM_DIAL_FIXED | STITCH_SWARM_DIAL_PUNCH};
   snprintf(a.addr, sizeof(a.addr), "%s", t->addr);
   core_push_action(s, &a);
   s->st.punch_dialed++;

@@ -182,10 +182,8 @@ typedef struct stitch_swarm_action {
   uint32_t peer;
   char addr[STITCH_SWARM_ADDR_MAX];
   uint64_t version;
-  /* APPLY: the object. CONNECT: its STITCH_SWARM_DIAL_* flags (the same
-   * field, so that every action is still written {kind, peer, addr,
-   * version, object}). */
-  uint32_t object;
+  uint32_t object; /* APPLY */
+  uint32_t flags;  /* CONNECT: STITCH_SWARM_DIAL_* */
 } stitch_swarm_action;
 
 /* Takes the next action (kind NONE when there is none). */

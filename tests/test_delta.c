@@ -555,6 +555,27 @@ static void test_planes_flush(void) {
   free(w);
 }
 
+/* NT tensors named as a model's MLP projections, every third U8, the
+ * rest BF16, tensor i of N0 + N0 / 4 * i elements; the new side changes
+ * with DENSITY (none in every fourth from the second). BUFS gets the 2 NT
+ * buffers to free. */
+static void mlp_pairs(int nt, size_t n0, double density, tspec *ta, tspec *tb,
+                      char (*names)[64], uint8_t **bufs) {
+  for (int i = 0; i < nt; i++) {
+    size_t n = n0 + n0 / 4 * (size_t)i;
+    stitch_dtype dt = i % 3 == 0 ? STITCH_DT_U8 : STITCH_DT_BF16;
+    size_t es = stitch_dtype_size(dt);
+    bufs[2 * i] = malloc(n * es);
+    bufs[2 * i + 1] = malloc(n * es);
+    make_pair(dt, n, i % 4 == 1 ? 0.0 : density, bufs[2 * i],
+              bufs[2 * i + 1]);
+    snprintf(names[i], 64, "model.layers.%d.mlp.%s_proj.weight", i / 3,
+             i % 3 == 0 ? "gate" : i % 3 == 1 ? "up" : "down");
+    ta[i] = (tspec){names[i], dt, 1, {n}, bufs[2 * i]};
+    tb[i] = (tspec){names[i], dt, 1, {n}, bufs[2 * i + 1]};
+  }
+}
+
 /* Format 2 (columns, front-coded names, one payload checksum) and format
  * 1 decode to the same result; every block keeps the same checksum (what
  * chunks carry); format 2 is smaller where the index weighs; an unknown
@@ -565,18 +586,7 @@ static void test_formats(void) {
   tspec ta[NT], tb[NT];
   char names[NT][64];
   uint8_t *bufs[2 * NT];
-  for (int i = 0; i < NT; i++) {
-    size_t n = 1024 + 256 * (size_t)i;
-    stitch_dtype dt = i % 3 == 0 ? STITCH_DT_U8 : STITCH_DT_BF16;
-    size_t es = stitch_dtype_size(dt);
-    bufs[2 * i] = malloc(n * es);
-    bufs[2 * i + 1] = malloc(n * es);
-    make_pair(dt, n, i % 4 == 1 ? 0.0 : 0.002, bufs[2 * i], bufs[2 * i + 1]);
-    snprintf(names[i], sizeof(names[i]), "model.layers.%d.mlp.%s_proj.weight",
-             i / 3, i % 3 == 0 ? "gate" : i % 3 == 1 ? "up" : "down");
-    ta[i] = (tspec){names[i], dt, 1, {n}, bufs[2 * i]};
-    tb[i] = (tspec){names[i], dt, 1, {n}, bufs[2 * i + 1]};
-  }
+  mlp_pairs(NT, 1024, 0.002, ta, tb, names, bufs);
   const char *pa = test_path("fa.safetensors"), *pb = test_path("fb.safetensors");
   write_ckpt(pa, ta, NT, "{\"format\": \"pt\"}");
   write_ckpt(pb, tb, NT, "{\"format\": \"pt\"}");
@@ -732,18 +742,7 @@ static void test_format3(void) {
   tspec ta[NT], tb[NT];
   char names[NT][64];
   uint8_t *bufs[2 * NT];
-  for (int i = 0; i < NT; i++) {
-    size_t n = 512 + 128 * (size_t)i;
-    stitch_dtype dt = i % 3 == 0 ? STITCH_DT_U8 : STITCH_DT_BF16;
-    size_t es = stitch_dtype_size(dt);
-    bufs[2 * i] = malloc(n * es);
-    bufs[2 * i + 1] = malloc(n * es);
-    make_pair(dt, n, i % 4 == 1 ? 0.0 : 0.001, bufs[2 * i], bufs[2 * i + 1]);
-    snprintf(names[i], sizeof(names[i]), "model.layers.%d.mlp.%s_proj.weight",
-             i / 3, i % 3 == 0 ? "gate" : i % 3 == 1 ? "up" : "down");
-    ta[i] = (tspec){names[i], dt, 1, {n}, bufs[2 * i]};
-    tb[i] = (tspec){names[i], dt, 1, {n}, bufs[2 * i + 1]};
-  }
+  mlp_pairs(NT, 512, 0.001, ta, tb, names, bufs);
   /* Metadata pairs: a step number edited, added, dropped, none, all new. */
   static const char *const metas[][2] = {
       {"{\"step\": \"00000001\", \"view\": \"nvfp4\"}",

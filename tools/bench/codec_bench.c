@@ -266,7 +266,7 @@ __attribute__((noinline)) static int
 bench_apply_once(const uint8_t *delta, size_t len, const stitch_st *base,
                  copy *c, unsigned threads, stitch_diag *d) {
   stitch_delta *dl;
-  int rc = stitch_delta_parse(delta, len, &dl, d);
+  int rc = stitch_delta_parse_ex(delta, len, base, &dl, d);
   if (rc != 0)
     return rc;
   size_t n = stitch_delta_count(dl);
@@ -416,7 +416,8 @@ static int run_only(const opts *o) {
   /* Digests are trusted as given: zeros keep the digest out of the count. */
   stitch_digest zero = {{0}};
   stitch_delta_opts eo = {.base_digest = &zero, .result_digest = &zero,
-                         .sparse_mode = o->sparse_mode, .threads = 1};
+                         .sparse_mode = o->sparse_mode, .threads = 1,
+                         .table_as_base = 1};
   stitch_diag d = {{0}};
   int rc = 0;
   uint8_t *delta = NULL;
@@ -491,8 +492,10 @@ static int bench_pair(const opts *o, unsigned k, ZSTD_CCtx *cc,
 
   /* Encode (codec alone: digests given; one thread, as zstd -1) and
    * zstd -1, alternating. */
+  /* What `stitch delta` writes: format 3, the table named by the base's. */
   stitch_delta_opts eo = {.base_digest = base_dg, .result_digest = res_dg,
-                         .sparse_mode = o->sparse_mode, .threads = 1};
+                         .sparse_mode = o->sparse_mode, .threads = 1,
+                         .table_as_base = 1};
   uint8_t *delta = NULL;
   size_t dlen = 0;
   for (unsigned i = 0; i < o->reps; i++) {

@@ -152,6 +152,8 @@ void *sim_report_json(const sim_result *r, int per_node) {
     double mx = quantile(t, n, 1.0);
     json_t *e = json_object();
     json_object_set_new(e, "version", json_integer((json_int_t)v));
+    json_object_set_new(e, "published_s",
+                        json_real(r->published[v] - r->published[1]));
     json_object_set_new(e, "bytes", json_integer((json_int_t)r->v[v].bytes));
     json_object_set_new(e, "chunks",
                         json_integer((json_int_t)r->v[v].chunks));

@@ -338,10 +338,12 @@ int sim_scenario_load(const char *path, sim_scenario *sc, char *err,
             "jitter is a bound around the latency)", sc->inter_jitter_ms,
             sc->inter_latency_ms);
   json_t *v = rd_obj(&r, root, "", "versions", 1);
-  sc->versions = (unsigned)rd_num(&r, v, "versions.", "count", 1, 0, 1, 64);
+  sc->versions = (unsigned)rd_num(&r, v, "versions.", "count", 1, 0, 1, 256);
   sc->version_bytes =
       (uint64_t)rd_num(&r, v, "versions.", "bytes", 1, 0, 4096, 64e9);
   sc->interval_s = rd_num(&r, v, "versions.", "interval_s", 1, 0, 0, 1e6);
+  sc->first_interval_s = rd_num(&r, v, "versions.", "first_interval_s", 0,
+                                sc->interval_s, 0, 1e6);
   sc->change = rd_num(&r, v, "versions.", "change", 0, 0.01, 0, 1);
   sc->chunk_bytes =
       (uint64_t)rd_num(&r, v, "versions.", "chunk_bytes", 0, 0, 0, 32 << 20);

@@ -753,17 +753,25 @@ static void progress(sim *s, double t) {
           w - s->wall0);
 }
 
+/* When version V (from 1) is published: the first at WARMUP_S, the second
+ * first_interval_s after it, each next interval_s after the one before. */
+static double publish_due(const sim *s, unsigned v) {
+  if (v <= 1)
+    return WARMUP_S;
+  return WARMUP_S + s->sc.first_interval_s + (v - 2) * s->sc.interval_s;
+}
+
 double controller_step(sim *s) {
   if (s->next_version == 0)
     s->next_version = 1;
   unsigned next = s->next_version;
-  double t = now_s(s), due = WARMUP_S + (next - 1) * s->sc.interval_s;
+  double t = now_s(s), due = publish_due(s, next);
   while (next <= s->tr.count && t >= due) {
     take_snap(s, &s->at[next]);
     s->published[next] = t;
     sim_busy_publish(s, next);
     publish(s, next++);
-    due = WARMUP_S + (next - 1) * s->sc.interval_s;
+    due = publish_due(s, next);
   }
   s->next_version = next;
   faults_due(s, t);     /* kills, restarts (partitions act by their times) */
@@ -1412,7 +1420,7 @@ int main(int argc, char **argv) {
   /* Churn runs from the first publish to one interval after the last (or
    * the time limit): every version is published into a churning swarm,
    * and churn then stops so that the run can end (docs/simulator.md). */
-  double churn_end = fmin(WARMUP_S + s.tr.count * s.sc.interval_s,
+  double churn_end = fmin(publish_due(&s, s.tr.count) + s.sc.interval_s,
                           s.sc.time_limit_s);
   if (sim_churn_plan(&s.sc, WARMUP_S, churn_end, &s.ch, err, sizeof(err)) !=
       0)

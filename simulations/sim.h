@@ -63,6 +63,8 @@ typedef struct sim_scenario {
   unsigned versions;
   uint64_t version_bytes; /* the checkpoint's served bytes */
   double interval_s;
+  double first_interval_s; /* versions.first_interval_s: from the first
+                             publish to the second; interval_s */
   double leave_per_min, join_per_min;
   int central;            /* mode "central" */
   double central_mbps;

@@ -587,6 +587,14 @@ picked many "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $(printf '%s' "$
 picked faults_auto "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"faults\": [{\"at_s\": 0.5, \"kind\": \"seed_restart\", \"restart_at_s\": 0.6}], $good}" queues "faults"
 picked lossy_auto "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $(printf '%s' "$good" | sed 's/"latency_ms": 1}\]/"latency_ms": 1, "loss_pct": 1}]/')}" queues "loss_pct"
 picked forced "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"network\": \"queues\", $good}" queues ""
+# versions.first_interval_s: the second version that long after the first,
+# the others interval_s apart.
+printf '%s\n' "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $(printf '%s' "$good" | sed 's/"versions": {"count": 1, "bytes": 100000, "interval_s": 1}/"versions": {"count": 4, "bytes": 100000, "interval_s": 0.5, "first_interval_s": 3}/')}" > "$tmp/first.json"
+"$sim" "$tmp/first.json" --json > "$tmp/first.out" 2> /dev/null
+python3 -c 'import json, sys
+r = json.load(open(sys.argv[1]))
+got = [round(v["published_s"], 6) for v in r["versions"]]
+sys.exit(0 if got == [0, 3, 3.5, 4] and r["completed"] else "sim_small: first_interval_s: published at %s" % got)' "$tmp/first.out"
 printf '%s\n' "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"extra\": 1, $good}" > "$tmp/ok.json"
 "$sim" "$tmp/ok.json" > /dev/null || { echo "sim_small: an unknown key was refused"; exit 1; }
 echo "sim_small: bad scenario files refused"

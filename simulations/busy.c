@@ -28,11 +28,6 @@ struct sim_busy {
   unsigned *left;       /* [version]: nodes still without it */
 };
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 static busy_snap *row(busy_snap *b, const sim_busy *u, unsigned v) {
   return b + (size_t)v * (u->nr + 1);
 }
@@ -132,12 +127,8 @@ void sim_busy_json(const sim *s, void *versions) {
       for (int i = 1; i < s->n_node; i++)
         if (s->node[i].region == (int)r && s->node[i].done[v] >= 0)
           t[k++] = s->node[i].done[v] - s->published[v];
-      double p50 = NAN, mx = NAN;
-      if (k > 0) { /* nearest rank, as report.c's quantile */
-        qsort(t, k, sizeof(*t), cmp_double);
-        p50 = t[(k + 1) / 2 - 1];
-        mx = t[k - 1];
-      }
+      sim_sort_times(t, k);
+      double p50 = sim_quantile(t, k, 0.5), mx = sim_quantile(t, k, 1.0);
       json_t *o = json_object();
       json_object_set_new(o, "name", json_string(g->name));
       json_object_set_new(o, "p50_s", isfinite(p50) ? json_real(p50)

@@ -27,8 +27,11 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* The Q-quantile (nearest rank) of T[0..n); INFINITY marks "never". */
-static double quantile(const double *t, size_t n, double q) {
+void sim_sort_times(double *t, size_t n) {
+  qsort(t, n, sizeof(*t), cmp_double);
+}
+
+double sim_quantile(const double *t, size_t n, double q) {
   if (n == 0)
     return NAN;
   size_t k = (size_t)ceil(q * (double)n);
@@ -60,7 +63,7 @@ static size_t times_of(const sim_result *r, unsigned v, double *t) {
     double d = done_at(r, i, v);
     t[k++] = d < 0 ? INFINITY : d - r->published[v];
   }
-  qsort(t, k, sizeof(*t), cmp_double);
+  sim_sort_times(t, k);
   return k;
 }
 
@@ -111,8 +114,8 @@ static double staleness_p99(const sim_result *r) {
       }
       lag[k++] = (double)(v - 1 - held);
     }
-  qsort(lag, k, sizeof(*lag), cmp_double);
-  double q = quantile(lag, k, 0.99);
+  sim_sort_times(lag, k);
+  double q = sim_quantile(lag, k, 0.99);
   free(lag);
   return q;
 }
@@ -149,7 +152,7 @@ void *sim_report_json(const sim_result *r, int per_node) {
   double *t = malloc(r->slots * sizeof(*t));
   for (unsigned v = 1; t != NULL && v <= r->versions; v++) {
     size_t n = times_of(r, v, t);
-    double mx = quantile(t, n, 1.0);
+    double mx = sim_quantile(t, n, 1.0);
     json_t *e = json_object();
     json_object_set_new(e, "version", json_integer((json_int_t)v));
     json_object_set_new(e, "published_s",
@@ -159,9 +162,9 @@ void *sim_report_json(const sim_result *r, int per_node) {
                         json_integer((json_int_t)r->v[v].chunks));
     json_object_set_new(e, "counted", json_integer((json_int_t)n));
     json_object_set_new(e, "held", json_integer((json_int_t)held_by(r, v)));
-    json_object_set_new(e, "min_s", num_or_null(quantile(t, n, 0)));
-    json_object_set_new(e, "p50_s", num_or_null(quantile(t, n, .5)));
-    json_object_set_new(e, "p99_s", num_or_null(quantile(t, n, .99)));
+    json_object_set_new(e, "min_s", num_or_null(sim_quantile(t, n, 0)));
+    json_object_set_new(e, "p50_s", num_or_null(sim_quantile(t, n, .5)));
+    json_object_set_new(e, "p99_s", num_or_null(sim_quantile(t, n, .99)));
     json_object_set_new(e, "max_s", num_or_null(mx));
     json_object_set_new(e, "bound_s", json_real(r->bound[v]));
     json_object_set_new(e, "ratio", num_or_null(mx / r->bound[v]));
@@ -212,9 +215,9 @@ void *sim_report_json(const sim_result *r, int per_node) {
   json_object_set_new(o, "catch_up_n", json_integer(caught));
   json_object_set_new(o, "catch_up_never", json_integer(never));
   json_object_set_new(o, "catch_up_p50_s",
-                      num_or_null(t != NULL ? quantile(t, caught, .5) : NAN));
+                      num_or_null(t != NULL ? sim_quantile(t, caught, .5) : NAN));
   json_object_set_new(o, "catch_up_max_s",
-                      num_or_null(t != NULL ? quantile(t, caught, 1.0) : NAN));
+                      num_or_null(t != NULL ? sim_quantile(t, caught, 1.0) : NAN));
   json_object_set_new(o, "staleness_p99_versions",
                       num_or_null(staleness_p99(r)));
   json_object_set_new(o, "verify_failures",

@@ -216,6 +216,10 @@ typedef struct sim_result {
 
 /* The --json object; PER_NODE adds every node's completion times and
  * egress (for plots). The caller owns the result. */
+/* Sorts the times T[0..n) ascending; the Q-quantile (nearest rank) of
+ * sorted T, NAN when N is 0 (INFINITY marks "never"). */
+void sim_sort_times(double *t, size_t n);
+double sim_quantile(const double *t, size_t n, double q);
 void *sim_report_json(const sim_result *r, int per_node);
 void sim_report_text(const sim_result *r, FILE *f);
 /* --bounds: for versions of BYTES[0..n) bytes (version i + 1 has

@@ -1365,10 +1365,7 @@ int main(int argc, char **argv) {
   if (!s.sc.queues) {
     /* Loss and jitter act on the queues network (faults.c sim_path); the
      * flows network's links are SimGrid's. Said, never silently. */
-    int lossy = s.sc.inter_loss_pct > 0 || s.sc.inter_jitter_ms > 0;
-    for (size_t g = 0; g < s.sc.n_regions; g++)
-      lossy |= s.sc.regions[g].loss_pct > 0 || s.sc.regions[g].jitter_ms > 0;
-    if (lossy)
+    if (sim_scenario_lossy(&s.sc))
       fprintf(stderr, "stitch-sim: loss_pct and jitter_ms are modelled on "
                       "the queues network only; the flows network runs "
                       "without them\n");

@@ -91,10 +91,17 @@ static unsigned wanting(stitch_swarm *s, uint64_t version, uint32_t object,
  * than there are peers whose links reach every region goes to
  * those alone, a chunk each: each passes its chunk across into every
  * other region at once (push_across), where another's would leave some
- * region to fetch it by a pull, a long round trip later (reach.c). A
+ * region to fetch it by a pull, a long round trip later (reach.c). So
+ * does a small one (SEED_SMALL_CHUNKS) with more chunks than that, a
+ * share each: given to every peer, each chunk a receiver without links
+ * into some region got waited there for a turn to cross (cross_ok),
+ * 0.2 s and more (a 14-chunk delta to 250 nodes in three regions: last
+ * node 4.0-4.3 times lb_s, 2.2-2.5 with the share; docs/swarm.md). A
  * larger one goes to every peer: giving an anchor's first round to half
  * the peers held every region back 0.1 s (docs/history/simulator.md
  * "Every region within reach"). */
+#define SEED_SMALL_CHUNKS 64
+
 void seed_offer(stitch_swarm *s, peer *p) {
   if (!s->cfg.seed || p->state != PEER_READY)
     return;
@@ -124,10 +131,11 @@ void seed_offer(stitch_swarm *s, peer *p) {
                                                     : off->since_ms;
     if (round_done && s->now_ms - moved < CORE_SEED_IDLE_MS)
       continue;
-    unsigned reaching = round_done || want->n > s->n_peers
+    int small = want->n <= SEED_SMALL_CHUNKS;
+    unsigned reaching = round_done || (want->n > s->n_peers && !small)
                             ? 0
                             : wanting(s, want->version, o, 1);
-    int few = reaching > 0 && want->n <= reaching;
+    int few = reaching > 0 && (want->n <= reaching || small);
     if (few && !reach_all(s, p))
       continue;
     /* The first round is queued unasked: as many as P would ask. */

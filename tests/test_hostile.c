@@ -575,6 +575,89 @@ static void scenario_punch(void) {
   sn_free(&net);
 }
 
+/* What a member floods with when only answers are let through uncounted
+ * (punch.c answers_ours): to a relay, A's ask accepted and declined; to
+ * a NATed node, as if it were its relay, B accepted (at an address of its
+ * choosing) and nobody declined. */
+static void punch_answer_frames(dbuf *out, const stitch_pubkey *a,
+                                const stitch_pubkey *b) {
+  wire_msg *m = calloc(1, sizeof(*m));
+  ASSERT(m != NULL);
+  m->type = WIRE_PUNCH;
+  m->node = *a;
+  m->punch = WIRE_PUNCH_ACCEPT;
+  put_msg(out, m);
+  m->punch = WIRE_PUNCH_DECLINE;
+  put_msg(out, m);
+  m->node = *b;
+  m->punch = WIRE_PUNCH_ACCEPTED;
+  strcpy(m->addr, "victim:80");
+  put_msg(out, m);
+  memset(m->node.b, 0, sizeof(m->node.b));
+  m->punch = WIRE_PUNCH_DECLINED;
+  m->addr[0] = 0;
+  put_msg(out, m);
+  free(m);
+}
+
+/* A node lets through uncounted only the answer to something it started
+ * with that peer, once (issue 35: so that a relay's many honest answers
+ * are never charged). A member E, behind a NAT, linked to the relay R and
+ * to the NATed node A, floods both with answers at 800 a second for 30 s:
+ * each answer matches at most one ask or ASKED of theirs, so E is still
+ * charged, dropped and greylisted by both, and A and B still link. */
+static void scenario_punch_answers(void) {
+  sn_net net;
+  sn_node *seed = build(&net, &default_params, 0);
+  sn_node *r = sn_add(&net, "eu", 0, 1);
+  sn_node *a = sn_add(&net, "eu", 0, 0);
+  sn_node *b = sn_add(&net, "eu", 0, 0);
+  sn_node *e = sn_add(&net, "eu", 0, 0);
+  frames_buf.len = 0;
+  frames_buf.max = SIZE_MAX / 2;
+  punch_answer_frames(&frames_buf, &a->cfg.node_pk, &b->cfg.node_pk);
+  e->evil = SN_EVIL_REPEAT;
+  e->evil_buf = frames_buf.p;
+  e->evil_len = frames_buf.len;
+  e->evil_every = 5;
+  e->evil_from = 0;
+  int known[2] = {seed->idx, r->idx};
+  sn_start(&net, seed, NULL, 0);
+  sn_start(&net, r, known, 1);
+  sn_start(&net, a, known, 2);
+  sn_start(&net, b, known, 2);
+  sn_start(&net, e, NULL, 0);
+  sn_link(&net, e, r);
+  sn_link(&net, e, a);
+  sn_run(&net, 200, NULL, NULL);
+  publish(&net, seed, 1);
+  uint64_t t0 = net.now;
+  run_until_all_at(&net, 1);
+  sn_run(&net, t0 + 30000, NULL, NULL);
+  check_all_exact(&net, 1);
+  stitch_swarm_stats sr, sa, sb;
+  sn_stats(r, &sr);
+  sn_stats(a, &sa);
+  sn_stats(b, &sb);
+  int ab = linked(&net, a->idx, b->idx);
+  printf("punch answers: R dropped %" PRIu64 " of E's PUNCHes and "
+         "greylisted %" PRIu64 ", A dropped %" PRIu64 " and greylisted %"
+         PRIu64 "; E linked to R: %s, to A: %s; A and B linked: %s; "
+         "B dropped %" PRIu64 "\n",
+         sr.punch_dropped, sr.greylisted, sa.punch_dropped, sa.greylisted,
+         ready_with(r, &e->cfg.node_pk) ? "yes" : "no",
+         ready_with(a, &e->cfg.node_pk) ? "yes" : "no", ab ? "yes" : "no",
+         sb.punch_dropped);
+  CHECK_NET(&net, sr.punch_dropped > 0 && sa.punch_dropped > 0);
+  CHECK_NET(&net, grey_key(&r->sw->grey, &e->cfg.node_pk, net.now));
+  CHECK_NET(&net, grey_key(&a->sw->grey, &e->cfg.node_pk, net.now));
+  CHECK_NET(&net, !ready_with(r, &e->cfg.node_pk));
+  CHECK_NET(&net, !ready_with(a, &e->cfg.node_pk));
+  CHECK_NET(&net, sb.punch_dropped == 0 && sb.greylisted == 0);
+  CHECK_NET(&net, ab);
+  sn_free(&net);
+}
+
 /* A member E, as a relay, names two addresses to a NATed victim V that
  * dialed E at RELAY_AT: one on V's own host (loopback) and one on a
  * private network (10.0.0.9), each ask every 2.5 s (under the rate, with
@@ -641,6 +724,7 @@ static const sw_scenario scenarios[] = {
     {"spam", scenario_spam},       {"eclipse", scenario_eclipse},
     {"silent", scenario_silent},   {"thousand", scenario_thousand},
     {"punch", scenario_punch},     {"punch_scope", scenario_punch_scope},
+    {"punch_answers", scenario_punch_answers},
 };
 
 int main(void) {

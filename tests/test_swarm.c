@@ -5,6 +5,7 @@
  * every node's weights are checked bit for bit against the trainer's. */
 #include "swarm_fixture.h"
 
+#include "swarm/punch.h"
 #include "swarm/scope.h"
 
 /* ---- Scenarios -------------------------------------------------------- */
@@ -937,6 +938,99 @@ static void scenario_punch(void) {
   sn_free(&net);
 }
 
+/* Fan-in at a relay (issue 35): one relay R and FANIN_N nodes behind
+ * NATs that know only the seed and R, started at once, all wanting links
+ * to each other. Each asks R at its own pace, so R passes many asks on in
+ * the same second, and chance decides how many go to one node: before
+ * the send cap (punch.h PUNCH_SEND_PER_S), R sent one node ASKED for four
+ * askers and then that node's own answer, or the node answered four and
+ * then asked, a fifth PUNCH in a second, charged to an honest peer (in
+ * some storm of the first 2 s, in 6 of 24 seeds). So FANIN_STORMS storms,
+ * each from a seed of its own, 3 s each (the last to 60 s, to see the
+ * NATed nodes link): no honest node may drop a PUNCH (SCORE_PUNCH_FLOOD)
+ * or greylist anyone, and every NATed node holds PUNCH_WANT punched links
+ * at the end. */
+#define FANIN_N 29 /* with the seed and R, SN_MAX_NODES less one */
+#define FANIN_STORMS 32
+
+typedef struct fanin_run {
+  uint64_t dropped, grey, relayed, linked, failed;
+  int charging; /* nodes that dropped a PUNCH */
+  int pairs, least; /* NATed pairs linked; fewest at one NATed node */
+} fanin_run;
+
+static void fanin_storm(uint64_t seed, uint64_t run_ms, fanin_run *out) {
+  sn_params p = default_params;
+  p.seed = seed;
+  p.max_peers = FANIN_N + 4; /* R and the seed hold every NATed node */
+  sn_net net;
+  sn_init(&net, &p, &swarm_pk, &swarm_sk);
+  sn_node *sd = sn_add(&net, "eu", 1, 1);
+  sd->cfg.node_pk = swarm_pk;
+  sd->cfg.node_sk = swarm_sk;
+  sn_node *r = sn_add(&net, "eu", 0, 1);
+  sn_node *nat[FANIN_N];
+  for (int i = 0; i < FANIN_N; i++)
+    nat[i] = sn_add(&net, "eu", 0, 0);
+  int known[2] = {sd->idx, r->idx};
+  sn_start(&net, sd, NULL, 0);
+  sn_start(&net, r, known, 1);
+  for (int i = 0; i < FANIN_N; i++)
+    sn_start(&net, nat[i], known, 2);
+  sn_run(&net, run_ms, NULL, NULL);
+  memset(out, 0, sizeof(*out));
+  out->least = FANIN_N;
+  for (int i = 0; i < net.n_nodes; i++) {
+    stitch_swarm_stats st;
+    sn_stats(&net.node[i], &st);
+    out->dropped += st.punch_dropped;
+    out->charging += st.punch_dropped > 0;
+    out->grey += st.greylisted;
+    out->relayed += st.punch_relayed;
+    out->linked += st.punch_linked;
+    out->failed += st.punch_failed;
+  }
+  for (int i = 0; i < FANIN_N; i++) {
+    int n = 0;
+    for (int j = 0; j < FANIN_N; j++)
+      n += j != i && (linked_from(&net, nat[i]->idx, nat[j]->idx) ||
+                      linked_from(&net, nat[j]->idx, nat[i]->idx));
+    out->pairs += n;
+    out->least = n < out->least ? n : out->least;
+  }
+  out->pairs /= 2;
+  if (out->dropped != 0 || out->grey != 0)
+    sn_dump_all(&net);
+  sn_free(&net);
+}
+
+static void scenario_punch_fanin(void) {
+  uint64_t dropped = 0, grey = 0;
+  int charged_storms = 0;
+  fanin_run f;
+  for (int k = 0; k < FANIN_STORMS; k++) {
+    fanin_storm(test_seed + (uint64_t)k, k + 1 < FANIN_STORMS ? 3000 : 60000,
+                &f);
+    dropped += f.dropped;
+    grey += f.grey;
+    charged_storms += f.dropped > 0;
+    if (f.dropped > 0)
+      printf("punch_fanin: storm %d (seed %" PRIu64 "): %" PRIu64
+             " PUNCHes dropped and charged at %d honest nodes\n",
+             k, test_seed + (uint64_t)k, f.dropped, f.charging);
+  }
+  printf("punch_fanin: %d storms of %d NATed nodes behind one relay: "
+         "PUNCHes past %d a second from one peer dropped and charged %"
+         PRIu64 " (in %d storms), greylisted %" PRIu64 "; the last, 60 s: "
+         "%d NATed pairs linked (each node at least %d), punches linked %"
+         PRIu64 ", failed %" PRIu64 ", PUNCHes relayed %" PRIu64 "\n",
+         FANIN_STORMS, FANIN_N, PUNCH_RELAY_PER_S, dropped, charged_storms,
+         grey, f.pairs, f.least, f.linked, f.failed, f.relayed);
+  ASSERT_EQ(dropped, 0);
+  ASSERT_EQ(grey, 0);
+  ASSERT(f.least >= PUNCH_WANT);
+}
+
 /* The scopes of punch addresses (src/swarm/scope.c; docs/security.md
  * "Hole punching"), and which a node dials through a relay at a public,
  * a private and a named address. */
@@ -1084,6 +1178,7 @@ static const sw_scenario scenarios[] = {
     {"dial_storm", scenario_dial_storm},
     {"dialout_room", scenario_dialout_room},
     {"punch", scenario_punch},
+    {"punch_fanin", scenario_punch_fanin},
     {"scope", scenario_scope},
     {"corrupt", scenario_corrupt},
     {"corrupt_store", scenario_corrupt_store},

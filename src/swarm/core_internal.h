@@ -227,12 +227,14 @@ typedef struct peer {
   uint32_t frames; /* since it became ready (CORE_QUIET_MS) */
   int owes;        /* we sent it a manifest at ready: it answers */
   /* Hole punching (punch.c): the link came from a punch; the PUNCHes it
-   * sent in the second since punch_win_ms; when we last took an ask it
-   * relayed. */
+   * sent in the second since punch_win_ms (answers to ours aside); when
+   * we last took an ask it relayed; when we sent it our last
+   * PUNCH_SEND_PER_S asks, ASK or ASKED (0: none). */
   int punched;
   uint64_t punch_win_ms;
   unsigned punch_n;
   uint64_t punch_took_ms;
+  uint64_t punch_sent_ms[PUNCH_SEND_PER_S];
 } peer;
 
 typedef struct addr_entry {

@@ -99,6 +99,26 @@ static void send_punch(stitch_swarm *s, peer *p, uint32_t kind,
   free(m);
 }
 
+/* Whether we may start something with P (ASK or ASKED): fewer than
+ * PUNCH_SEND_PER_S in the last 1000 ms (punch.h). Answers are not
+ * counted: each answers one of P's, which P counts. */
+static int ask_room(const stitch_swarm *s, const peer *p) {
+  for (size_t i = 0; i < PUNCH_SEND_PER_S; i++)
+    if (p->punch_sent_ms[i] == 0 || s->now_ms - p->punch_sent_ms[i] >= 1000)
+      return 1;
+  return 0;
+}
+
+static void send_ask(stitch_swarm *s, peer *p, uint32_t kind,
+                     const stitch_pubkey *k, const char *addr) {
+  size_t old = 0; /* the oldest, or one never used */
+  for (size_t i = 1; i < PUNCH_SEND_PER_S; i++)
+    if (p->punch_sent_ms[i] < p->punch_sent_ms[old])
+      old = i;
+  p->punch_sent_ms[old] = s->now_ms ? s->now_ms : 1;
+  send_punch(s, p, kind, k, addr);
+}
+
 static punch_try *free_try(stitch_swarm *s) {
   for (size_t i = 0; i < PUNCH_INFLIGHT; i++)
     if (!s->pu.t[i].on)
@@ -150,11 +170,13 @@ void punch_maintain(stitch_swarm *s) {
   if (t == NULL || s->n_peers == 0)
     return;
   /* A relay: any neighbour but the seed (whose uplink is the swarm's),
-   * not backed off, not asked already. */
+   * not backed off, not asked already, not sent PUNCH_SEND_PER_S asks
+   * (ours, or the ones it passes) in the last second. */
   size_t start = (size_t)(core_random(s) % s->n_peers);
   for (size_t k = 0; k < s->n_peers; k++) {
     peer *r = &s->peers[(start + k) % s->n_peers];
-    if (r->state != PEER_READY || r->is_seed || backed_off(s, &r->node))
+    if (r->state != PEER_READY || r->is_seed || backed_off(s, &r->node) ||
+        !ask_room(s, r))
       continue;
     int busy = 0;
     for (size_t i = 0; i < PUNCH_INFLIGHT; i++)
@@ -169,7 +191,7 @@ void punch_maintain(stitch_swarm *s) {
     t->since_ms = s->now_ms;
     s->pu.ask_ms = s->now_ms + PUNCH_ASK_MS;
     s->st.punch_asked++;
-    send_punch(s, r, WIRE_PUNCH_ASK, NULL, "");
+    send_ask(s, r, WIRE_PUNCH_ASK, NULL, "");
     return;
   }
 }
@@ -191,18 +213,22 @@ static punch_pair *pair_find(stitch_swarm *s, const stitch_pubkey *asker,
   return NULL;
 }
 
-/* A, behind a NAT, asks to be linked with K (zero: one we choose). */
+/* A, behind a NAT, asks to be linked with K (zero: one we choose). One
+ * we sent PUNCH_SEND_PER_S asks in the last second is not offered: with
+ * many askers at once, chance would otherwise send one node an ASKED for
+ * each of several in the same second (issue 35). */
 static void relay_ask(stitch_swarm *s, peer *a, const stitch_pubkey *k) {
   peer *b = NULL;
   if (!zero_key(k)) {
     b = ready_key(s, k);
-    if (b != NULL && (!nated(b) || b == a))
+    if (b != NULL && (!nated(b) || b == a || !ask_room(s, b)))
       b = NULL;
   } else if (s->n_peers > 0) {
     size_t start = (size_t)(core_random(s) % s->n_peers);
     for (size_t i = 0; i < s->n_peers && b == NULL; i++) {
       peer *c = &s->peers[(start + i) % s->n_peers];
-      if (c != a && nated(c) && pair_find(s, &a->node, &c->node, 0) == NULL &&
+      if (c != a && nated(c) && ask_room(s, c) &&
+          pair_find(s, &a->node, &c->node, 0) == NULL &&
           pair_find(s, &c->node, &a->node, 0) == NULL)
         b = c;
     }
@@ -218,18 +244,19 @@ static void relay_ask(stitch_swarm *s, peer *a, const stitch_pubkey *k) {
   e->ms = s->now_ms ? s->now_ms : 1;
   e->answered = 0;
   s->st.punch_relayed++;
-  send_punch(s, b, WIRE_PUNCH_ASKED, &a->node, a->addr);
+  send_ask(s, b, WIRE_PUNCH_ASKED, &a->node, a->addr);
 }
 
 /* B answers the ask of K that we passed it. */
 static void relay_answer(stitch_swarm *s, peer *b, const wire_msg *m) {
   punch_pair *e = pair_find(s, &m->node, &b->node, 1);
+  if (e != NULL)
+    e->answered = 1; /* one answer per ask, passed on or not */
   peer *a = e != NULL ? ready_key(s, &m->node) : NULL;
   if (a == NULL) { /* not asked of it, or the asker is gone */
     s->st.punch_ignored++;
     return;
   }
-  e->answered = 1; /* one answer per ask */
   s->st.punch_relayed++;
   if (m->punch == WIRE_PUNCH_ACCEPT)
     send_punch(s, a, WIRE_PUNCH_ACCEPTED, &b->node, b->addr);
@@ -283,14 +310,20 @@ static void on_asked(stitch_swarm *s, peer *r, const wire_msg *m) {
   dial(s, t);
 }
 
-/* Our ask through R: K, seen at ADDR, took it (ACCEPTED), or not. */
-static void on_answer(stitch_swarm *s, peer *r, const wire_msg *m) {
-  punch_try *t = NULL;
-  for (size_t i = 0; i < PUNCH_INFLIGHT && t == NULL; i++) {
+/* Our ask through R that waits for its answer, or NULL. */
+static punch_try *asked_of(stitch_swarm *s, const peer *r) {
+  for (size_t i = 0; i < PUNCH_INFLIGHT; i++) {
     punch_try *c = &s->pu.t[i];
     if (c->on && c->asker && c->relay == r->id && !c->addr[0])
-      t = c;
+      return c;
   }
+  return NULL;
+}
+
+/* Our ask through R: K, seen at ADDR, took it (ACCEPTED), or not. Every
+ * way out ends T or names its address, so it is answered once. */
+static void on_answer(stitch_swarm *s, peer *r, const wire_msg *m) {
+  punch_try *t = asked_of(s, r);
   if (t == NULL) { /* nothing asked of it */
     s->st.punch_ignored++;
     return;
@@ -317,29 +350,54 @@ static void on_answer(stitch_swarm *s, peer *r, const wire_msg *m) {
   dial(s, t);
 }
 
+/* M answers something of ours that waits for it: an ASKED we sent P
+ * (ACCEPT, DECLINE) or our ask through P (ACCEPTED, DECLINED). There are
+ * as many as we started, and the handlers end what each answers, so
+ * these are not counted against P. */
+static int answers_ours(stitch_swarm *s, const peer *p, const wire_msg *m) {
+  switch (m->punch) {
+  case WIRE_PUNCH_ACCEPT:
+  case WIRE_PUNCH_DECLINE:
+    return pair_find(s, &m->node, &p->node, 1) != NULL;
+  case WIRE_PUNCH_ACCEPTED:
+  case WIRE_PUNCH_DECLINED:
+    return asked_of(s, p) != NULL;
+  default:
+    return 0;
+  }
+}
+
 void punch_on_msg(stitch_swarm *s, peer *p, const wire_msg *m) {
-  /* What any peer may send us: PUNCH_RELAY_PER_S a second. An honest
-   * one sends fewer (punch.h): each past it is charged, so a flooder is
-   * dropped and greylisted after some fifty. */
-  if (p->punch_win_ms == 0 || s->now_ms - p->punch_win_ms >= 1000) {
-    p->punch_win_ms = s->now_ms;
-    p->punch_n = 0;
-  }
-  if (++p->punch_n > PUNCH_RELAY_PER_S) {
-    s->st.punch_dropped++;
-    core_score(s, p, SCORE_PUNCH_FLOOD);
-    return;
-  }
   int to_relay = m->punch <= WIRE_PUNCH_DECLINE;
   /* A relay's messages name a node and, for an ask or an acceptance, its
    * address; never us, never the seed (which can be dialed). Ours to a
    * relay come only from a node behind a NAT. */
-  if (to_relay ? (p->listen[0] || p->is_seed)
-               : (zero_key(&m->node) && m->punch != WIRE_PUNCH_DECLINED) ||
-                     same_key(&m->node, &s->cfg.node_pk) ||
-                     same_key(&m->node, &s->cfg.swarm) ||
-                     (m->punch != WIRE_PUNCH_DECLINED && !m->addr[0]) ||
-                     s->cfg.listen[0] || s->cfg.seed) {
+  int bad;
+  if (to_relay)
+    bad = p->listen[0] || p->is_seed;
+  else
+    bad = (zero_key(&m->node) && m->punch != WIRE_PUNCH_DECLINED) ||
+          same_key(&m->node, &s->cfg.node_pk) ||
+          same_key(&m->node, &s->cfg.swarm) ||
+          (m->punch != WIRE_PUNCH_DECLINED && !m->addr[0]) ||
+          s->cfg.listen[0] || s->cfg.seed;
+  int answer = !bad && answers_ours(s, p, m);
+  /* The rest (asks, and what answers nothing): PUNCH_RELAY_PER_S a
+   * second. An honest peer starts at most PUNCH_SEND_PER_S (punch.h):
+   * each past the count is charged, so a flooder is dropped and
+   * greylisted after some fifty. */
+  if (!answer) {
+    if (p->punch_win_ms == 0 || s->now_ms - p->punch_win_ms >= 1000) {
+      p->punch_win_ms = s->now_ms;
+      p->punch_n = 0;
+    }
+    if (++p->punch_n > PUNCH_RELAY_PER_S) {
+      s->st.punch_dropped++;
+      core_score(s, p, SCORE_PUNCH_FLOOD);
+      return;
+    }
+  }
+  if (bad) {
     s->st.punch_ignored++;
     return;
   }

@@ -14,17 +14,25 @@
  *    connection (TCP's simultaneous open). A is the link's dialer in the
  *    handshake, B its acceptor.
  *
- * What a peer can make us do is bounded: a relay forwards at most
- * PUNCH_RELAY_PER_S PUNCHes a second from each peer, and only between
- * two of its own ready neighbours that advertise no address; a node
- * takes at most one ask per PUNCH_TAKE_MS from each relay and has at most
- * PUNCH_INFLIGHT punches (asked or taken) under way, each ended by its
- * link, its dial's failure or PUNCH_WAIT_MS; a node whose punch failed
- * waits before it punches with that node (or asks that relay) again.
- * PUNCHes past PUNCH_RELAY_PER_S are charged to the sender's score
- * (SCORE_PUNCH_FLOOD): an honest peer asks at most once per PUNCH_ASK_MS,
- * answers each ask once, and as a relay offers a pair once per
- * PUNCH_PAIR_MS. An address a relay names is dialed only if its scope
+ * What a peer can make us do is bounded: a node acts on at most
+ * PUNCH_RELAY_PER_S PUNCHes a second from each peer, besides answers to
+ * what it sent that peer, and relays only between two of its own ready
+ * neighbours that advertise no address; a node takes at most one ask per
+ * PUNCH_TAKE_MS from each relay and has at most PUNCH_INFLIGHT punches
+ * (asked or taken) under way, each ended by its link, its dial's failure
+ * or PUNCH_WAIT_MS; a node whose punch failed waits before it punches
+ * with that node (or asks that relay) again. The PUNCHes counted past
+ * PUNCH_RELAY_PER_S are charged to the sender's score
+ * (SCORE_PUNCH_FLOOD). An honest node never gets there. What is counted
+ * is what the sender started, an ASK or an ASKED, and an honest node
+ * starts at most PUNCH_SEND_PER_S in any 1000 ms with each peer, half
+ * the count: a window of 1000 ms at the receiver holds what was sent in
+ * 1000 ms plus the link's variation in delay, so under a second of
+ * variation it holds at most two senders' seconds. (Issue 35: before,
+ * a relay with many askers sent one node ASKED for as many of them as
+ * chance sent its way, and the answers crossed too: of 32 starts of 29
+ * askers at once, 6-8 charged an honest peer 1-3 points; test_swarm
+ * punch_fanin.) An address a relay names is dialed only if its scope
  * allows, judged against the relay's own address (scope.h). */
 #ifndef STITCH_SWARM_PUNCH_H
 #define STITCH_SWARM_PUNCH_H
@@ -36,7 +44,11 @@
 #define PUNCH_INFLIGHT 2      /* punches under way at once, ours and taken */
 #define PUNCH_WAIT_MS 10000   /* a punch not linked by then failed */
 #define PUNCH_ASK_MS 1000     /* a node asks a relay at most this often */
-#define PUNCH_RELAY_PER_S 4   /* PUNCHes a relay takes from a peer a second */
+#define PUNCH_RELAY_PER_S 4   /* PUNCHes a node takes from a peer a second */
+/* Asks (ASK, ASKED) a node sends one peer in any 1000 ms: a relay offers
+ * a node to at most this many askers a second (others get another node,
+ * or DECLINED), and a node asks a relay only while under it. */
+#define PUNCH_SEND_PER_S 2
 #define PUNCH_TAKE_MS 2000    /* asks a node takes from one relay at most */
 /* Links to nodes that advertise no address a NATed node punches for; it
  * takes asks up to PUNCH_TAKE_EXTRA more (so that others' asks find

@@ -97,8 +97,12 @@ static int read_header4(stitch_delta *dl, uint64_t *stored, uint64_t *raw,
   dl->table_as_base = (flags & DELTA4_F_TABLE) != 0;
   *raw = *stored;
   if (*zst) {
-    unsigned long long cs =
-        ZSTD_getFrameContentSize(b + dl->header_len, (size_t)*stored);
+    /* The frame's header, its magic put back: at most 18 bytes. */
+    uint8_t fh[4 + 18];
+    size_t fl = *stored < 18 ? (size_t)*stored : 18;
+    memcpy(fh, DELTA4_ZSTD_MAGIC, 4);
+    memcpy(fh + 4, b + dl->header_len, fl);
+    unsigned long long cs = ZSTD_getFrameContentSize(fh, 4 + fl);
     RETURN_IF(cs == ZSTD_CONTENTSIZE_UNKNOWN || cs == ZSTD_CONTENTSIZE_ERROR,
               d, STITCH_EFORMAT,
               "delta: index frame does not declare its size");
@@ -575,20 +579,33 @@ int stitch_delta_parse_ex(const uint8_t *buf, size_t len, const stitch_st *base,
   if (rc == 0)
     rc = check_index_size(stored, raw, zst, d);
   const uint8_t *ix = buf + dl->header_len;
+  size_t zlen = (size_t)stored;
+  uint8_t *frame = NULL; /* format 4: the frame with its magic put back */
+  if (rc == 0 && zst && dl->format >= 4) {
+    frame = malloc(4 + zlen); /* the bytes are there: it is the file's */
+    if (frame == NULL) {
+      FAIL(d, STITCH_ENOMEM, "out of memory");
+    } else {
+      memcpy(frame, DELTA4_ZSTD_MAGIC, 4);
+      memcpy(frame + 4, ix, zlen);
+      ix = frame;
+      zlen += 4;
+    }
+  }
   if (rc == 0 && zst) {
     dl->index_owned = malloc(raw ? (size_t)raw : 1);
     if (dl->index_owned == NULL) {
       FAIL(d, STITCH_ENOMEM, "out of memory");
-    } else if (ZSTD_getFrameContentSize(ix, (size_t)stored) != raw) {
+    } else if (ZSTD_getFrameContentSize(ix, zlen) != raw) {
       FAIL(d, STITCH_EFORMAT, "delta: index frame size disagrees");
     } else {
-      size_t n = ZSTD_decompress(dl->index_owned, (size_t)raw, ix,
-                                 (size_t)stored);
+      size_t n = ZSTD_decompress(dl->index_owned, (size_t)raw, ix, zlen);
       if (ZSTD_isError(n) || n != raw)
         FAIL(d, STITCH_EFORMAT, "delta: index does not decompress");
       ix = dl->index_owned;
     }
   }
+  free(frame);
   dl->index_stored = stored;
   dl->index_raw = raw;
   /* Format 4's one checksum covered the index already (read_header4). */

@@ -489,6 +489,16 @@ static int finish(enc *e, unsigned format, int as_base, uint8_t **out,
   int use_z = !ZSTD_isError(zn) && zn < e->index.len;
   const uint8_t *ip = use_z ? z : e->index.p;
   size_t il = use_z ? zn : e->index.len;
+  /* Format 4 leaves the frame's magic out: the flag says it is one. */
+  if (format >= 4 && use_z && zn > 4 && memcmp(z, DELTA4_ZSTD_MAGIC, 4) == 0) {
+    ip += 4;
+    il -= 4;
+    use_z = il < e->index.len;
+    if (!use_z) {
+      ip = e->index.p;
+      il = e->index.len;
+    }
+  }
   uint8_t h4[DELTA4_HEADER_MAX];
   size_t hl = format >= 4 ? header4(h4, use_z, as_base, il)
                           : DELTA_HEADER_BYTES;

@@ -18,7 +18,9 @@
 #define DELTA4_MAGIC_BYTES 4
 #define DELTA4_HEADER_MIN 15 /* a 1-byte varint */
 #define DELTA4_HEADER_MAX 24 /* a 10-byte varint */
-#define DELTA4_F_ZSTD 1u     /* flags: the index is one zstd frame */
+#define DELTA4_F_ZSTD 1u     /* flags: the index is one zstd frame, its
+                              * 4-byte magic left out (DELTA4_ZSTD_MAGIC) */
+#define DELTA4_ZSTD_MAGIC "\x28\xb5\x2f\xfd" /* RFC 8878's, little-endian */
 #define DELTA4_F_TABLE 2u    /* flags: the tensors are the base's */
 /* With the base's tensors, format 4 names the base by a prefix of its
  * view digest: the result's full digest is checked before anything is

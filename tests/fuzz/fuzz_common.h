@@ -316,15 +316,25 @@ static FZ_UNUSED uint8_t *fz_delta_raw_index(const uint8_t *buf, size_t len,
   uint64_t st4;
   uint8_t fl;
   if (fz_delta4_header(buf, len, &hl, &st4, &fl)) {
-    if (!(fl & DELTA4_F_ZSTD) || st4 > len - hl)
+    if (!(fl & DELTA4_F_ZSTD) || st4 > len - hl || st4 > FZ_MAX_INDEX)
       return NULL;
-    unsigned long long raw = ZSTD_getFrameContentSize(buf + hl, (size_t)st4);
-    if (raw > FZ_MAX_INDEX) /* also ZSTD_CONTENTSIZE_UNKNOWN and _ERROR */
+    /* The frame lacks its magic (proto/delta.md): put it back. */
+    uint8_t *zf = malloc(4 + (size_t)st4);
+    if (zf == NULL)
       return NULL;
+    memcpy(zf, DELTA4_ZSTD_MAGIC, 4);
+    memcpy(zf + 4, buf + hl, (size_t)st4);
+    unsigned long long raw = ZSTD_getFrameContentSize(zf, 4 + (size_t)st4);
+    if (raw > FZ_MAX_INDEX) { /* also ZSTD_CONTENTSIZE_UNKNOWN and _ERROR */
+      free(zf);
+      return NULL;
+    }
     size_t pay = len - hl - (size_t)st4;
     uint8_t *out = malloc(DELTA4_HEADER_MAX + (size_t)raw + pay);
-    if (out == NULL)
+    if (out == NULL) {
+      free(zf);
       return NULL;
+    }
     /* The new header: the same, flag ZSTD off, the raw length. */
     memcpy(out, buf, DELTA4_MAGIC_BYTES + 2);
     out[DELTA4_MAGIC_BYTES + 1] &= (uint8_t)~DELTA4_F_ZSTD;
@@ -335,7 +345,8 @@ static FZ_UNUSED uint8_t *fz_delta_raw_index(const uint8_t *buf, size_t len,
       v >>= 7;
     } while (v != 0);
     size_t nhl = n + 8;
-    size_t got = ZSTD_decompress(out + nhl, (size_t)raw, buf + hl, (size_t)st4);
+    size_t got = ZSTD_decompress(out + nhl, (size_t)raw, zf, 4 + (size_t)st4);
+    free(zf);
     if (ZSTD_isError(got) || got != raw) {
       free(out);
       return NULL;

@@ -34,8 +34,16 @@ if parts != size:
     fail(f"the parts add up to {parts}, the file is {size}")
 if t["fixed"] != t["table"] + t["blocks"] + t["checksums"] + t["params"]:
     fail("tensors.fixed is not the sum of its parts")
-if b["header"] != 48:
-    fail(f"header {b['header']}")
+# Formats 1 to 3: a 48-byte header; format 4: magic, format, flags, a
+# varint and one checksum, 15 to 24 bytes; with the base's tensors it
+# names the base by an 8-byte prefix of its digest.
+if b["header"] != (48 if j["format"] <= 3 else b["header"]) or \
+        (j["format"] >= 4 and not 15 <= b["header"] <= 24):
+    fail(f"header {b['header']} in format {j['format']}")
+if j["base_digest_bytes"] not in (8, 32) or \
+        len(j["base_digest"]) != 2 * j["base_digest_bytes"] or \
+        (j["base_digest_bytes"] == 8 and j["format"] < 4):
+    fail(f"base digest {j['base_digest']} ({j['base_digest_bytes']} bytes)")
 sums = {k: 0 for k in ("table", "blocks", "checksums", "params", "payload")}
 MIN = {"sparse": 1, "gaps": 30, "rans": 5, "ransc": 5}
 for x in j["tensors"]:
@@ -51,7 +59,7 @@ for x in j["tensors"]:
     if xb["params"] < need:
         fail(f"{x['name']}: params {xb['params']} < {need} ({x['blocks']})")
     # Format 2 front-codes names: two lengths, a dtype, a dim count, flags;
-    # format 3 can name them by the base's (flags alone).
+    # formats 3 and 4 can name them by the base's (flags alone).
     if xb["table"] < (len(x["name"].encode()) + 4 if j["format"] == 1
                       else 5 if j["format"] == 2 else 1):
         fail(f"{x['name']}: table {xb['table']}")
@@ -106,17 +114,65 @@ check_delta "$work/d" "fp8 anchor"
 # mode (blocks of 2^12 symbols and more).
 "$bin/stitch" delta "$work/bf16/$a" "$work/bf16/$b" -o "$work/d" --block-log2 12 --fastest
 check_delta "$work/d" "bf16 --block-log2 12 --fastest" "$work/bf16/$a"
-# Format 3 names the base's tensors: without the base it does not parse
-# (one line, saying how); --listed and --format 2 list them.
+# Format 4 (the default) names the base's tensors: without the base it
+# does not parse (one line, saying how); --listed, --format 2 and a
+# format 3 without its base's tensors list them.
+[ "$(head -c 5 "$work/d" | od -An -c | tr -d ' ')" = "STDL004" ]
 if "$bin/stitch" inspect "$work/d" 2>"$work/err"; then
   echo "FAIL: a delta naming the base's tensors parsed without it"; exit 1
 fi
 grep -q -- "--base BASE" "$work/err"
 [ "$(wc -l <"$work/err")" = 1 ]
-for f in --listed "--format 2"; do
+for f in --listed "--format 2" "--format 3 --listed"; do
   "$bin/stitch" delta "$work/nvfp4/$a" "$work/nvfp4/$b" -o "$work/d" $f
   check_delta "$work/d" "nvfp4 $f"
 done
+# Formats 3 and 4 with the base's tensors: the same coded changes; format
+# 4 smaller by its header (48 -> 15-24 bytes), the base's digest (32 -> 8
+# bytes), the payloads' checksum and the table byte; inspect says so, and
+# prints the base's digest as the prefix it is.
+"$bin/stitch" delta "$work/nvfp4/$a" "$work/nvfp4/$b" -o "$work/d3" --format 3
+"$bin/stitch" delta "$work/nvfp4/$a" "$work/nvfp4/$b" -o "$work/d4"
+check_delta "$work/d3" "nvfp4 --format 3" "$work/nvfp4/$a"
+cp "$work/i.json" "$work/i3.json"
+check_delta "$work/d4" "nvfp4 format 4" "$work/nvfp4/$a"
+grep -q "^       base [0-9a-f]\{16\} (prefix)$" "$work/i.txt"
+python3 - "$work/i3.json" "$work/i.json" <<'PY'
+import json, sys
+j3, j4 = (json.load(open(p)) for p in sys.argv[1:])
+b3, b4 = j3["bytes"], j4["bytes"]
+if (j3["format"], j4["format"]) != (3, 4) or j4["base_digest_bytes"] != 8:
+    sys.exit(f"FAIL: formats {j3['format']}, {j4['format']}")
+if j3["base_digest"][:16] != j4["base_digest"] or \
+        j3["result_digest"] != j4["result_digest"]:
+    sys.exit("FAIL: format 4's digests are not format 3's")
+if b4["tensors"]["payload"] != b3["tensors"]["payload"]:
+    sys.exit("FAIL: format 4 coded the changes differently")
+if b3["index_head"] - b4["index_head"] != 24 + 8 + 1:
+    sys.exit(f"FAIL: index heads {b3['index_head']} -> {b4['index_head']}")
+saved = b3["file"] - b4["file"]
+if saved < 48 - 24 + 24:
+    sys.exit(f"FAIL: format 4 saved only {saved} B")
+print(f"ok: format 3 -> 4: {b3['file']} -> {b4['file']} B "
+      f"(header {b3['header']} -> {b4['header']})")
+PY
+# A damaged or truncated format-4 delta: one line, nonzero, nothing
+# written by apply.
+for cut in 3 10 $(($(stat -c %s "$work/d4") - 1)); do
+  head -c "$cut" "$work/d4" >"$work/bad"
+  if "$bin/stitch" apply "$work/nvfp4/$a" "$work/bad" -o "$work/r3.safetensors" \
+    2>"$work/err"; then
+    echo "FAIL: a delta cut to $cut bytes applied"; exit 1
+  fi
+  [ "$(wc -l <"$work/err")" = 1 ] && [ ! -e "$work/r3.safetensors" ]
+  grep -q "shorter than its header\|checksum mismatch\|bad magic" "$work/err"
+done
+python3 -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); b[30] ^= 1; open(sys.argv[2], "wb").write(b)' "$work/d4" "$work/bad"
+if "$bin/stitch" inspect "$work/bad" --base "$work/nvfp4/$a" 2>"$work/err"; then
+  echo "FAIL: a damaged delta parsed"; exit 1
+fi
+[ "$(wc -l <"$work/err")" = 1 ] && grep -q "checksum mismatch" "$work/err"
+echo "ok: a damaged format-4 delta is refused ($(head -c 100 "$work/err"))"
 # It applies to its base bit for bit (metadata included); another base
 # with the same tensors is refused by its digest, and nothing is written.
 "$bin/stitch" delta "$work/nvfp4/$a" "$work/nvfp4/$b" -o "$work/d"
@@ -124,10 +180,10 @@ done
 cmp "$work/r.safetensors" "$work/nvfp4/$b"
 if "$bin/stitch" apply "$work/nvfp4/$b" "$work/d" -o "$work/r2.safetensors" \
   2>"$work/err"; then
-  echo "FAIL: a format-3 delta applied to the wrong base"; exit 1
+  echo "FAIL: a format-4 delta applied to the wrong base"; exit 1
 fi
 [ ! -e "$work/r2.safetensors" ]
-echo "ok: format 3 applies to its base only ($(head -c 120 "$work/err"))"
+echo "ok: format 4 applies to its base only ($(head -c 120 "$work/err"))"
 
 # A published version: the manifest and every chunk, fixed and payload.
 "$bin/stitch" keygen --out "$work/k" >/dev/null

@@ -356,8 +356,14 @@ static void test_apply_all_threads(void) {
     free(c2);
   }
   stitch_delta_free(dl);
-  /* Damage the last payload byte. Format 2 has one checksum over the
-   * payloads' checksums: the parse refuses the file. */
+  /* Damage the last payload byte. Format 4 has one checksum over the
+   * whole file, format 2 one over the payloads' checksums: the parse
+   * refuses the file. */
+  dbytes[len - 1] ^= 0x40;
+  ASSERT_EQ(stitch_delta_parse(dbytes, len, &dl, &d), STITCH_ECHECKSUM);
+  ASSERT(strstr(d.msg, "checksum mismatch") != NULL);
+  free(dbytes);
+  dbytes = encode_fmt(pa, pb, 8, 2, &len, NULL);
   dbytes[len - 1] ^= 0x40;
   ASSERT_EQ(stitch_delta_parse(dbytes, len, &dl, &d), STITCH_ECHECKSUM);
   ASSERT(strstr(d.msg, "payload checksum") != NULL);
@@ -636,7 +642,11 @@ static void test_formats(void) {
   x[8] = STITCH_DELTA_FORMAT + 1;
   ASSERT(fz_delta_fix_sums(x, l2));
   ASSERT_EQ(stitch_delta_parse(x, l2, &h2, &d), STITCH_EVERSION);
-  ASSERT(strstr(d.msg, "format 4") != NULL);
+  ASSERT(strstr(d.msg, "format 5") != NULL);
+  /* Format 4 in the 48-byte header: format 4 has its own. */
+  x[8] = 4;
+  ASSERT(fz_delta_fix_sums(x, l2));
+  ASSERT_EQ(stitch_delta_parse(x, l2, &h2, &d), STITCH_EFORMAT);
   free(x);
   /* Format 2, index raw: damage its names and counts (sums fixed, so the
    * index parser meets them). */
@@ -760,7 +770,7 @@ static void test_format3(void) {
     write_ckpt(pa, ta, NT, metas[m][0]);
     write_ckpt(pb, tb, NT, metas[m][1]);
     stitch_st *sa = open_ckpt(pa), *sb = open_ckpt(pb);
-    stitch_delta_opts o = {.block_log2 = 10, .table_as_base = 1};
+    stitch_delta_opts o = {.block_log2 = 10, .format = 3, .table_as_base = 1};
     uint8_t *d3, *d3b, *d2;
     size_t l3, l3b, l2;
     ASSERT_OK(stitch_delta_encode(sa, sb, &o, &d3, &l3, NULL, &d), d);
@@ -828,7 +838,7 @@ static void test_format3(void) {
   write_ckpt(pa, ta, NT, NULL);
   write_ckpt(pb, tb, NT - 1, NULL);
   stitch_st *sa = open_ckpt(pa), *sb = open_ckpt(pb);
-  stitch_delta_opts o = {.block_log2 = 10, .table_as_base = 1};
+  stitch_delta_opts o = {.block_log2 = 10, .format = 3, .table_as_base = 1};
   uint8_t *d3;
   size_t l3;
   stitch_delta *h;
@@ -839,6 +849,225 @@ static void test_format3(void) {
   stitch_delta_free(h);
   check_apply_file(pa, d3, l3, pb);
   free(d3);
+  stitch_st_free(sa);
+  stitch_st_free(sb);
+  for (int i = 0; i < 2 * NT; i++)
+    free(bufs[i]);
+}
+
+/* Applies DELTA (LEN bytes) to the checkpoint at BASE into a fresh path:
+ * it must fail with WANT, the message one line holding WHY, and leave
+ * nothing behind. */
+static void check_refused(const char *base, const uint8_t *delta, size_t len,
+                          int want, const char *why) {
+  stitch_diag d = {{0}};
+  stitch_st *sb = open_ckpt(base);
+  stitch_delta *h;
+  const char *out = test_path("refused.safetensors");
+  unlink(out);
+  ASSERT_OK(stitch_delta_parse_ex(delta, len, sb, &h, &d), d);
+  ASSERT_EQ(stitch_delta_apply_file(sb, h, out, &d), want);
+  ASSERT(strstr(d.msg, why) != NULL);
+  ASSERT(strchr(d.msg, '\n') == NULL);
+  struct stat st;
+  ASSERT(stat(out, &st) != 0); /* nothing written */
+  stitch_delta_free(h);
+  stitch_st_free(sb);
+}
+
+/* Parsing X (LEN bytes) with BASE fails with WANT, on one line naming
+ * WHY. */
+static void check_bad(const uint8_t *x, size_t len, const stitch_st *base,
+                      int want, const char *why) {
+  stitch_diag d = {{0}};
+  stitch_delta *h = NULL;
+  int rc = stitch_delta_parse_ex(x, len, base, &h, &d);
+  if (rc != want || strstr(d.msg, why) == NULL)
+    fprintf(stderr, "format4: got %d '%s', want %d '%s'\n", rc, d.msg, want,
+            why);
+  ASSERT_EQ(rc, want);
+  ASSERT(h == NULL);
+  ASSERT(strstr(d.msg, why) != NULL);
+  ASSERT(strchr(d.msg, '\n') == NULL);
+}
+
+/* Format 4 (proto/delta.md "File layout, format 4"): a compact header
+ * with one checksum over the whole file, and with the base's tensors the
+ * base named by an 8-byte prefix of its digest. The same payloads as
+ * format 3, about 65 bytes smaller (32 of header, 24 of the base's
+ * digest, the payloads' checksum and the table byte); bit for bit;
+ * deterministic; a
+ * wrong base is refused with nothing written, by the prefix or, when
+ * the prefix is the base's, by the result's full digest; a damaged or
+ * truncated file, an unknown format or flag, and an index frame whose
+ * size is missing or implausible are refused on one line. */
+static void test_format4(void) {
+  enum { NT = 30 };
+  tspec ta[NT], tb[NT];
+  char names[NT][64];
+  uint8_t *bufs[2 * NT];
+  mlp_pairs(NT, 512, 0.001, ta, tb, names, bufs);
+  char pa[256], pb[256];
+  snprintf(pa, sizeof(pa), "%s", test_path("f4a.safetensors"));
+  snprintf(pb, sizeof(pb), "%s", test_path("f4b.safetensors"));
+  write_ckpt(pa, ta, NT, "{\"step\": \"00000001\"}");
+  write_ckpt(pb, tb, NT, "{\"step\": \"00000002\"}");
+  stitch_st *sa = open_ckpt(pa), *sb = open_ckpt(pb);
+  stitch_diag d = {{0}};
+  stitch_delta_opts o = {.block_log2 = 10, .table_as_base = 1};
+  uint8_t *d4, *d4b, *d3;
+  size_t l4, l4b, l3;
+  ASSERT_OK(stitch_delta_encode(sa, sb, &o, &d4, &l4, NULL, &d), d);
+  ASSERT_OK(stitch_delta_encode(sa, sb, &o, &d4b, &l4b, NULL, &d), d);
+  ASSERT_UEQ(l4, l4b);
+  ASSERT(memcmp(d4, d4b, l4) == 0);
+  free(d4b);
+  o.format = 3;
+  ASSERT_OK(stitch_delta_encode(sa, sb, &o, &d3, &l3, NULL, &d), d);
+  fprintf(stderr, "format4: %d tensors: format 3 %zu B, format 4 %zu B\n", NT,
+          l3, l4);
+  ASSERT(memcmp(d4, DELTA4_MAGIC, DELTA4_MAGIC_BYTES) == 0);
+  ASSERT_EQ(d4[4], 4);
+  ASSERT_EQ(d4[5], DELTA4_F_ZSTD | DELTA4_F_TABLE);
+  /* The header's 24+ bytes, the base digest's 24, the payload checksum's 8
+   * and the table byte; zstd may take a few back. */
+  ASSERT_LE(l4 + 50, l3);
+  stitch_delta *h4, *h3;
+  ASSERT_EQ(stitch_delta_parse(d4, l4, &h4, &d), STITCH_EINVAL);
+  ASSERT(strstr(d.msg, "base") != NULL);
+  ASSERT_OK(stitch_delta_parse_ex(d4, l4, sa, &h4, &d), d);
+  ASSERT_OK(stitch_delta_parse_ex(d3, l3, sa, &h3, &d), d);
+  stitch_digest bdg, rdg;
+  ASSERT_OK(stitch_view_digest(sa, &bdg, NULL), d);
+  ASSERT_OK(stitch_view_digest(sb, &rdg, NULL), d);
+  ASSERT_UEQ(stitch_delta_base_digest_len(h4), DELTA4_BASE_PREFIX);
+  ASSERT_UEQ(stitch_delta_base_digest_len(h3), 32);
+  ASSERT(memcmp(stitch_delta_base_digest(h4)->b, bdg.b, 8) == 0);
+  ASSERT(memcmp(stitch_delta_result_digest(h4)->b, rdg.b, 32) == 0);
+  ASSERT_STR_EQ(stitch_delta_metadata(h4), stitch_delta_metadata(h3));
+  stitch_delta_bytes by4, by3;
+  stitch_delta_bytes_of(h4, &by4, NULL);
+  stitch_delta_bytes_of(h3, &by3, NULL);
+  ASSERT_UEQ(by4.format, 4);
+  ASSERT_UEQ(by4.file, l4);
+  ASSERT(by4.header >= DELTA4_HEADER_MIN && by4.header <= 17);
+  ASSERT_UEQ(by4.index_head + 32 + 1, by3.index_head); /* 24 + 8 + table */
+  ASSERT_UEQ(by4.tensors.payload, by3.tensors.payload);
+  ASSERT_UEQ(by4.tensors.table, NT);
+  ASSERT_UEQ(by4.tensors.checksums, 0);
+  for (size_t i = 0; i < NT; i++) {
+    const delta_entry *e4 = &h4->t[i], *e3 = &h3->t[i];
+    for (uint32_t b = 0; b < e4->pub.blocks; b++) /* what chunks carry */
+      ASSERT_UEQ(e4->checksum[b], e3->checksum[b]);
+  }
+  stitch_delta_free(h3);
+  stitch_delta_free(h4);
+  check_apply_file(pa, d4, l4, pb); /* bit for bit, metadata too */
+
+  /* A wrong base with the same table: its digest's prefix differs. */
+  check_refused(pb, d4, l4, STITCH_EBASE, "does not apply to this base");
+  /* The same, its prefix written into the delta: only the result's full
+   * digest tells, and nothing is written. */
+  size_t rl;
+  uint8_t *raw = fz_delta_raw_index(d4, l4, &rl);
+  size_t at, blen;
+  int isr;
+  ASSERT(raw != NULL && fz_delta_index_at(raw, rl, &at, &isr, &blen));
+  ASSERT(isr && blen == DELTA4_BASE_PREFIX);
+  ASSERT(memcmp(raw + at, bdg.b, 8) == 0);
+  /* The wrong base: the base with a byte changed in tensor 1, which the
+   * delta leaves alone (density 0: every block SAME), so every block
+   * decodes and only the result's digest differs. */
+  char pc[256];
+  snprintf(pc, sizeof(pc), "%s", test_path("f4c.safetensors"));
+  bufs[2][5] ^= 0x01;
+  write_ckpt(pc, ta, NT, "{\"step\": \"00000001\"}");
+  bufs[2][5] ^= 0x01;
+  stitch_st *sc = open_ckpt(pc);
+  stitch_digest cdg;
+  ASSERT_OK(stitch_view_digest(sc, &cdg, NULL), d);
+  stitch_st_free(sc);
+  uint8_t *x = malloc(rl + 16);
+  ASSERT(x != NULL);
+  memcpy(x, raw, rl);
+  memcpy(x + at, cdg.b, 8);
+  ASSERT(fz_delta_fix_sums(x, rl));
+  check_refused(pc, x, rl, STITCH_EDIGEST, "result digest mismatch");
+  check_refused(pc, raw, rl, STITCH_EBASE, "does not apply to this base");
+  check_apply_file(pa, raw, rl, pb); /* the raw index applies as it was */
+
+  /* Damage, one line each. The checksum first: any byte. */
+  memcpy(x, raw, rl);
+  x[at + 40] ^= 0x20;
+  check_bad(x, rl, sa, STITCH_ECHECKSUM, "checksum mismatch");
+  memcpy(x, raw, rl);
+  x[rl - 1] ^= 1; /* a payload */
+  check_bad(x, rl, sa, STITCH_ECHECKSUM, "checksum mismatch");
+  check_bad(raw, rl - 1, sa, STITCH_ECHECKSUM, "truncated");
+  check_bad(raw, at + 3, sa, STITCH_ETRUNCATED, "runs past the file");
+  for (size_t n = 0; n < at; n++)
+    check_bad(raw, n, sa, STITCH_ETRUNCATED, "shorter than its header");
+  memcpy(x, raw, rl);
+  x[1] = 'X';
+  check_bad(x, rl, sa, STITCH_EFORMAT, "bad magic");
+  /* Past a forged checksum: the format, the flags, the frame. */
+  memcpy(x, raw, rl);
+  x[4] = 5;
+  ASSERT(fz_delta_fix_sums(x, rl));
+  check_bad(x, rl, sa, STITCH_EVERSION, "format 5, this build reads formats 1 to 4");
+  memcpy(x, raw, rl);
+  x[5] |= 0x10;
+  ASSERT(fz_delta_fix_sums(x, rl));
+  check_bad(x, rl, sa, STITCH_EVERSION, "unknown flags");
+  memcpy(x, raw, rl);
+  x[5] |= DELTA4_F_ZSTD; /* a raw index read as a zstd frame */
+  ASSERT(fz_delta_fix_sums(x, rl));
+  check_bad(x, rl, sa, STITCH_EFORMAT, "index frame");
+  memcpy(x, raw, rl);
+  x[6] = 0x80 | x[6]; /* the index length runs on into the checksum */
+  x[7] = 0x7f;
+  ASSERT(fz_delta_fix_sums(x, rl));
+  check_bad(x, rl, sa, STITCH_ETRUNCATED, "runs past the file");
+  /* A zstd frame that claims far more than it holds: refused before the
+   * index is allocated. */
+  {
+    size_t zsrc = 1u << 20, zcap = ZSTD_compressBound(zsrc);
+    uint8_t *zeros = calloc(zsrc, 1), *f = malloc(DELTA4_HEADER_MAX + zcap);
+    ASSERT(zeros != NULL && f != NULL);
+    size_t zn = ZSTD_compress(f + 12, zcap, zeros, zsrc, 19);
+    ASSERT(!ZSTD_isError(zn) && zn < 128);
+    ASSERT(memcmp(f + 12, DELTA4_ZSTD_MAGIC, 4) == 0);
+    zn -= 4; /* format 4 leaves the magic out: the frame is at f + 16 */
+    memcpy(f, DELTA4_MAGIC, 4);
+    f[4] = 4;
+    f[5] = DELTA4_F_ZSTD;
+    f[6] = 0x80 | (uint8_t)(zn & 0x7f); /* two bytes: header of 16 */
+    f[7] = (uint8_t)(zn >> 7);
+    fz_delta4_fix_sum(f, 16 + zn, 16);
+    check_bad(f, 16 + zn, NULL, STITCH_ELIMIT, "compression ratio");
+    free(zeros);
+    free(f);
+  }
+  /* Format 4 with a listed table: parses alone, names the base in full,
+   * no table flag. */
+  o.format = 0;
+  o.table_as_base = 0;
+  uint8_t *dl4;
+  size_t ll4;
+  ASSERT_OK(stitch_delta_encode(sa, sb, &o, &dl4, &ll4, NULL, &d), d);
+  ASSERT_EQ(dl4[5] & DELTA4_F_TABLE, 0);
+  stitch_delta *hl;
+  ASSERT_OK(stitch_delta_parse(dl4, ll4, &hl, &d), d);
+  ASSERT_UEQ(stitch_delta_base_digest_len(hl), 32);
+  ASSERT(memcmp(stitch_delta_base_digest(hl)->b, bdg.b, 32) == 0);
+  stitch_delta_free(hl);
+  check_apply_file(pa, dl4, ll4, pb);
+  check_refused(pb, dl4, ll4, STITCH_EBASE, "does not apply to this base");
+  free(dl4);
+  free(x);
+  free(raw);
+  free(d3);
+  free(d4);
   stitch_st_free(sa);
   stitch_st_free(sb);
   for (int i = 0; i < 2 * NT; i++)
@@ -858,6 +1087,7 @@ int main(void) {
   test_planes_flush();
   test_formats();
   test_format3();
+  test_format4();
   puts("test_delta: ok");
   return 0;
 }

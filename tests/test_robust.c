@@ -350,7 +350,10 @@ static void test_delta_forged(const stitch_st *base, const uint8_t *dbytes,
     char what[200];
     /* Skip the magic and header fields most of the time: the index and
      * payloads are what the forgery is for. */
-    size_t skip = rnd(4) ? DELTA_HEADER_BYTES : 0;
+    size_t ix_at = DELTA_HEADER_BYTES, blen;
+    int raw;
+    ASSERT(fz_delta_index_at(dbytes, dlen, &ix_at, &raw, &blen));
+    size_t skip = rnd(4) ? ix_at : 0;
     mutate(p + skip, dlen - skip, what, sizeof(what));
     fz_delta_fix_sums(p, dlen);
     stitch_delta *dl = NULL;
@@ -492,8 +495,10 @@ static void test_crafted_name(void) {
     dl = raw;
     dlen = rawlen;
   }
-  uint8_t *p =
-      memmem(dl + DELTA_HEADER_BYTES, dlen - DELTA_HEADER_BYTES, "\x02zz", 3);
+  size_t ix_at, blen;
+  int israw;
+  ASSERT(fz_delta_index_at(dl, dlen, &ix_at, &israw, &blen) && israw);
+  uint8_t *p = memmem(dl + ix_at, dlen - ix_at, "\x02zz", 3);
   ASSERT(p != NULL);
   p[2] = 0xff; /* "z\xff" */
   stitch_digest td[2], vd;
@@ -501,7 +506,7 @@ static void test_crafted_name(void) {
   ASSERT_EQ(stitch_tensor_digest(STITCH_DT_U8, 1, bt.shape, a, 16, &td[0]), 0);
   ASSERT_EQ(stitch_tensor_digest(STITCH_DT_U8, 1, bt.shape, b, 16, &td[1]), 0);
   ASSERT_EQ(stitch_view_digest_from(2, names, td, &vd), 0);
-  memcpy(dl + DELTA_HEADER_BYTES + 32, vd.b, 32); /* the result digest */
+  memcpy(dl + ix_at + blen, vd.b, 32); /* the result digest */
   ASSERT(fz_delta_fix_sums(dl, dlen));
   stitch_delta *h;
   int rc = stitch_delta_parse(dl, dlen, &h, &d);

@@ -92,14 +92,15 @@ int cmd_delta(int argc, char **argv) {
   if (n != 2 || fl[0].value == NULL)
     return cli_usage_error("stitch delta OLD NEW -o OUT [--stats] [--json] "
                            "[--block-log2 N] [--level L] [--small | --fastest] "
-                           "[--threads N] [--format 1|2|3] [--listed]");
+                           "[--threads N] [--format 1|2|3|4] [--listed]");
   if (fl[5].value && fl[6].value)
     return cli_usage_error("stitch delta: --small and --fastest do not go "
                            "together");
   stitch_delta_opts o = {0};
   /* The node that applies a delta holds its base: name its tensors by
-   * the base's (format 3), unless --listed asks for a delta that parses
-   * on its own (proto/delta.md "Index, format 3"). */
+   * the base's (formats 3 and 4; format 4 names the base itself by a
+   * prefix of its digest), unless --listed asks for a delta that parses
+   * on its own (proto/delta.md "Index, format 3", "Index, format 4"). */
   o.table_as_base = fl[9].value == NULL;
   uint64_t v;
   if (fl[3].value) {
@@ -112,7 +113,7 @@ int cmd_delta(int argc, char **argv) {
       return 2;
     o.threads = (unsigned)v;
   }
-  if (fl[8].value) { /* 1: for readers that predate format 2 */
+  if (fl[8].value) { /* 1 to 3: for readers that predate format 4 */
     if (cli_parse_u64(fl[8].value, "--format", 255, &v))
       return 2;
     o.format = (unsigned)v; /* the encoder names the range */
@@ -196,13 +197,18 @@ int cmd_apply(int argc, char **argv) {
 }
 
 /* Peeks at the magic without blocking on a FIFO; anything that is not a
- * readable regular file is left to the checkpoint reader to report. */
+ * readable regular file is left to the checkpoint reader to report. A
+ * delta starts "STITCHDL" (formats 1 to 3) or "STDL" (format 4 and
+ * later: proto/delta.md). */
 static int is_delta_file(const char *path) {
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   struct stat st;
   char m[8] = {0};
-  int yes = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-            read(fd, m, 8) == 8 && memcmp(m, "STITCHDL", 8) == 0;
+  ssize_t got = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)
+                    ? read(fd, m, 8)
+                    : -1;
+  int yes = (got == 8 && memcmp(m, "STITCHDL", 8) == 0) ||
+            (got >= 4 && memcmp(m, "STDL", 4) == 0);
   if (fd >= 0)
     close(fd);
   return yes;
@@ -269,6 +275,9 @@ static int inspect_delta(const char *path, const char *base_path,
     return cli_fail(rc, &d);
   char bh[65], rh[65];
   stitch_digest_hex(stitch_delta_base_digest(dl), bh);
+  /* Format 4 may name its base by a prefix of its digest: print that. */
+  size_t blen = stitch_delta_base_digest_len(dl);
+  bh[2 * blen] = 0;
   stitch_digest_hex(stitch_delta_result_digest(dl), rh);
   size_t n = stitch_delta_count(dl);
   stitch_delta_bytes all;
@@ -282,6 +291,7 @@ static int inspect_delta(const char *path, const char *base_path,
     json_t *root = json_object(), *ts = json_array(), *by = json_object();
     json_object_set_new(root, "kind", json_string("delta"));
     json_object_set_new(root, "base_digest", json_string(bh));
+    json_object_set_new(root, "base_digest_bytes", json_integer((json_int_t)blen));
     json_object_set_new(root, "result_digest", json_string(rh));
     json_object_set_new(root, "format", json_integer(all.format));
     json_object_set_new(by, "file", json_integer((json_int_t)all.file));
@@ -302,8 +312,8 @@ static int inspect_delta(const char *path, const char *base_path,
     putchar('\n');
     json_decref(root);
   } else {
-    printf("delta  format %u\n       base %s\n       result %s\n", all.format,
-           bh, rh);
+    printf("delta  format %u\n       base %s%s\n       result %s\n",
+           all.format, bh, blen < 32 ? " (prefix)" : "", rh);
     printf("%-48s %-8s %12s %10s %9s %12s %8s %10s  %s\n", "tensor", "dtype",
            "symbols", "changed", "density", "encoded", "fixed", "payload",
            "coding");

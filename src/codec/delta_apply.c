@@ -19,21 +19,25 @@
 
 #define FAIL(d, err, ...) (rc = stitch_diag_set((d), (err), __VA_ARGS__))
 
+/* Formats 1 to 3: the 48-byte header, checked by its own XXH3-64; the
+ * index's XXH3-64 (*IXSUM) is checked once it is decompressed. */
 static int read_header(stitch_delta *dl, uint64_t *stored, uint64_t *raw,
                        uint64_t *ixsum, int *zst, stitch_diag *d) {
   const uint8_t *b = dl->buf;
   RETURN_IF(dl->len < DELTA_HEADER_BYTES, d, STITCH_ETRUNCATED,
             "delta: %zu bytes, shorter than its %d-byte header", dl->len,
             DELTA_HEADER_BYTES);
-  RETURN_IF(memcmp(b, DELTA_MAGIC, 8) != 0, d, STITCH_EFORMAT,
-            "not a stitch delta (bad magic)");
   RETURN_IF(XXH3_64bits(b, 40) != le64(b + 40), d, STITCH_ECHECKSUM,
             "delta: header checksum mismatch");
   unsigned fmt = b[8] | b[9] << 8, flags = b[10] | b[11] << 8;
   RETURN_IF(fmt < 1 || fmt > STITCH_DELTA_FORMAT, d, STITCH_EVERSION,
             "delta: format %u, this build reads formats 1 to %d", fmt,
             STITCH_DELTA_FORMAT);
+  /* Format 4 has its own header (read_header4). */
+  RETURN_IF(fmt > 3, d, STITCH_EFORMAT,
+            "delta: format %u in the 48-byte header of formats 1 to 3", fmt);
   dl->format = fmt;
+  dl->header_len = DELTA_HEADER_BYTES;
   RETURN_IF(flags != 0 || b[12] > DELTA_INDEX_ZSTD || b[13] || b[14] || b[15],
             d, STITCH_EVERSION, "delta: unknown flags");
   *zst = b[12] == DELTA_INDEX_ZSTD;
@@ -43,13 +47,80 @@ static int read_header(stitch_delta *dl, uint64_t *stored, uint64_t *raw,
   RETURN_IF(*stored > dl->len - DELTA_HEADER_BYTES, d, STITCH_ETRUNCATED,
             "delta: index of %llu bytes runs past the file",
             (unsigned long long)*stored);
-  RETURN_IF(*raw > DELTA_MAX_INDEX, d, STITCH_ELIMIT,
+  return 0;
+}
+
+/* Format 4's header (proto/delta.md "File layout, format 4"): magic,
+ * format, flags, the index's stored length, then the one XXH3-64 of the
+ * whole file without its own 8 bytes, checked here, before anything
+ * else is read: it covers this header, the index and the payloads. A
+ * zstd index's raw length is its frame's declared content size. */
+static int read_header4(stitch_delta *dl, uint64_t *stored, uint64_t *raw,
+                        int *zst, stitch_diag *d) {
+  const uint8_t *b = dl->buf;
+  rd r = {b, dl->len, DELTA4_MAGIC_BYTES};
+  uint8_t fmt, flags;
+  RETURN_IF(rd_u8(&r, &fmt), d, STITCH_ETRUNCATED,
+            "delta: %zu bytes, shorter than its header", dl->len);
+  RETURN_IF(fmt != 4, d, STITCH_EVERSION,
+            "delta: format %u, this build reads formats 1 to %d", fmt,
+            STITCH_DELTA_FORMAT);
+  dl->format = fmt;
+  RETURN_IF(rd_u8(&r, &flags), d, STITCH_ETRUNCATED,
+            "delta: %zu bytes, shorter than its header", dl->len);
+  RETURN_IF(flags & ~(DELTA4_F_ZSTD | DELTA4_F_TABLE), d, STITCH_EVERSION,
+            "delta: unknown flags 0x%02x", flags);
+  size_t at = r.pos;
+  if (rd_varint(&r, stored) != 0) {
+    /* A varint is at most 10 bytes: with 10 left it is malformed. */
+    RETURN_IF(dl->len - at < 10, d, STITCH_ETRUNCATED,
+              "delta: %zu bytes, shorter than its header", dl->len);
+    RETURN_IF(1, d, STITCH_EFORMAT, "delta: bad index length in the header");
+  }
+  RETURN_IF(dl->len - r.pos < 8, d, STITCH_ETRUNCATED,
+            "delta: %zu bytes, shorter than its header", dl->len);
+  size_t sum_at = r.pos;
+  dl->header_len = sum_at + 8;
+  RETURN_IF(*stored > dl->len - dl->header_len, d, STITCH_ETRUNCATED,
+            "delta: index of %llu bytes runs past the file",
+            (unsigned long long)*stored);
+  XXH3_state_t *xs = XXH3_createState();
+  RETURN_IF(xs == NULL || XXH3_64bits_reset(xs) != XXH_OK, d, STITCH_ENOMEM,
+            "out of memory");
+  XXH3_64bits_update(xs, b, sum_at);
+  XXH3_64bits_update(xs, b + dl->header_len, dl->len - dl->header_len);
+  uint64_t got = XXH3_64bits_digest(xs);
+  XXH3_freeState(xs);
+  RETURN_IF(got != le64(b + sum_at), d, STITCH_ECHECKSUM,
+            "delta: checksum mismatch (a damaged or truncated file)");
+  *zst = (flags & DELTA4_F_ZSTD) != 0;
+  dl->table_as_base = (flags & DELTA4_F_TABLE) != 0;
+  *raw = *stored;
+  if (*zst) {
+    /* The frame's header, its magic put back: at most 18 bytes. */
+    uint8_t fh[4 + 18];
+    size_t fl = *stored < 18 ? (size_t)*stored : 18;
+    memcpy(fh, DELTA4_ZSTD_MAGIC, 4);
+    memcpy(fh + 4, b + dl->header_len, fl);
+    unsigned long long cs = ZSTD_getFrameContentSize(fh, 4 + fl);
+    RETURN_IF(cs == ZSTD_CONTENTSIZE_UNKNOWN || cs == ZSTD_CONTENTSIZE_ERROR,
+              d, STITCH_EFORMAT,
+              "delta: index frame does not declare its size");
+    *raw = cs;
+  }
+  return 0;
+}
+
+/* Limits on the raw index, before it is allocated (all formats). */
+static int check_index_size(uint64_t stored, uint64_t raw, int zst,
+                            stitch_diag *d) {
+  RETURN_IF(raw > DELTA_MAX_INDEX, d, STITCH_ELIMIT,
             "delta: index of %llu bytes exceeds the %u-byte limit",
-            (unsigned long long)*raw, DELTA_MAX_INDEX);
-  RETURN_IF(!*zst && *raw != *stored, d, STITCH_EFORMAT,
+            (unsigned long long)raw, DELTA_MAX_INDEX);
+  RETURN_IF(!zst && raw != stored, d, STITCH_EFORMAT,
             "delta: index sizes disagree");
   /* Names and checksums do not compress 64-fold; a larger claim is bogus. */
-  RETURN_IF(*zst && *raw > 64 * *stored + 4096, d, STITCH_ELIMIT,
+  RETURN_IF(zst && raw > 64 * stored + 4096, d, STITCH_ELIMIT,
             "delta: index claims an implausible compression ratio");
   return 0;
 }
@@ -328,7 +399,9 @@ static int parse_columns(stitch_delta *dl, rd *r, uint64_t sum,
   RETURN_IF(payload_at != dl->len, d, STITCH_EFORMAT,
             "delta: %llu bytes after the last block",
             (unsigned long long)(dl->len - payload_at));
-  RETURN_IF(got != sum, d, STITCH_ECHECKSUM, "delta: payload checksum mismatch");
+  /* Format 4: the file's checksum covered the payloads (read_header4). */
+  RETURN_IF(dl->format <= 3 && got != sum, d, STITCH_ECHECKSUM,
+            "delta: payload checksum mismatch");
   return 0;
 }
 
@@ -403,18 +476,27 @@ static int parse_index(stitch_delta *dl, const uint8_t *ix, size_t il,
   rd r = {ix, il, 0};
   const uint8_t *p;
   uint64_t v, n;
-  RETURN_IF(rd_bytes(&r, 32, &p), d, STITCH_ETRUNCATED, "delta index: short");
-  memcpy(dl->base.b, p, 32);
+  /* Format 4 says in its header whether the tensors are the base's; then
+   * the index names the base by a prefix of its digest. */
+  RETURN_IF(dl->format >= 4 && dl->table_as_base && base == NULL, d,
+            STITCH_EINVAL,
+            "delta: names its tensors by its base's; it parses only with the "
+            "base at hand");
+  if (dl->format >= 4 && dl->table_as_base)
+    dl->base_len = DELTA4_BASE_PREFIX;
+  RETURN_IF(rd_bytes(&r, dl->base_len, &p), d, STITCH_ETRUNCATED,
+            "delta index: short");
+  memcpy(dl->base.b, p, dl->base_len);
   RETURN_IF(rd_bytes(&r, 32, &p), d, STITCH_ETRUNCATED, "delta index: short");
   memcpy(dl->result.b, p, 32);
-  uint64_t sum = 0;
-  RETURN_IF(dl->format >= 2 && rd_u64(&r, &sum), d, STITCH_ETRUNCATED,
-            "delta index: short");
+  uint64_t sum = 0; /* formats 2 and 3: the payloads' checksum */
+  RETURN_IF((dl->format == 2 || dl->format == 3) && rd_u64(&r, &sum), d,
+            STITCH_ETRUNCATED, "delta index: short");
   RETURN_IF(rd_varint(&r, &v) || v < DELTA_MIN_BLOCK_LOG2 ||
                 v > DELTA_MAX_BLOCK_LOG2,
             d, STITCH_EFORMAT, "delta index: bad block size");
   dl->block_log2 = (unsigned)v;
-  if (dl->format >= 3) {
+  if (dl->format == 3) {
     uint8_t tb;
     RETURN_IF(rd_u8(&r, &tb) || tb > DELTA_TABLE_BASE, d, STITCH_EFORMAT,
               "delta index: bad tensor table kind");
@@ -482,28 +564,55 @@ int stitch_delta_parse_ex(const uint8_t *buf, size_t len, const stitch_st *base,
   dl->buf = buf;
   dl->len = len;
   uint64_t stored = 0, raw = 0, sum = 0;
-  int zst = 0, rc = read_header(dl, &stored, &raw, &sum, &zst, d);
-  const uint8_t *ix = buf + DELTA_HEADER_BYTES;
+  int zst = 0, rc = 0;
+  dl->base_len = 32;
+  if (len >= 8 && memcmp(buf, DELTA_MAGIC, 8) == 0)
+    rc = read_header(dl, &stored, &raw, &sum, &zst, d);
+  else if (len >= DELTA4_MAGIC_BYTES &&
+           memcmp(buf, DELTA4_MAGIC, DELTA4_MAGIC_BYTES) == 0)
+    rc = read_header4(dl, &stored, &raw, &zst, d);
+  else if (len < DELTA4_MAGIC_BYTES)
+    rc = stitch_diag_set(d, STITCH_ETRUNCATED,
+                         "delta: %zu bytes, shorter than its header", len);
+  else
+    rc = stitch_diag_set(d, STITCH_EFORMAT, "not a stitch delta (bad magic)");
+  if (rc == 0)
+    rc = check_index_size(stored, raw, zst, d);
+  const uint8_t *ix = buf + dl->header_len;
+  size_t zlen = (size_t)stored;
+  uint8_t *frame = NULL; /* format 4: the frame with its magic put back */
+  if (rc == 0 && zst && dl->format >= 4) {
+    frame = malloc(4 + zlen); /* the bytes are there: it is the file's */
+    if (frame == NULL) {
+      FAIL(d, STITCH_ENOMEM, "out of memory");
+    } else {
+      memcpy(frame, DELTA4_ZSTD_MAGIC, 4);
+      memcpy(frame + 4, ix, zlen);
+      ix = frame;
+      zlen += 4;
+    }
+  }
   if (rc == 0 && zst) {
     dl->index_owned = malloc(raw ? (size_t)raw : 1);
     if (dl->index_owned == NULL) {
       FAIL(d, STITCH_ENOMEM, "out of memory");
-    } else if (ZSTD_getFrameContentSize(ix, (size_t)stored) != raw) {
+    } else if (ZSTD_getFrameContentSize(ix, zlen) != raw) {
       FAIL(d, STITCH_EFORMAT, "delta: index frame size disagrees");
     } else {
-      size_t n = ZSTD_decompress(dl->index_owned, (size_t)raw, ix,
-                                 (size_t)stored);
+      size_t n = ZSTD_decompress(dl->index_owned, (size_t)raw, ix, zlen);
       if (ZSTD_isError(n) || n != raw)
         FAIL(d, STITCH_EFORMAT, "delta: index does not decompress");
       ix = dl->index_owned;
     }
   }
+  free(frame);
   dl->index_stored = stored;
   dl->index_raw = raw;
-  if (rc == 0 && XXH3_64bits(ix, (size_t)raw) != sum)
+  /* Format 4's one checksum covered the index already (read_header4). */
+  if (rc == 0 && dl->format <= 3 && XXH3_64bits(ix, (size_t)raw) != sum)
     FAIL(d, STITCH_ECHECKSUM, "delta: index checksum mismatch");
   if (rc == 0)
-    rc = parse_index(dl, ix, (size_t)raw, DELTA_HEADER_BYTES + stored, base, d);
+    rc = parse_index(dl, ix, (size_t)raw, dl->header_len + stored, base, d);
   if (rc != 0) {
     stitch_delta_free(dl);
     return rc;
@@ -562,6 +671,10 @@ const stitch_delta_tensor *stitch_delta_tensor_at(const stitch_delta *dl,
 
 const stitch_digest *stitch_delta_base_digest(const stitch_delta *dl) {
   return &dl->base;
+}
+
+size_t stitch_delta_base_digest_len(const stitch_delta *dl) {
+  return dl->base_len;
 }
 
 const stitch_digest *stitch_delta_result_digest(const stitch_delta *dl) {
@@ -721,7 +834,9 @@ int stitch_delta_apply_file_ex(const stitch_st *base, const stitch_delta *dl,
     total += dl->t[i].pub.nbytes;
   stitch_digest dg;
   CHECK_RC(stitch_view_digest(base, &dg, NULL));
-  RETURN_IF(memcmp(dg.b, dl->base.b, 32) != 0, d, STITCH_EBASE,
+  /* All 32 bytes, or format 4's prefix: a base that shares it is still
+   * refused by the result's full digest, below, before the commit. */
+  RETURN_IF(memcmp(dg.b, dl->base.b, dl->base_len) != 0, d, STITCH_EBASE,
             "delta does not apply to this base: its view digest differs (a "
             "replayed delta, or the wrong checkpoint)");
   stitch_st_writer *w;

@@ -106,7 +106,7 @@ void stitch_delta_bytes_of(const stitch_delta *dl, stitch_delta_bytes *all,
   memset(all, 0, sizeof(*all));
   all->format = dl->format;
   all->file = dl->len;
-  all->header = DELTA_HEADER_BYTES;
+  all->header = dl->header_len;
   all->index_head = dl->index_head;
   all->index_packing = (int64_t)dl->index_stored - (int64_t)dl->index_raw;
   for (size_t i = 0; i < dl->count; i++) {
@@ -116,7 +116,8 @@ void stitch_delta_bytes_of(const stitch_delta *dl, stitch_delta_bytes *all,
     for (uint32_t b = 0; b < e->pub.blocks; b++) {
       if (e->coding[b] == STITCH_CODING_SAME)
         continue;
-      t.checksums += dl->format == 1 ? 8 : 0; /* 2: one in the index head */
+      t.checksums += dl->format == 1 ? 8 : 0; /* 2, 3: one in the index
+                                                head; 4: the header's */
       uint64_t h = params_of(e->coding[b], dl->buf + e->payload_off[b],
                              (size_t)e->payload_len[b]);
       t.params += h;

@@ -433,14 +433,17 @@ static int columns_add(columns *c, const dbuf *e, uint32_t blocks) {
   return r.pos == r.len ? 0 : STITCH_EFORMAT;
 }
 
-/* The whole format-2 or -3 index into IX: HEAD's digests, the payloads'
- * checksum, the rest of HEAD, then the columns; with AS_BASE (format 3,
- * the base's tensors) the flags alone stand for the names and types. */
-static int columns_index(columns *c, const dbuf *head, int as_base,
-                         dbuf *ix) {
-  CHECK_RC(dbuf_put(ix, head->p, 64));
-  CHECK_RC(dbuf_u64(ix, XXH3_64bits(c->sums.p, c->sums.len)));
-  CHECK_RC(dbuf_put(ix, head->p + 64, head->len - 64));
+/* The whole format-2, -3 or -4 index into IX: HEAD's digests (DG
+ * bytes), the payloads' checksum (formats 2 and 3: format 4's one
+ * checksum, in its header, covers the payloads), the rest of HEAD, then
+ * the columns; with AS_BASE (formats 3 and 4, the base's tensors) the
+ * flags alone stand for the names and types. */
+static int columns_index(columns *c, const dbuf *head, size_t dg,
+                         unsigned format, int as_base, dbuf *ix) {
+  CHECK_RC(dbuf_put(ix, head->p, dg));
+  if (format <= 3)
+    CHECK_RC(dbuf_u64(ix, XXH3_64bits(c->sums.p, c->sums.len)));
+  CHECK_RC(dbuf_put(ix, head->p + dg, head->len - dg));
   if (as_base) {
     CHECK_RC(dbuf_put(ix, c->flags.p, c->flags.len));
   } else {
@@ -451,7 +454,24 @@ static int columns_index(columns *c, const dbuf *head, int as_base,
   return dbuf_put(ix, c->blocks.p, c->blocks.len);
 }
 
-static int finish(enc *e, unsigned format, uint8_t **out, size_t *out_len) {
+/* Format 4's header into H (at most DELTA4_HEADER_MAX bytes), its
+ * checksum left for the caller: magic, format, flags, the index's stored
+ * length. Returns its length, checksum included. */
+static size_t header4(uint8_t *h, int zst, int as_base, size_t il) {
+  memcpy(h, DELTA4_MAGIC, DELTA4_MAGIC_BYTES);
+  size_t n = DELTA4_MAGIC_BYTES;
+  h[n++] = 4;
+  h[n++] = (uint8_t)((zst ? DELTA4_F_ZSTD : 0) | (as_base ? DELTA4_F_TABLE : 0));
+  uint64_t v = il;
+  do {
+    h[n++] = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
+    v >>= 7;
+  } while (v != 0);
+  return n + 8;
+}
+
+static int finish(enc *e, unsigned format, int as_base, uint8_t **out,
+                  size_t *out_len) {
   /* The index is mostly names and checksums; zstd helps the names. Level
    * 5 codes a large one within 0.3% of level 19's size at a tenth of the
    * time (an NVFP4 delta's index took a fifth of its encoding at 19). A
@@ -469,11 +489,46 @@ static int finish(enc *e, unsigned format, uint8_t **out, size_t *out_len) {
   int use_z = !ZSTD_isError(zn) && zn < e->index.len;
   const uint8_t *ip = use_z ? z : e->index.p;
   size_t il = use_z ? zn : e->index.len;
-  size_t total = DELTA_HEADER_BYTES + il + e->payload.len;
+  /* Format 4 leaves the frame's magic out: the flag says it is one. */
+  if (format >= 4 && use_z && zn > 4 && memcmp(z, DELTA4_ZSTD_MAGIC, 4) == 0) {
+    ip += 4;
+    il -= 4;
+    use_z = il < e->index.len;
+    if (!use_z) {
+      ip = e->index.p;
+      il = e->index.len;
+    }
+  }
+  uint8_t h4[DELTA4_HEADER_MAX];
+  size_t hl = format >= 4 ? header4(h4, use_z, as_base, il)
+                          : DELTA_HEADER_BYTES;
+  size_t total = hl + il + e->payload.len;
   uint8_t *buf = malloc(total);
   if (buf == NULL) {
     free(z);
     return STITCH_ENOMEM;
+  }
+  if (format >= 4) {
+    /* One XXH3-64 for the whole file, these 8 bytes left out. */
+    memcpy(buf, h4, hl - 8);
+    memcpy(buf + hl, ip, il);
+    if (e->payload.len > 0)
+      memcpy(buf + hl + il, e->payload.p, e->payload.len);
+    XXH3_state_t *xs = XXH3_createState();
+    if (xs == NULL || XXH3_64bits_reset(xs) != XXH_OK) {
+      XXH3_freeState(xs);
+      free(buf);
+      free(z);
+      return STITCH_ENOMEM;
+    }
+    XXH3_64bits_update(xs, buf, hl - 8);
+    XXH3_64bits_update(xs, buf + hl, total - hl);
+    put_le64(buf + hl - 8, XXH3_64bits_digest(xs));
+    XXH3_freeState(xs);
+    free(z);
+    *out = buf;
+    *out_len = total;
+    return 0;
   }
   memcpy(buf, DELTA_MAGIC, 8);
   buf[8] = (uint8_t)format;
@@ -660,9 +715,14 @@ int stitch_delta_encode(const stitch_st *base, const stitch_st *result,
     goto out;
   }
   int as_base = format >= 3 && opts->table_as_base && tables_match(base, result);
-  if ((rc = dbuf_put(&e.index, bdg.b, 32)) || (rc = dbuf_put(&e.index, rdg.b, 32)) ||
+  /* Format 4 names the base of its base's tensors by a prefix of its
+   * digest (proto/delta.md "Index, format 4"), and says in its header
+   * whether the tensors are the base's; format 3 in a byte of the index. */
+  size_t blen = format >= 4 && as_base ? DELTA4_BASE_PREFIX : 32;
+  if ((rc = dbuf_put(&e.index, bdg.b, blen)) ||
+      (rc = dbuf_put(&e.index, rdg.b, 32)) ||
       (rc = dbuf_varint(&e.index, e.block_log2)) ||
-      (format >= 3 && (rc = dbuf_u8(&e.index, as_base ? DELTA_TABLE_BASE
+      (format == 3 && (rc = dbuf_u8(&e.index, as_base ? DELTA_TABLE_BASE
                                                          : DELTA_TABLE_LISTED))) ||
       (rc = put_meta(&e.index, as_base, stitch_st_metadata(base),
                      stitch_st_metadata(result))) ||
@@ -707,12 +767,12 @@ int stitch_delta_encode(const stitch_st *base, const stitch_st *result,
   if (format != 1) {
     dbuf head = e.index;
     e.index = (dbuf){.max = DELTA_MAX_INDEX};
-    rc = columns_index(&cols, &head, as_base, &e.index);
+    rc = columns_index(&cols, &head, blen + 32, format, as_base, &e.index);
     dbuf_free(&head);
     if (rc != 0)
       goto fail_rc;
   }
-  if ((rc = finish(&e, format, out, out_len)))
+  if ((rc = finish(&e, format, as_base, out, out_len)))
     goto fail_rc;
   if (stats != NULL) {
     memset(stats, 0, sizeof(*stats));

@@ -11,6 +11,21 @@
 
 #define DELTA_MAGIC "STITCHDL"
 #define DELTA_HEADER_BYTES 48 /* 40 bytes of fields + XXH3-64 of them */
+/* Format 4's compact header (proto/delta.md "File layout, format 4"):
+ * magic, format, flags, the index's stored length as a varint, then one
+ * XXH3-64 of the whole file without those 8 bytes: 15 to 24 bytes. */
+#define DELTA4_MAGIC "STDL"
+#define DELTA4_MAGIC_BYTES 4
+#define DELTA4_HEADER_MIN 15 /* a 1-byte varint */
+#define DELTA4_HEADER_MAX 24 /* a 10-byte varint */
+#define DELTA4_F_ZSTD 1u     /* flags: the index is one zstd frame, its
+                              * 4-byte magic left out (DELTA4_ZSTD_MAGIC) */
+#define DELTA4_ZSTD_MAGIC "\x28\xb5\x2f\xfd" /* RFC 8878's, little-endian */
+#define DELTA4_F_TABLE 2u    /* flags: the tensors are the base's */
+/* With the base's tensors, format 4 names the base by a prefix of its
+ * view digest: the result's full digest is checked before anything is
+ * written, so the prefix only has to pick the base (proto/delta.md). */
+#define DELTA4_BASE_PREFIX 8
 /* Blocks of 2^21 symbols: GAPS's 29 parameter bytes are sent per block,
  * and at 2^20 they were 0.8% of an FP8 delta at 0.3% density (0.1-0.9%
  * smaller deltas at 2^21, docs/history/benchmarks.md "Blocks of 2^21
@@ -233,8 +248,11 @@ typedef struct delta_entry {
 } delta_entry;
 
 struct stitch_delta {
-  unsigned format; /* 1, 2 or 3 (proto/delta.md) */
-  int table_as_base; /* format 3: the tensors are the base's */
+  unsigned format; /* 1 to 4 (proto/delta.md) */
+  int table_as_base; /* format 3 and 4: the tensors are the base's */
+  size_t header_len; /* the file header's bytes (48, or 15-24: format 4) */
+  size_t base_len;   /* bytes of base_digest the file holds: 32, or
+                        DELTA4_BASE_PREFIX (format 4, the base's tensors) */
   const uint8_t *buf;
   size_t len;
   void *map; /* owned mapping when opened from a file */

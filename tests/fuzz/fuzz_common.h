@@ -177,10 +177,71 @@ static FZ_UNUSED uint8_t *fz_st_build(const fz_tensor *t, size_t n,
 /* Largest decompressed index the fix-up will inflate (fuzzing only). */
 #define FZ_MAX_INDEX (8u << 20)
 
+/* Format 4's compact header (proto/delta.md "File layout, format 4"):
+ * *HL its bytes (the checksum's 8 last), *STORED the index's stored
+ * length, *FLAGS its flags byte. Returns 1 when BUF starts with one
+ * (the checksum is not checked), else 0. */
+static FZ_UNUSED int fz_delta4_header(const uint8_t *buf, size_t len,
+                                      size_t *hl, uint64_t *stored,
+                                      uint8_t *flags) {
+  if (len < DELTA4_MAGIC_BYTES + 2 ||
+      memcmp(buf, DELTA4_MAGIC, DELTA4_MAGIC_BYTES) != 0)
+    return 0;
+  rd r = {buf, len, DELTA4_MAGIC_BYTES + 2};
+  if (rd_varint(&r, stored) != 0 || len - r.pos < 8)
+    return 0;
+  *flags = buf[DELTA4_MAGIC_BYTES + 1];
+  *hl = r.pos + 8;
+  return 1;
+}
+
+/* Where a delta's index starts (the header's length), whether it is
+ * stored raw, and how many bytes of the base's digest it holds (format 4
+ * with the base's tensors: a prefix). Returns 0 when BUF is no delta. */
+static FZ_UNUSED int fz_delta_index_at(const uint8_t *buf, size_t len,
+                                       size_t *at, int *raw, size_t *blen) {
+  size_t hl;
+  uint64_t stored;
+  uint8_t fl;
+  if (fz_delta4_header(buf, len, &hl, &stored, &fl)) {
+    *at = hl;
+    *raw = !(fl & DELTA4_F_ZSTD);
+    *blen = fl & DELTA4_F_TABLE ? DELTA4_BASE_PREFIX : 32;
+    return 1;
+  }
+  if (len < DELTA_HEADER_BYTES || memcmp(buf, DELTA_MAGIC, 8) != 0)
+    return 0;
+  *at = DELTA_HEADER_BYTES;
+  *raw = buf[12] == DELTA_INDEX_RAW;
+  *blen = 32;
+  return 1;
+}
+
+/* Format 4: its one checksum, over the whole file but its own 8 bytes
+ * (at HL - 8). */
+static FZ_UNUSED void fz_delta4_fix_sum(uint8_t *buf, size_t len, size_t hl) {
+  XXH3_state_t *xs = XXH3_createState();
+  if (xs == NULL)
+    return;
+  XXH3_64bits_reset(xs);
+  XXH3_64bits_update(xs, buf, hl - 8);
+  XXH3_64bits_update(xs, buf + hl, len - hl);
+  put_le64(buf + hl - 8, XXH3_64bits_digest(xs));
+  XXH3_freeState(xs);
+}
+
 /* Recomputes the index checksum (of the decompressed index when it is
- * zstd-coded) and then the header checksum of the delta in BUF, in place.
- * Returns 1 when BUF looked enough like a delta to be fixed, else 0. */
+ * zstd-coded) and then the header checksum of the delta in BUF, in place
+ * (format 4: its one checksum). Returns 1 when BUF looked enough like a
+ * delta to be fixed, else 0. */
 static FZ_UNUSED int fz_delta_fix_sums(uint8_t *buf, size_t len) {
+  size_t hl;
+  uint64_t st4;
+  uint8_t fl;
+  if (fz_delta4_header(buf, len, &hl, &st4, &fl)) {
+    fz_delta4_fix_sum(buf, len, hl);
+    return 1;
+  }
   if (len < DELTA_HEADER_BYTES || memcmp(buf, DELTA_MAGIC, 8) != 0)
     return 0;
   uint64_t stored = le64(buf + 16), raw = le64(buf + 24);
@@ -251,6 +312,50 @@ static FZ_UNUSED void fz_delta_fix_changes(stitch_delta *dl, size_t i,
  * or NULL when BUF is not such a delta. */
 static FZ_UNUSED uint8_t *fz_delta_raw_index(const uint8_t *buf, size_t len,
                                              size_t *out_len) {
+  size_t hl;
+  uint64_t st4;
+  uint8_t fl;
+  if (fz_delta4_header(buf, len, &hl, &st4, &fl)) {
+    if (!(fl & DELTA4_F_ZSTD) || st4 > len - hl || st4 > FZ_MAX_INDEX)
+      return NULL;
+    /* The frame lacks its magic (proto/delta.md): put it back. */
+    uint8_t *zf = malloc(4 + (size_t)st4);
+    if (zf == NULL)
+      return NULL;
+    memcpy(zf, DELTA4_ZSTD_MAGIC, 4);
+    memcpy(zf + 4, buf + hl, (size_t)st4);
+    unsigned long long raw = ZSTD_getFrameContentSize(zf, 4 + (size_t)st4);
+    if (raw > FZ_MAX_INDEX) { /* also ZSTD_CONTENTSIZE_UNKNOWN and _ERROR */
+      free(zf);
+      return NULL;
+    }
+    size_t pay = len - hl - (size_t)st4;
+    uint8_t *out = malloc(DELTA4_HEADER_MAX + (size_t)raw + pay);
+    if (out == NULL) {
+      free(zf);
+      return NULL;
+    }
+    /* The new header: the same, flag ZSTD off, the raw length. */
+    memcpy(out, buf, DELTA4_MAGIC_BYTES + 2);
+    out[DELTA4_MAGIC_BYTES + 1] &= (uint8_t)~DELTA4_F_ZSTD;
+    size_t n = DELTA4_MAGIC_BYTES + 2;
+    uint64_t v = raw;
+    do {
+      out[n++] = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
+      v >>= 7;
+    } while (v != 0);
+    size_t nhl = n + 8;
+    size_t got = ZSTD_decompress(out + nhl, (size_t)raw, zf, 4 + (size_t)st4);
+    free(zf);
+    if (ZSTD_isError(got) || got != raw) {
+      free(out);
+      return NULL;
+    }
+    memcpy(out + nhl + raw, buf + hl + st4, pay);
+    *out_len = nhl + (size_t)raw + pay;
+    fz_delta4_fix_sum(out, *out_len, nhl);
+    return out;
+  }
   if (len < DELTA_HEADER_BYTES || memcmp(buf, DELTA_MAGIC, 8) != 0 ||
       buf[12] != DELTA_INDEX_ZSTD)
     return NULL;

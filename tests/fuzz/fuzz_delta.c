@@ -167,7 +167,9 @@ static const char *out_path(void) {
 static void consistent_apply(uint8_t *buf, size_t len, stitch_delta *dl) {
   size_t n = stitch_delta_count(dl);
   uint64_t total = 0;
-  if (buf[12] != DELTA_INDEX_RAW || n > 64)
+  size_t ix_at, dgl;
+  int raw;
+  if (!fz_delta_index_at(buf, len, &ix_at, &raw, &dgl) || !raw || n > 64)
     return;
   for (size_t i = 0; i < n && total <= FZ_MAX_FILE; i++)
     total += stitch_delta_tensor_at(dl, i)->nbytes; /* each < 2^60 */
@@ -206,9 +208,10 @@ static void consistent_apply(uint8_t *buf, size_t len, stitch_delta *dl) {
   if (bbuf != NULL && stitch_st_parse(bbuf, blen, &base, &d) == 0 &&
       stitch_view_digest(base, &bdg, NULL) == 0 &&
       stitch_view_digest_from(n, names, tdg, &rdg) == 0) {
-    /* A raw index starts with the base and the result view digests. */
-    memcpy(buf + DELTA_HEADER_BYTES, bdg.b, 32);
-    memcpy(buf + DELTA_HEADER_BYTES + 32, rdg.b, 32);
+    /* A raw index starts with the base and the result view digests (the
+     * base's: a prefix in format 4, with the base's tensors). */
+    memcpy(buf + ix_at, bdg.b, dgl);
+    memcpy(buf + ix_at + dgl, rdg.b, 32);
     fz_delta_fix_sums(buf, len);
     /* A delta naming its base's tensors names this base's: the same. */
     CHECK(stitch_delta_parse_ex(buf, len, base, &dl3, &d) == 0);

@@ -12,7 +12,8 @@
  *   byte 1   tensor count - 1 (mod 6); bits 4-5: threads - 1 for
  *            stitch_delta_apply_all; bit 6 (bit 7 of byte 0 clear): large
  *            tensors, 2^16 + numel symbols in blocks of 2^16 or 2^17
- *            (bit 0 of byte 0), where the default mode tries RANSC
+ *            (bit 0 of byte 0), where the default mode tries RANSC;
+ *            bit 7: format 3 instead of the default (4)
  *   then per tensor 5 bytes:
  *            dtype (mod 15: every safetensors dtype), op (low nibble, see
  *            enum op; bits 4-5 ndim; bit 7: base from the value bytes),
@@ -284,7 +285,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                          .zstd_level = 1 + ((flags >> 2) & 3),
                          .sparse_mode = flags & 0x80 ? STITCH_SPARSE_FASTEST
                                                      : STITCH_SPARSE_FAST,
-                         /* format 3 names BASE's tensors where it can */
+                         .format = data[1] & 0x80 ? 3 : 0,
+                         /* formats 3 and 4 name BASE's tensors where they
+                          * can (format 4 then BASE by a digest prefix) */
                          .table_as_base = 1};
   uint8_t *dbytes, *dbytes2;
   size_t dlen, dlen2;
@@ -311,7 +314,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   stitch_digest bdg, rdg;
   CHECK(stitch_view_digest(base, &bdg, NULL) == 0);
   CHECK(stitch_view_digest(res, &rdg, NULL) == 0);
-  CHECK(memcmp(stitch_delta_base_digest(dl)->b, bdg.b, 32) == 0);
+  size_t bl = stitch_delta_base_digest_len(dl);
+  CHECK(bl == 32 || (bl == DELTA4_BASE_PREFIX && !(data[1] & 0x80)));
+  CHECK(memcmp(stitch_delta_base_digest(dl)->b, bdg.b, bl) == 0);
   CHECK(memcmp(stitch_delta_result_digest(dl)->b, rdg.b, 32) == 0);
   CHECK((stitch_delta_metadata(dl) != NULL) == ((flags & 0x10) != 0));
 

@@ -482,11 +482,20 @@ static void gen_deltas(uint8_t **keep, size_t *keep_len) {
   }  gen_table_base();
 }
 
-/* Mutants of one good delta: each stops at a different check. */
+/* Mutants of one good delta (format 4: proto/delta.md "File layout,
+ * format 4"): each stops at a different check. */
 static void gen_delta_mutants(const uint8_t *p, size_t n) {
+  size_t hl;
+  uint64_t stored;
+  uint8_t fl;
+  if (!fz_delta4_header(p, n, &hl, &stored, &fl)) {
+    fprintf(stderr, "gen_corpus: the mutants' delta is not format 4\n");
+    failures++;
+    return;
+  }
   uint8_t *m = malloc(n + 16);
   memcpy(m, p, n);
-  write_file("fuzz_delta", "mut-truncated-header", m, 40);
+  write_file("fuzz_delta", "mut-truncated-header", m, hl - 3);
   write_file("fuzz_delta", "mut-truncated-half", m, n / 2);
   write_file("fuzz_delta", "mut-truncated-last", m, n - 1);
   memcpy(m + n, "extra", 5);
@@ -494,22 +503,30 @@ static void gen_delta_mutants(const uint8_t *p, size_t n) {
   m[0] = 'X';
   write_file("fuzz_delta", "mut-magic", m, n);
   m[0] = p[0];
-  m[8] = 2; /* format version 2, header sum fixed */
+  m[4] = 5; /* format 5, the checksum fixed */
   fz_delta_fix_sums(m, n);
   write_file("fuzz_delta", "mut-version", m, n);
   memcpy(m, p, n);
-  m[44] ^= 1;
+  m[5] |= 0x40; /* an unknown flag, the checksum fixed */
+  fz_delta_fix_sums(m, n);
+  write_file("fuzz_delta", "mut-flags", m, n);
+  memcpy(m, p, n);
+  m[hl - 4] ^= 1;
   write_file("fuzz_delta", "mut-header-sum", m, n);
   memcpy(m, p, n);
-  m[DELTA_HEADER_BYTES + 3] ^= 0x10;
+  m[hl + 3] ^= 0x10;
   write_file("fuzz_delta", "mut-index-flip", m, n);
   memcpy(m, p, n);
   m[n - 3] ^= 0x04;
-  write_file("fuzz_delta", "mut-payload-flip", m, n); /* block sum only */
-  memcpy(m, p, n);
-  put_le64(m + 24, 0xffffffffull); /* index claims 4 GiB */
-  fz_delta_fix_sums(m, n);
-  write_file("fuzz_delta", "mut-index-huge", m, n);
+  write_file("fuzz_delta", "mut-payload-flip", m, n); /* the file's sum */
+  /* The index claims 4 GiB: a 5-byte varint, the checksum fixed. */
+  size_t vl = hl - 8 - 6;
+  memcpy(m, p, 6);
+  memcpy(m + 6, "\xff\xff\xff\xff\x0f", 5);
+  memcpy(m + 11 + 8, p + hl, n - hl);
+  size_t hn = n - vl + 5;
+  fz_delta_fix_sums(m, hn);
+  write_file("fuzz_delta", "mut-index-huge", m, hn);
   free(m);
 }
 

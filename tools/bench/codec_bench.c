@@ -492,7 +492,8 @@ static int bench_pair(const opts *o, unsigned k, ZSTD_CCtx *cc,
 
   /* Encode (codec alone: digests given; one thread, as zstd -1) and
    * zstd -1, alternating. */
-  /* What `stitch delta` writes: format 3, the table named by the base's. */
+  /* What `stitch delta` writes: format 4, the table named by the base's
+   * (and the base by a digest prefix). */
   stitch_delta_opts eo = {.base_digest = base_dg, .result_digest = res_dg,
                          .sparse_mode = o->sparse_mode, .threads = 1,
                          .table_as_base = 1};

@@ -22,7 +22,7 @@ extern "C" {
 STITCH_API_BEGIN
 
 /* The format written by default; readers read every format up to it. */
-#define STITCH_DELTA_FORMAT 3
+#define STITCH_DELTA_FORMAT 4
 
 /* Block codings. */
 typedef enum stitch_coding {
@@ -65,15 +65,17 @@ typedef struct stitch_delta_opts {
    * bytes are the same on any number (each tensor is coded by one
    * thread, and the tensors are joined in order). */
   unsigned threads;
-  /* File format: 0 writes STITCH_DELTA_FORMAT; 1 the format of builds
-   * before 2026-12-04, for readers that predate format 2 (a larger index:
-   * proto/delta.md). */
+  /* File format: 0 writes STITCH_DELTA_FORMAT (4: a compact header,
+   * one checksum); 3, 2 or 1 for readers that predate it (formats 1 to 3
+   * have a 48-byte header and larger indexes: proto/delta.md). */
   unsigned format;
-  /* Format 3 only: when the result lists the base's tensors (names,
+  /* Formats 3 and 4: when the result lists the base's tensors (names,
    * dtypes, shapes, in the base's order), leave them out of the index and
    * code the metadata as an edit of the base's (proto/delta.md "Index,
-   * format 3"). Such a delta parses only with its base at hand
-   * (stitch_delta_parse_ex). 0: always list them, as format 2 does. */
+   * format 3"); format 4 then names the base by the first 8 bytes of its
+   * view digest (stitch_delta_base_digest_len). Such a delta parses only
+   * with its base at hand (stitch_delta_parse_ex). 0: always list them,
+   * as format 2 does. */
   int table_as_base;
 } stitch_delta_opts;
 
@@ -151,7 +153,12 @@ void stitch_delta_free(stitch_delta *dl);
 size_t stitch_delta_count(const stitch_delta *dl);
 const stitch_delta_tensor *stitch_delta_tensor_at(const stitch_delta *dl,
                                                   size_t i);
+/* The base's view digest as the delta names it: its first
+ * stitch_delta_base_digest_len bytes, 32 or, for a format-4 delta of the
+ * base's tensors, 8 (the rest zero). Apply compares those bytes with the
+ * base's digest, and the result's full digest before it writes. */
 const stitch_digest *stitch_delta_base_digest(const stitch_delta *dl);
+size_t stitch_delta_base_digest_len(const stitch_delta *dl);
 const stitch_digest *stitch_delta_result_digest(const stitch_delta *dl);
 /* The result's __metadata__ as JSON text, or NULL. */
 const char *stitch_delta_metadata(const stitch_delta *dl);
@@ -177,8 +184,11 @@ typedef struct stitch_delta_tensor_bytes {
 typedef struct stitch_delta_bytes {
   unsigned format; /* the file's format */
   uint64_t file;
-  uint64_t header;       /* the file header */
-  uint64_t index_head;   /* index: digests, block size, metadata, count */
+  uint64_t header;       /* the file header (48 bytes; format 4: 15-24,
+                            its one checksum included) */
+  uint64_t index_head;   /* index: digests (format 4: the base's may be
+                            an 8-byte prefix), the payloads' checksum
+                            (formats 2 and 3), block size, metadata, count */
   int64_t index_packing; /* index bytes stored minus raw */
   stitch_delta_tensor_bytes tensors; /* summed over the tensors */
 } stitch_delta_bytes;

@@ -75,8 +75,9 @@ typedef enum score_ev {
                        cancelled so, never reaching SCORE_LATE */
   SCORE_PUNCH_FLOOD, /* -1: a PUNCH past PUNCH_RELAY_PER_S a second
                        (punch.c): a flooder is gone after some fifty in
-                       its first second; an honest peer's rare burst past
-                       it costs a point or two, forgotten in minutes */
+                       its first second; an honest peer starts at most
+                       PUNCH_SEND_PER_S a second with us and its answers
+                       to ours are not counted, so it is never charged */
   SCORE_N_
 } score_ev;
 

@@ -84,13 +84,9 @@ static int read_header4(stitch_delta *dl, uint64_t *stored, uint64_t *raw,
   RETURN_IF(*stored > dl->len - dl->header_len, d, STITCH_ETRUNCATED,
             "delta: index of %llu bytes runs past the file",
             (unsigned long long)*stored);
-  XXH3_state_t *xs = XXH3_createState();
-  RETURN_IF(xs == NULL || XXH3_64bits_reset(xs) != XXH_OK, d, STITCH_ENOMEM,
+  uint64_t got;
+  RETURN_IF(delta4_file_sum(b, dl->len, sum_at, &got) != 0, d, STITCH_ENOMEM,
             "out of memory");
-  XXH3_64bits_update(xs, b, sum_at);
-  XXH3_64bits_update(xs, b + dl->header_len, dl->len - dl->header_len);
-  uint64_t got = XXH3_64bits_digest(xs);
-  XXH3_freeState(xs);
   RETURN_IF(got != le64(b + sum_at), d, STITCH_ECHECKSUM,
             "delta: checksum mismatch (a damaged or truncated file)");
   *zst = (flags & DELTA4_F_ZSTD) != 0;
@@ -108,6 +104,20 @@ static int read_header4(stitch_delta *dl, uint64_t *stored, uint64_t *raw,
               "delta: index frame does not declare its size");
     *raw = cs;
   }
+  return 0;
+}
+
+int delta4_file_sum(const uint8_t *buf, size_t len, size_t sum_at,
+                    uint64_t *sum) {
+  XXH3_state_t *xs = XXH3_createState();
+  if (xs == NULL || XXH3_64bits_reset(xs) != XXH_OK) {
+    XXH3_freeState(xs);
+    return STITCH_ENOMEM;
+  }
+  XXH3_64bits_update(xs, buf, sum_at);
+  XXH3_64bits_update(xs, buf + sum_at + 8, len - sum_at - 8);
+  *sum = XXH3_64bits_digest(xs);
+  XXH3_freeState(xs);
   return 0;
 }
 

@@ -514,17 +514,13 @@ static int finish(enc *e, unsigned format, int as_base, uint8_t **out,
     memcpy(buf + hl, ip, il);
     if (e->payload.len > 0)
       memcpy(buf + hl + il, e->payload.p, e->payload.len);
-    XXH3_state_t *xs = XXH3_createState();
-    if (xs == NULL || XXH3_64bits_reset(xs) != XXH_OK) {
-      XXH3_freeState(xs);
+    uint64_t sum;
+    if (delta4_file_sum(buf, total, hl - 8, &sum) != 0) {
       free(buf);
       free(z);
       return STITCH_ENOMEM;
     }
-    XXH3_64bits_update(xs, buf, hl - 8);
-    XXH3_64bits_update(xs, buf + hl, total - hl);
-    put_le64(buf + hl - 8, XXH3_64bits_digest(xs));
-    XXH3_freeState(xs);
+    put_le64(buf + hl - 8, sum);
     free(z);
     *out = buf;
     *out_len = total;

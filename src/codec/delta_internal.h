@@ -26,6 +26,10 @@
  * view digest: the result's full digest is checked before anything is
  * written, so the prefix only has to pick the base (proto/delta.md). */
 #define DELTA4_BASE_PREFIX 8
+/* Format 4's one checksum: XXH3-64 of the LEN bytes of BUF but the 8 at
+ * SUM_AT, where it is stored. 0, or STITCH_ENOMEM. */
+int delta4_file_sum(const uint8_t *buf, size_t len, size_t sum_at,
+                    uint64_t *sum);
 /* Blocks of 2^21 symbols: GAPS's 29 parameter bytes are sent per block,
  * and at 2^20 they were 0.8% of an FP8 delta at 0.3% density (0.1-0.9%
  * smaller deltas at 2^21, docs/history/benchmarks.md "Blocks of 2^21

@@ -68,10 +68,10 @@ __global__ void k_apply_write(const uint64_t *pos, const uint8_t *newv,
   CU_FOR(i, n) { gm_apply_write(pos, newv, n, i, data, w); }
 }
 
-/* Reads the two failure words back (after every launch before it). */
+/* Reads the N failure words back (after every launch before it). */
 static int read_bad(const unsigned long long *bad, unsigned long long *host,
-                    stitch_diag *d) {
-  CU_RET(cudaMemcpyAsync(host, bad, 2 * sizeof(*host), cudaMemcpyDeviceToHost,
+                    size_t n, stitch_diag *d) {
+  CU_RET(cudaMemcpyAsync(host, bad, n * sizeof(*host), cudaMemcpyDeviceToHost,
                          0));
   CU_RET(cudaStreamSynchronize(0));
   return 0;
@@ -95,7 +95,7 @@ extern "C" int gpu_cu_apply(const stitch_gpu_list *l, uint8_t *data,
     k_apply_check<<<cu_blocks(l->n), CU_THREADS>>>(l->pos, l->old_v, l->n,
                                                    data, ne, w, bad);
     CU_GO(cudaGetLastError());
-    if ((rc = read_bad(bad, host_bad, d)) != 0 ||
+    if ((rc = read_bad(bad, host_bad, 2, d)) != 0 ||
         (rc = gpu_apply_error(l, host_bad[0], host_bad[1], d)) != 0)
       goto out;
     k_apply_write<<<cu_blocks(l->n), CU_THREADS>>>(l->pos, l->new_v, l->n,
@@ -107,7 +107,7 @@ extern "C" int gpu_cu_apply(const stitch_gpu_list *l, uint8_t *data,
   k_apply_check<<<cu_blocks(l->n), CU_THREADS>>>(l->pos, NULL, l->n, NULL, ne,
                                                  w, bad);
   CU_GO(cudaGetLastError());
-  if ((rc = read_bad(bad, host_bad, d)) != 0 ||
+  if ((rc = read_bad(bad, host_bad, 2, d)) != 0 ||
       (rc = gpu_apply_error(l, host_bad[0], UINT64_MAX, d)) != 0)
     goto out;
   if (l->old_v != NULL)
@@ -115,7 +115,7 @@ extern "C" int gpu_cu_apply(const stitch_gpu_list *l, uint8_t *data,
   k_apply_fused<<<cu_blocks(l->n), CU_THREADS>>>(l->pos, l->old_v, l->new_v,
                                                  l->n, data, w, wrote, bad);
   CU_GO(cudaGetLastError());
-  if ((rc = read_bad(bad, host_bad, d)) != 0)
+  if ((rc = read_bad(bad, host_bad, 2, d)) != 0)
     goto out;
   if (host_bad[1] != UINT64_MAX) {
     k_apply_undo<<<cu_blocks(l->n), CU_THREADS>>>(l->pos, l->old_v, l->n,
@@ -135,5 +135,156 @@ out:
     if (rc == 0 && e != cudaSuccess)
       rc = cu_fail(e, "cudaFreeAsync", d);
   }
+  return rc;
+}
+
+/* ---- Batches (stitch_gpu_apply_batch) -----------------------------------
+ *
+ * Every list of the batch lies in one index space, each starting at a
+ * multiple of 32 (gm_seg), and each pass is one launch over all of them,
+ * a thread finding its list by binary search over the starts (the same
+ * list for a whole warp, so the search's loads are shared). The passes
+ * are those of one list: positions (and W4 old values), then the fused
+ * pass over the lists with old values at W >= 8, undone everywhere when
+ * any entry fails, then the plain writes of every other list, which can
+ * no longer fail. Failure words are two per list. */
+
+__global__ void k_batch_check(const gm_seg *s, uint32_t ns, uint64_t total,
+                              unsigned long long *bad) {
+  CU_FOR(g, total) {
+    uint32_t k = gm_seg_find(s, ns, g);
+    const gm_seg *q = &s[k];
+    uint64_t i = g - q->start;
+    if (i < q->n) {
+      int r = gm_apply_check(q->pos, q->w == 4 ? q->oldv : NULL, i, q->data,
+                             q->ne, q->w);
+      if (r != 0)
+        atomicMin(&bad[2 * (uint64_t)k + r - 1], (unsigned long long)i);
+    }
+  }
+}
+
+/* CHECKED 1: the fused pass over the checked lists, each entry's bit set
+ * in the undo mask when it wrote. CHECKED 0: the write pass over the
+ * others. A warp's lanes share a list, so the skip and the ballot are
+ * warp-uniform (as in k_apply_fused). */
+__global__ void k_batch_write(const gm_seg *s, uint32_t ns, uint64_t total,
+                              uint32_t checked, uint32_t *wrote,
+                              unsigned long long *bad) {
+  unsigned lane = threadIdx.x & 31;
+  for (uint64_t g = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
+       g - lane < total; g += (uint64_t)gridDim.x * blockDim.x) {
+    uint32_t k = gm_seg_find(s, ns, g - lane);
+    const gm_seg *q = &s[k];
+    if (q->checked != checked)
+      continue;
+    uint64_t i = g - q->start;
+    if (!checked) {
+      if (i < q->n)
+        gm_apply_write(q->pos, q->newv, q->n, i, q->data, q->w);
+      continue;
+    }
+    int ok = 1;
+    if (i < q->n &&
+        !(ok = gm_apply_fused(q->pos, q->oldv, q->newv, i, q->data, q->w)))
+      atomicMin(&bad[2 * (uint64_t)k + 1], (unsigned long long)i);
+    uint32_t m = __ballot_sync(0xFFFFFFFFu, ok && i < q->n);
+    if (lane == 0)
+      wrote[q->mask + (i >> 5)] = m;
+  }
+}
+
+__global__ void k_batch_undo(const gm_seg *s, uint32_t ns, uint64_t total,
+                             const uint32_t *wrote) {
+  CU_FOR(g, total) {
+    const gm_seg *q = &s[gm_seg_find(s, ns, g)];
+    uint64_t i = g - q->start;
+    if (q->checked && i < q->n)
+      gm_apply_undo(q->pos, q->oldv, wrote + q->mask, i, q->data, q->w);
+  }
+}
+
+/* The first failure in list order, as the reference reports it. */
+static int batch_error(const stitch_gpu_list *lists, const size_t *idx,
+                       uint32_t ns, const unsigned long long *hb,
+                       stitch_diag *d) {
+  for (uint32_t j = 0; j < ns; j++)
+    if (hb[2 * j] != UINT64_MAX || hb[2 * j + 1] != UINT64_MAX)
+      return gpu_batch_error(lists, idx[j], hb[2 * j], hb[2 * j + 1], d);
+  return 0;
+}
+
+/* The arguments are gpu_batch_args-checked (dispatch.c). */
+extern "C" int gpu_cu_apply_batch(const stitch_gpu_list *lists,
+                                  uint8_t *const *data, const uint64_t *nbytes,
+                                  size_t n, stitch_diag *d) {
+  gm_seg *hs = (gm_seg *)malloc((n ? n : 1) * sizeof(*hs)), *ds = NULL;
+  size_t *idx = (size_t *)malloc((n ? n : 1) * sizeof(*idx));
+  unsigned long long *bad = NULL, *hb = NULL;
+  uint32_t *wrote = NULL, ns = 0, any_checked = 0, any_plain = 0;
+  uint64_t total = 0, words = 0;
+  int rc = 0;
+  if (hs == NULL || idx == NULL) {
+    rc = stitch_diag_set(d, STITCH_ENOMEM, "out of memory");
+    goto out;
+  }
+  if ((rc = gpu_batch_segs(lists, data, nbytes, n, hs, idx, &ns, &total,
+                           &words, &any_checked, &any_plain, d)) != 0)
+    goto out;
+  if (ns == 0)
+    goto out;
+  hb = (unsigned long long *)malloc(2 * (size_t)ns * sizeof(*hb));
+  if (hb == NULL) {
+    rc = stitch_diag_set(d, STITCH_ENOMEM, "out of memory");
+    goto out;
+  }
+  CU_GO(cudaMallocAsync((void **)&ds, ns * sizeof(*ds), 0));
+  CU_GO(cudaMemcpyAsync(ds, hs, ns * sizeof(*ds), cudaMemcpyHostToDevice, 0));
+  CU_GO(cudaMallocAsync((void **)&bad, 2 * (size_t)ns * sizeof(*bad), 0));
+  CU_GO(cudaMemsetAsync(bad, 0xFF, 2 * (size_t)ns * sizeof(*bad), 0));
+  k_batch_check<<<cu_blocks(total), CU_THREADS>>>(ds, ns, total, bad);
+  CU_GO(cudaGetLastError());
+  if ((rc = read_bad(bad, hb, 2 * (size_t)ns, d)) != 0 ||
+      (rc = batch_error(lists, idx, ns, hb, d)) != 0)
+    goto out;
+  if (any_checked) {
+    CU_GO(cudaMallocAsync((void **)&wrote, words * 4, 0));
+    k_batch_write<<<cu_blocks(total), CU_THREADS>>>(ds, ns, total, 1, wrote,
+                                                    bad);
+    CU_GO(cudaGetLastError());
+    if ((rc = read_bad(bad, hb, 2 * (size_t)ns, d)) != 0)
+      goto out;
+    if ((rc = batch_error(lists, idx, ns, hb, d)) != 0) {
+      k_batch_undo<<<cu_blocks(total), CU_THREADS>>>(ds, ns, total, wrote);
+      CU_GO(cudaGetLastError());
+      CU_GO(cudaStreamSynchronize(0));
+      goto out;
+    }
+  }
+  if (any_plain) {
+    k_batch_write<<<cu_blocks(total), CU_THREADS>>>(ds, ns, total, 0, NULL,
+                                                    bad);
+    CU_GO(cudaGetLastError());
+    CU_GO(cudaStreamSynchronize(0));
+  }
+out:
+  if (wrote != NULL) {
+    cudaError_t e = cudaFreeAsync(wrote, 0);
+    if (rc == 0 && e != cudaSuccess)
+      rc = cu_fail(e, "cudaFreeAsync", d);
+  }
+  if (bad != NULL) {
+    cudaError_t e = cudaFreeAsync(bad, 0);
+    if (rc == 0 && e != cudaSuccess)
+      rc = cu_fail(e, "cudaFreeAsync", d);
+  }
+  if (ds != NULL) {
+    cudaError_t e = cudaFreeAsync(ds, 0);
+    if (rc == 0 && e != cudaSuccess)
+      rc = cu_fail(e, "cudaFreeAsync", d);
+  }
+  free(hb);
+  free(idx);
+  free(hs);
   return rc;
 }

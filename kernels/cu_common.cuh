@@ -12,6 +12,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Library headers without their own extern "C" (the C headers they pull

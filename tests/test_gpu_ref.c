@@ -641,6 +641,229 @@ static void test_checksum(void) {
   }
 }
 
+/* ---- 1b: apply, a batch of lists ---------------------------------------- */
+
+enum { P_CHECK, P_FUSED, P_UNDO, P_WRITE };
+
+/* One pass of the batch kernels (kernels/apply.cu) on the CPU over the
+ * indices in ORDER: each index's list by gm_seg_find from the warp's
+ * first index, as a warp finds it. */
+static void batch_pass_on_cpu(int pass, const gm_seg *s, uint32_t ns,
+                              const uint64_t *order, uint64_t total,
+                              uint32_t *wrote, uint64_t *bad) {
+  for (uint64_t o = 0; o < total; o++) {
+    uint64_t g = order[o];
+    uint32_t j = gm_seg_find(s, ns, g & ~31ull);
+    const gm_seg *q = &s[j];
+    uint64_t i = g - q->start;
+    if (i >= q->n)
+      continue; /* the padding before the next list */
+    switch (pass) {
+    case P_CHECK: {
+      int r = gm_apply_check(q->pos, q->w == 4 ? q->oldv : NULL, i, q->data,
+                             q->ne, q->w);
+      if (r != 0 && i < bad[2 * j + r - 1])
+        bad[2 * j + r - 1] = i;
+      break;
+    }
+    case P_FUSED:
+      if (!q->checked)
+        break;
+      if (gm_apply_fused(q->pos, q->oldv, q->newv, i, q->data, q->w))
+        wrote[q->mask + (i >> 5)] |= 1u << (i & 31);
+      else if (i < bad[2 * j + 1])
+        bad[2 * j + 1] = i;
+      break;
+    case P_UNDO:
+      if (q->checked)
+        gm_apply_undo(q->pos, q->oldv, wrote + q->mask, i, q->data, q->w);
+      break;
+    default:
+      if (!q->checked)
+        gm_apply_write(q->pos, q->newv, q->n, i, q->data, q->w);
+    }
+  }
+}
+
+static int batch_error_on_cpu(const stitch_gpu_list *lists, const size_t *idx,
+                              uint32_t ns, const uint64_t *bad) {
+  stitch_diag d = {{0}};
+  for (uint32_t j = 0; j < ns; j++)
+    if (bad[2 * j] != UINT64_MAX || bad[2 * j + 1] != UINT64_MAX)
+      return gpu_batch_error(lists, idx[j], bad[2 * j], bad[2 * j + 1], &d);
+  return 0;
+}
+
+/* The batch kernels' passes on the CPU, the indices in a random order,
+ * from the table gpu_batch_segs makes; returns what gpu_cu_apply_batch
+ * would. */
+static int kernel_batch_on_cpu(const stitch_gpu_list *lists,
+                               uint8_t *const *data, const uint64_t *nbytes,
+                               size_t n) {
+  stitch_diag d = {{0}};
+  int rc = gpu_batch_args(lists, data, nbytes, n, &d);
+  if (rc != 0)
+    return rc;
+  gm_seg *s = malloc((n + 1) * sizeof(*s));
+  size_t *idx = malloc((n + 1) * sizeof(*idx));
+  uint32_t ns, any_c, any_p;
+  uint64_t total, words;
+  ASSERT_OK(gpu_batch_segs(lists, data, nbytes, n, s, idx, &ns, &total,
+                           &words, &any_c, &any_p, &d),
+            d);
+  uint64_t *bad = malloc((2 * ns + 1) * 8), *order = malloc((total + 1) * 8);
+  uint32_t *wrote = calloc(words + 1, 4);
+  for (uint32_t j = 0; j < 2 * ns; j++)
+    bad[j] = UINT64_MAX;
+  for (uint64_t g = 0; g < total; g++) {
+    order[g] = g; /* and no warp spans two lists: */
+    ASSERT_EQ(gm_seg_find(s, ns, g), gm_seg_find(s, ns, g & ~31ull));
+  }
+  for (uint64_t i = total; i > 1; i--) {
+    uint64_t j = test_rng_next(&rng) % i, t = order[i - 1];
+    order[i - 1] = order[j];
+    order[j] = t;
+  }
+  batch_pass_on_cpu(P_CHECK, s, ns, order, total, wrote, bad);
+  rc = batch_error_on_cpu(lists, idx, ns, bad);
+  if (rc == 0 && any_c) {
+    batch_pass_on_cpu(P_FUSED, s, ns, order, total, wrote, bad);
+    if ((rc = batch_error_on_cpu(lists, idx, ns, bad)) != 0)
+      batch_pass_on_cpu(P_UNDO, s, ns, order, total, wrote, bad);
+  }
+  if (rc == 0 && any_p)
+    batch_pass_on_cpu(P_WRITE, s, ns, order, total, wrote, bad);
+  free(wrote);
+  free(order);
+  free(bad);
+  free(idx);
+  free(s);
+  return rc;
+}
+
+enum { NB = 7 };
+
+/* A batch of NB lists over fresh tensors: mixed widths, one list empty,
+ * two without old values. A[k] is the base, B[k] the result. */
+typedef struct {
+  stitch_gpu_list l[NB];
+  uint8_t *a[NB], *b[NB], *ov[NB];
+  uint64_t nb[NB];
+} batch;
+
+static const stitch_gpu_width batch_w[NB] = {
+    STITCH_GPU_W16, STITCH_GPU_W4, STITCH_GPU_W8, STITCH_GPU_W32,
+    STITCH_GPU_W16, STITCH_GPU_W4, STITCH_GPU_W16};
+
+static void batch_make(batch *bt) {
+  stitch_diag d = {{0}};
+  for (int k = 0; k < NB; k++) {
+    uint64_t eb = batch_w[k] > 8 ? (unsigned)batch_w[k] / 8 : 1;
+    bt->nb[k] = (1 + test_rng_next(&rng) % 6000) / eb * eb;
+    bt->a[k] = rnd_bytes(bt->nb[k]);
+    bt->b[k] = dup_bytes(bt->a[k], bt->nb[k]);
+    for (uint64_t i = 0; k != 3 && i < bt->nb[k]; i++)
+      if (test_rng_unit(&rng) < 0.03)
+        bt->b[k][i] ^= (uint8_t)(test_rng_next(&rng) | 1);
+    ASSERT_OK(stitch_gpu_list_diff(batch_w[k], bt->a[k], bt->b[k], bt->nb[k],
+                                   &bt->l[k], &d),
+              d);
+    bt->ov[k] = bt->l[k].old_v;
+    if (k == 4 || k == 5)
+      bt->l[k].old_v = NULL;
+  }
+}
+
+static void batch_free(batch *bt) {
+  for (int k = 0; k < NB; k++) {
+    bt->l[k].old_v = bt->ov[k];
+    stitch_gpu_list_free(&bt->l[k]);
+    free(bt->a[k]);
+    free(bt->b[k]);
+  }
+}
+
+/* Both the reference and the kernels' passes on copies of each base:
+ * CODE, with WHAT in the message, and every tensor WANT (A or B). */
+static void batch_expect(const batch *bt, uint8_t *const *base, int code,
+                         const char *what, uint8_t *const *want) {
+  stitch_diag d = {{0}};
+  uint8_t *t[NB];
+  for (int pass = 0; pass < 2; pass++) {
+    for (int k = 0; k < NB; k++)
+      t[k] = dup_bytes(base[k], bt->nb[k]);
+    if (pass == 0 && code == 0)
+      ASSERT_OK(stitch_gpu_ref_apply_batch(bt->l, t, bt->nb, NB, &d), d);
+    else if (pass == 0)
+      ASSERT_ERR(stitch_gpu_ref_apply_batch(bt->l, t, bt->nb, NB, &d), code,
+                 d, what);
+    else
+      ASSERT_EQ(kernel_batch_on_cpu(bt->l, t, bt->nb, NB), code);
+    for (int k = 0; k < NB; k++) {
+      ASSERT_MEM_EQ(t[k], want[k], bt->nb[k]);
+      free(t[k]);
+    }
+  }
+}
+
+static void test_apply_batch(void) {
+  stitch_diag d = {{0}};
+  for (int round = 0; round < 40; round++) {
+    batch bt;
+    batch_make(&bt);
+    batch_expect(&bt, bt.a, 0, NULL, bt.b);
+    /* A base that differs at one listed element of a list with old values
+     * (W4: the check pass; wider: the fused pass, then the undo). */
+    int k;
+    do
+      k = (int)(test_rng_next(&rng) % NB);
+    while (bt.l[k].n == 0 || bt.l[k].old_v == NULL);
+    uint64_t e = test_rng_next(&rng) % bt.l[k].n, p = bt.l[k].pos[e];
+    uint8_t *wrong[NB];
+    for (int j = 0; j < NB; j++)
+      wrong[j] = dup_bytes(bt.a[j], bt.nb[j]);
+    if (batch_w[k] == STITCH_GPU_W4)
+      wrong[k][p >> 1] ^= (uint8_t)(1u << ((p & 1) * 4));
+    else
+      wrong[k][p * (unsigned)batch_w[k] / 8] ^= 1;
+    char want[48];
+    snprintf(want, sizeof(want), "list %d: apply: entry %llu ", k,
+             (unsigned long long)e);
+    batch_expect(&bt, wrong, STITCH_EBASE, want, wrong);
+    /* A position out of order in any list refuses the whole batch. */
+    do
+      k = (int)(test_rng_next(&rng) % NB);
+    while (bt.l[k].n < 2);
+    uint64_t *pp = bt.l[k].pos, keep = pp[bt.l[k].n - 1];
+    pp[bt.l[k].n - 1] = pp[0];
+    snprintf(want, sizeof(want), "list %d: apply: entry %llu ", k,
+             (unsigned long long)(bt.l[k].n - 1));
+    batch_expect(&bt, bt.a, STITCH_EINVAL, want, bt.a);
+    pp[bt.l[k].n - 1] = keep;
+    for (int j = 0; j < NB; j++)
+      free(wrong[j]);
+    batch_free(&bt);
+  }
+  /* Overlapping tensors, a bad list, and an empty batch. */
+  uint8_t x[64] = {0}, *xs[2] = {x, x + 30};
+  uint64_t pos[2] = {1, 2}, nbs[2] = {32, 32};
+  uint8_t nv[4] = {1, 2, 3, 4};
+  stitch_gpu_list two[2] = {{STITCH_GPU_W16, 2, pos, NULL, nv},
+                            {STITCH_GPU_W16, 2, pos, NULL, nv}};
+  ASSERT_ERR(stitch_gpu_ref_apply_batch(two, xs, nbs, 2, &d), STITCH_EINVAL,
+             d, "lists 0 and 1 overlap");
+  ASSERT_EQ(kernel_batch_on_cpu(two, xs, nbs, 2), STITCH_EINVAL);
+  xs[1] = x + 32;
+  ASSERT_OK(stitch_gpu_ref_apply_batch(two, xs, nbs, 2, &d), d);
+  ASSERT_EQ(x[2] | x[3] << 8 | x[34] << 16 | x[35] << 24, 0x02010201);
+  two[1].width = (stitch_gpu_width)12;
+  ASSERT_ERR(stitch_gpu_ref_apply_batch(two, xs, nbs, 2, &d), STITCH_EINVAL,
+             d, "list 1: gpu: element width 12");
+  ASSERT_OK(stitch_gpu_ref_apply_batch(NULL, NULL, NULL, 0, &d), d);
+  ASSERT_ERR(stitch_gpu_ref_apply_batch(NULL, xs, nbs, 1, &d), STITCH_EINVAL,
+             d, "missing");
+}
+
 /* ---- Kernels against references, where a GPU is present ---------------- */
 
 static stitch_diag gd;
@@ -703,6 +926,91 @@ static void kernel_apply(uint64_t nbytes, stitch_gpu_width w, double rate) {
   stitch_gpu_list_free(&l);
   free(a);
   free(b);
+}
+
+/* The batch kernel on N host lists L over bases A (results B): matches,
+ * and a wrong base at one entry of list K (which has old values) refuses
+ * the batch with every tensor unchanged. */
+static void kernel_batch(const stitch_gpu_list *l, uint8_t *const *a,
+                         uint8_t *const *b, const uint64_t *nb, size_t n,
+                         size_t k) {
+  stitch_gpu_list *dl = calloc(n, sizeof(*dl));
+  uint8_t **dd = calloc(n, sizeof(*dd));
+  for (size_t j = 0; j < n; j++) {
+    size_t vb = stitch_gpu_value_bytes(l[j].width);
+    dl[j] = (stitch_gpu_list){l[j].width, l[j].n, dev_from(l[j].pos, l[j].n * 8),
+                              l[j].old_v ? dev_from(l[j].old_v, l[j].n * vb)
+                                         : NULL,
+                              dev_from(l[j].new_v, l[j].n * vb)};
+    dd[j] = dev_from(a[j], nb[j]);
+  }
+  ASSERT_OK(stitch_gpu_apply_batch(dl, dd, nb, n, &gd), gd);
+  for (size_t j = 0; j < n; j++) {
+    uint8_t *got = host_of(dd[j], nb[j]);
+    if (memcmp(got, b[j], nb[j]) != 0)
+      FAIL_("batch kernel, list %zu of %zu (width %d): differs from the "
+            "reference", j, n, (int)l[j].width);
+    free(got);
+    ASSERT_OK(stitch_gpu_upload(dd[j], a[j], nb[j], &gd), gd);
+  }
+  uint64_t e = l[k].n / 2, p = l[k].pos[e];
+  uint8_t *wrong = dup_bytes(a[k], nb[k]);
+  if (l[k].width == STITCH_GPU_W4)
+    wrong[p >> 1] ^= (uint8_t)(1u << ((p & 1) * 4));
+  else
+    wrong[p * (unsigned)l[k].width / 8] ^= 1;
+  ASSERT_OK(stitch_gpu_upload(dd[k], wrong, nb[k], &gd), gd);
+  char want[48];
+  snprintf(want, sizeof(want), "list %zu: apply: entry %llu ", k,
+           (unsigned long long)e);
+  ASSERT_ERR(stitch_gpu_apply_batch(dl, dd, nb, n, &gd), STITCH_EBASE, gd,
+             want);
+  for (size_t j = 0; j < n; j++) {
+    uint8_t *got = host_of(dd[j], nb[j]);
+    ASSERT_MEM_EQ(got, j == k ? wrong : a[j], nb[j]);
+    free(got);
+    stitch_gpu_free(dd[j]);
+    stitch_gpu_free(dl[j].pos);
+    stitch_gpu_free(dl[j].old_v);
+    stitch_gpu_free(dl[j].new_v);
+  }
+  free(wrong);
+  free(dd);
+  free(dl);
+}
+
+static void kernel_batches(void) {
+  for (int round = 0; round < 10; round++) { /* mixed widths, some unchecked */
+    batch bt;
+    batch_make(&bt);
+    size_t k = 0;
+    while (bt.l[k].n == 0 || bt.l[k].old_v == NULL)
+      k++;
+    kernel_batch(bt.l, bt.a, bt.b, bt.nb, NB, round % 2 ? NB - 1 : k);
+    batch_free(&bt);
+  }
+  enum { MANY = 900 }; /* an engine's commit: BF16 tensors, about 1 % */
+  static stitch_gpu_list l[MANY];
+  static uint8_t *a[MANY], *b[MANY];
+  static uint64_t nb[MANY];
+  for (size_t j = 0; j < MANY; j++) {
+    nb[j] = 2 * (1 + test_rng_next(&rng) % 40000);
+    a[j] = rnd_bytes(nb[j]);
+    b[j] = dup_bytes(a[j], nb[j]);
+    for (uint64_t i = 0; i < nb[j]; i++)
+      if (test_rng_unit(&rng) < 0.01)
+        b[j][i] ^= (uint8_t)(test_rng_next(&rng) | 1);
+    b[j][nb[j] / 2] ^= 1;
+    ASSERT_OK(stitch_gpu_list_diff(STITCH_GPU_W16, a[j], b[j], nb[j], &l[j],
+                                   &gd),
+              gd);
+  }
+  kernel_batch(l, a, b, nb, MANY, MANY - 1);
+  for (size_t j = 0; j < MANY; j++) {
+    stitch_gpu_list_free(&l[j]);
+    free(a[j]);
+    free(b[j]);
+  }
 }
 
 static void kernel_diff(uint64_t nbytes, stitch_gpu_width w, double rate) {
@@ -805,6 +1113,7 @@ static void test_kernels(void) {
     stitch_gpu_free(dp);
     free(p);
   }
+  kernel_batches();
   static const uint64_t rows[] = {1, 2, 7, 64, 1000, 20001};
   for (size_t r = 0; r < sizeof(rows) / 8; r++) {
     kernel_quant(STITCH_VIEW_BF16, 0, rows[r]);
@@ -822,6 +1131,7 @@ int main(void) {
   test_converters();
   test_apply_vs_codec();
   test_apply_refuses();
+  test_apply_batch();
   test_quant();
   test_checksum();
   if (stitch_gpu_available()) {

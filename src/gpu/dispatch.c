@@ -40,6 +40,13 @@ int stitch_gpu_apply(const stitch_gpu_list *l, uint8_t *data, uint64_t nbytes,
   return stitch_gpu_ref_apply(l, data, nbytes, d);
 }
 
+int stitch_gpu_apply_batch(const stitch_gpu_list *lists, uint8_t *const *data,
+                           const uint64_t *nbytes, size_t n, stitch_diag *d) {
+  CHECK_RC(gpu_batch_args(lists, data, nbytes, n, d));
+  ON_GPU(gpu_cu_apply_batch(lists, data, nbytes, n, d));
+  return stitch_gpu_ref_apply_batch(lists, data, nbytes, n, d);
+}
+
 int stitch_gpu_diff(stitch_gpu_width w, const uint8_t *prev,
                     const uint8_t *cur, uint64_t nbytes, uint64_t *pos,
                     uint64_t *count, stitch_diag *d) {

@@ -23,6 +23,26 @@ int gpu_elements(stitch_gpu_width w, uint64_t nbytes, uint64_t *n,
 int gpu_apply_error(const stitch_gpu_list *l, uint64_t bad_pos,
                     uint64_t bad_base, stitch_diag *d);
 
+/* stitch_gpu_apply_batch's arguments, checked before either path runs:
+ * every list as stitch_gpu_apply checks one, and no two tensors that
+ * receive entries overlapping. */
+int gpu_batch_args(const stitch_gpu_list *lists, uint8_t *const *data,
+                   const uint64_t *nbytes, size_t n, stitch_diag *d);
+
+/* gpu_apply_error for list K of a batch, the message naming the list. */
+int gpu_batch_error(const stitch_gpu_list *lists, size_t k, uint64_t bad_pos,
+                    uint64_t bad_base, stitch_diag *d);
+
+/* The device's table for a batch: SEGS[0 .. *ns) (room for N) for the
+ * lists with entries, IDX[j] the list of SEGS[j], *total the index space
+ * (the last list's end), *words the undo mask's, and whether any list is
+ * CHECKED (gm_seg) or not. Arguments gpu_batch_args-checked. */
+int gpu_batch_segs(const stitch_gpu_list *lists, uint8_t *const *data,
+                   const uint64_t *nbytes, size_t n, gm_seg *segs,
+                   size_t *idx, uint32_t *ns, uint64_t *total,
+                   uint64_t *words, uint32_t *any_checked,
+                   uint32_t *any_plain, stitch_diag *d);
+
 /* The NVFP4 tensor scale for a tensor of largest magnitude AMAX, given the
  * previous one when HAVE_PREV (codec/view_nvfp4.c's rules). */
 void gpu_nvfp4_s2(float amax, int have_prev, float sp, gm_s2 *out);
@@ -52,6 +72,8 @@ int gpu_cu_device_name(char *buf, size_t len, stitch_diag *d);
 
 int gpu_cu_apply(const stitch_gpu_list *l, uint8_t *data, uint64_t nbytes,
                  stitch_diag *d);
+int gpu_cu_apply_batch(const stitch_gpu_list *lists, uint8_t *const *data,
+                       const uint64_t *nbytes, size_t n, stitch_diag *d);
 int gpu_cu_diff(stitch_gpu_width w, const uint8_t *prev, const uint8_t *cur,
                 uint64_t nbytes, uint64_t *pos, uint64_t *count,
                 stitch_diag *d);

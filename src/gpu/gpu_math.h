@@ -123,6 +123,12 @@ GM_HD uint8_t gm_fp4_elem(float x, float u) {
 /* ---- Elements of a W-bit tensor, little-endian, any alignment ---------- */
 
 GM_HD uint32_t gm_ld(const uint8_t *p, uint64_t i, unsigned w) {
+#ifdef __CUDA_ARCH__
+  /* On the device, an aligned array (cudaMalloc's, torch's) is read one
+   * element per load rather than a byte per load. */
+  if (w >= 16 && ((uintptr_t)p & (w / 8 - 1)) == 0)
+    return w == 16 ? ((const uint16_t *)p)[i] : ((const uint32_t *)p)[i];
+#endif
   switch (w) {
   case 4: return (uint32_t)(p[i >> 1] >> ((i & 1) * 4)) & 15u;
   case 8: return p[i];
@@ -139,6 +145,15 @@ GM_HD uint32_t gm_ldv(const uint8_t *v, uint64_t i, unsigned w) {
 }
 
 GM_HD void gm_stv(uint8_t *v, uint64_t i, unsigned w, uint32_t x) {
+#ifdef __CUDA_ARCH__
+  if (w >= 16 && ((uintptr_t)v & (w / 8 - 1)) == 0) { /* as gm_ld */
+    if (w == 16)
+      ((uint16_t *)v)[i] = (uint16_t)x;
+    else
+      ((uint32_t *)v)[i] = x;
+    return;
+  }
+#endif
   unsigned nb = w == 4 ? 1 : w / 8;
   for (unsigned k = 0; k < nb; k++)
     v[nb * i + k] = (uint8_t)(x >> (8 * k));
@@ -213,6 +228,35 @@ GM_HD void gm_apply_write(const uint64_t *pos, const uint8_t *newv,
       nb = (nb & 0x0Fu) | gm_ldv(newv, i + 1, w) << 4;
     *byte = (uint8_t)nb;
   }
+}
+
+/* ---- Apply, a batch of lists (kernels/apply.cu) ----------------------- */
+
+/* One list of a batch as the device holds it. START is where its entries
+ * begin in the batch's index space, a multiple of 32 so that no warp
+ * spans two lists; MASK is where its words begin in the undo mask.
+ * CHECKED: it has old values and W >= 8, so the fused pass writes it
+ * (and may undo it); every other list is written after that pass. */
+typedef struct gm_seg {
+  const uint64_t *pos;
+  const uint8_t *oldv, *newv;
+  uint8_t *data;
+  uint64_t n, ne, start, mask;
+  uint32_t w, checked;
+} gm_seg;
+
+/* The list of the NS in S (S[0].start == 0, starts ascending) that index
+ * G of the batch falls in: the last whose start is at most G. */
+GM_HD uint32_t gm_seg_find(const gm_seg *s, uint32_t ns, uint64_t g) {
+  uint32_t lo = 0, hi = ns;
+  while (hi - lo > 1) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (s[mid].start <= g)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
 }
 
 /* ---- XXH64 pieces (kernels/checksum.cu, proto/gpu-digest.md) ---------- */

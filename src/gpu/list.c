@@ -10,6 +10,7 @@
 
 #include "common/diag.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 size_t stitch_gpu_value_bytes(stitch_gpu_width w) {
@@ -194,25 +195,27 @@ int gpu_apply_error(const stitch_gpu_list *l, uint64_t bad_pos,
   return 0;
 }
 
-int stitch_gpu_ref_apply(const stitch_gpu_list *l, uint8_t *data,
-                         uint64_t nbytes, stitch_diag *d) {
-  uint64_t ne = 0;
-  RETURN_IF(l == NULL || (l->n != 0 && (l->pos == NULL || l->new_v == NULL)),
-            d, STITCH_EINVAL, "apply: missing list");
-  CHECK_RC(gpu_elements(l->width, nbytes, &ne, d));
+/* The first bad position and first base mismatch of L against DATA (NE
+ * elements), each UINT64_MAX when there is none. Writes nothing. */
+static void ref_check(const stitch_gpu_list *l, const uint8_t *data,
+                      uint64_t ne, uint64_t *bad_pos, uint64_t *bad_base) {
   unsigned w = (unsigned)l->width;
-  uint64_t bad_pos = UINT64_MAX, bad_base = UINT64_MAX;
+  *bad_pos = *bad_base = UINT64_MAX;
   for (uint64_t i = 0; i < l->n; i++) {
     uint64_t p = l->pos[i];
     if (p >= ne || (i > 0 && l->pos[i - 1] >= p)) {
-      if (bad_pos == UINT64_MAX)
-        bad_pos = i;
-    } else if (l->old_v != NULL && bad_base == UINT64_MAX &&
+      if (*bad_pos == UINT64_MAX)
+        *bad_pos = i;
+    } else if (l->old_v != NULL && *bad_base == UINT64_MAX &&
                gm_ld(data, p, w) != gm_ldv(l->old_v, i, w)) {
-      bad_base = i;
+      *bad_base = i;
     }
   }
-  CHECK_RC(gpu_apply_error(l, bad_pos, bad_base, d));
+}
+
+/* Writes L's new values into DATA, once ref_check found nothing. */
+static void ref_write(const stitch_gpu_list *l, uint8_t *data) {
+  unsigned w = (unsigned)l->width;
   for (uint64_t i = 0; i < l->n; i++) {
     uint64_t p = l->pos[i];
     uint32_t v = gm_ldv(l->new_v, i, w);
@@ -223,5 +226,132 @@ int stitch_gpu_ref_apply(const stitch_gpu_list *l, uint8_t *data,
       gm_st(data, p, w, v);
     }
   }
+}
+
+static int list_args(const stitch_gpu_list *l, uint64_t nbytes, uint64_t *ne,
+                     stitch_diag *d) {
+  RETURN_IF(l == NULL || (l->n != 0 && (l->pos == NULL || l->new_v == NULL)),
+            d, STITCH_EINVAL, "apply: missing list");
+  return gpu_elements(l->width, nbytes, ne, d);
+}
+
+int stitch_gpu_ref_apply(const stitch_gpu_list *l, uint8_t *data,
+                         uint64_t nbytes, stitch_diag *d) {
+  uint64_t ne = 0, bad_pos, bad_base;
+  CHECK_RC(list_args(l, nbytes, &ne, d));
+  ref_check(l, data, ne, &bad_pos, &bad_base);
+  CHECK_RC(gpu_apply_error(l, bad_pos, bad_base, d));
+  ref_write(l, data);
+  return 0;
+}
+
+/* ---- Batches ------------------------------------------------------------ */
+
+typedef struct {
+  uintptr_t lo, hi; /* [lo, hi) */
+  size_t k;
+} span;
+
+static int span_cmp(const void *a, const void *b) {
+  const span *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+int gpu_batch_args(const stitch_gpu_list *lists, uint8_t *const *data,
+                   const uint64_t *nbytes, size_t n, stitch_diag *d) {
+  RETURN_IF(n != 0 && (lists == NULL || data == NULL || nbytes == NULL), d,
+            STITCH_EINVAL, "apply: missing lists, tensors or sizes");
+  RETURN_IF(n > UINT32_MAX, d, STITCH_ELIMIT,
+            "apply: %zu lists in one batch (at most %u)", n, UINT32_MAX);
+  size_t m = 0;
+  span *sp = malloc((n ? n : 1) * sizeof(*sp));
+  RETURN_IF(sp == NULL, d, STITCH_ENOMEM, "out of memory");
+  int rc = 0;
+  for (size_t k = 0; k < n && rc == 0; k++) {
+    uint64_t ne;
+    char what[32];
+    if ((rc = list_args(&lists[k], nbytes[k], &ne, d)) != 0) {
+      snprintf(what, sizeof(what), "list %zu", k);
+      rc = stitch_diag_prefix(d, rc, what);
+    } else if (lists[k].n != 0 && nbytes[k] != 0) {
+      if (data[k] == NULL) {
+        rc = stitch_diag_set(d, STITCH_EINVAL, "apply: list %zu: no tensor",
+                             k);
+      } else {
+        sp[m].lo = (uintptr_t)data[k];
+        sp[m].hi = sp[m].lo + (uintptr_t)nbytes[k];
+        sp[m++].k = k;
+      }
+    }
+  }
+  if (rc == 0 && m > 1) {
+    qsort(sp, m, sizeof(*sp), span_cmp);
+    for (size_t i = 1; i < m && rc == 0; i++)
+      if (sp[i].lo < sp[i - 1].hi)
+        rc = stitch_diag_set(d, STITCH_EINVAL,
+                             "apply: the tensors of lists %zu and %zu overlap;"
+                             " nothing was written",
+                             sp[i - 1].k, sp[i].k);
+  }
+  free(sp);
+  return rc;
+}
+
+int gpu_batch_error(const stitch_gpu_list *lists, size_t k, uint64_t bad_pos,
+                    uint64_t bad_base, stitch_diag *d) {
+  char what[32];
+  int rc = gpu_apply_error(&lists[k], bad_pos, bad_base, d);
+  if (rc == 0)
+    return 0;
+  snprintf(what, sizeof(what), "list %zu", k);
+  return stitch_diag_prefix(d, rc, what);
+}
+
+int gpu_batch_segs(const stitch_gpu_list *lists, uint8_t *const *data,
+                   const uint64_t *nbytes, size_t n, gm_seg *segs,
+                   size_t *idx, uint32_t *ns, uint64_t *total,
+                   uint64_t *words, uint32_t *any_checked,
+                   uint32_t *any_plain, stitch_diag *d) {
+  uint64_t next = 0;
+  *ns = *any_checked = *any_plain = 0;
+  *total = *words = 0;
+  for (size_t k = 0; k < n; k++) {
+    const stitch_gpu_list *l = &lists[k];
+    gm_seg *q = &segs[*ns];
+    if (l->n == 0)
+      continue;
+    CHECK_RC(gpu_elements(l->width, nbytes[k], &q->ne, d));
+    q->pos = l->pos;
+    q->oldv = l->old_v;
+    q->newv = l->new_v;
+    q->data = data[k];
+    q->n = l->n;
+    q->w = (uint32_t)l->width;
+    q->checked = l->old_v != NULL && q->w != 4;
+    q->start = next;
+    q->mask = *words;
+    *total = q->start + q->n;
+    next = (*total + 31) / 32 * 32;
+    if (q->checked)
+      *words += (q->n + 31) / 32;
+    *any_checked |= q->checked;
+    *any_plain |= !q->checked;
+    idx[(*ns)++] = k;
+  }
+  return 0;
+}
+
+int stitch_gpu_ref_apply_batch(const stitch_gpu_list *lists,
+                               uint8_t *const *data, const uint64_t *nbytes,
+                               size_t n, stitch_diag *d) {
+  CHECK_RC(gpu_batch_args(lists, data, nbytes, n, d));
+  for (size_t k = 0; k < n; k++) { /* every list checked, then written */
+    uint64_t ne = 0, bad_pos, bad_base;
+    (void)gpu_elements(lists[k].width, nbytes[k], &ne, NULL);
+    ref_check(&lists[k], data[k], ne, &bad_pos, &bad_base);
+    CHECK_RC(gpu_batch_error(lists, k, bad_pos, bad_base, d));
+  }
+  for (size_t k = 0; k < n; k++)
+    ref_write(&lists[k], data[k]);
   return 0;
 }

@@ -14,6 +14,7 @@ scatter_; the adapter's `scatter` option); a failure midway writes the
 old values back. apply() is the two in a row.
 """
 import ctypes
+import re
 import time
 
 from . import _lib as L
@@ -73,14 +74,14 @@ def _inplace_count(t):
 class _Change:
     """One tensor's prepared change: a list (pos int64, val and old at the
     element width) or a whole copy (val; old None over version 0). For a
-    tensor with a host mirror, dpos and dval are the list on its device,
-    put there by prepare."""
-    __slots__ = ("target", "pos", "val", "old", "w", "dpos", "dval")
+    tensor on a GPU (or with a host mirror), dpos, dval and dold are the
+    list on its device, put there by prepare."""
+    __slots__ = ("target", "pos", "val", "old", "w", "dpos", "dval", "dold")
 
     def __init__(self, target, pos, val, old, w):
         self.target, self.pos, self.val, self.old, self.w = \
             target, pos, val, old, w
-        self.dpos = self.dval = None
+        self.dpos = self.dval = self.dold = None
 
     def nbytes(self):
         n = 0
@@ -90,18 +91,97 @@ class _Change:
         return n
 
 
+_WARM = set()  # the CUDA devices _warm_kernels ran on
+
+
+def _warm_kernels(dev):
+    """Runs the batch kernels once on DEV, on scratch memory. The first
+    launch of a kernel in a process loads its module (CUDA loads lazily),
+    which would otherwise land in the first pause; prepare pays it."""
+    if dev in _WARM:
+        return
+    import torch
+    z = torch.zeros(5, dtype=torch.int16, device=dev)  # two tensors of two
+    pos = torch.ones(1, dtype=torch.int64, device=dev)  # and a zero
+    one = torch.ones(1, dtype=torch.int16, device=dev)
+    lists = (L.GpuList * 2)(  # a checked list (the fused pass), a plain one
+        L.GpuList(16, 1, pos.data_ptr(), z[4:].data_ptr(), one.data_ptr()),
+        L.GpuList(16, 1, pos.data_ptr(), None, one.data_ptr()))
+    data = (ctypes.c_void_p * 2)(z.data_ptr(), z[2:].data_ptr())
+    nbytes = (ctypes.c_uint64 * 2)(4, 4)
+    d = L.Diag()
+    with torch.cuda.device(dev):
+        check(lib.stitch_gpu_apply_batch(lists, data, nbytes, 2,
+                                         ctypes.byref(d)), d, "warm-up")
+    _WARM.add(dev)
+
+
+class _Batch:
+    """The lists on one device that libstitch writes, in one call of
+    stitch_gpu_apply_batch (stitch_gpu_ref_apply_batch on the CPU): the
+    kernels' launches and synchronisations once for the device, not once
+    per tensor. Every list carries its old values, so the call also checks
+    that each element it overwrites holds what prepare read; it writes all
+    or nothing. The arrays are built by prepare: commit writes only at the
+    addresses prepare read (the generation check)."""
+
+    def __init__(self, dev, changes):
+        n = len(changes)
+        self.dev, self.changes = dev, changes
+        if dev.type == "cuda":
+            _warm_kernels(dev)
+        self.fwd, self.back = (L.GpuList * n)(), (L.GpuList * n)()
+        self.data = (ctypes.c_void_p * n)()
+        self.nbytes = (ctypes.c_uint64 * n)()
+        for k, c in enumerate(changes):
+            on_dev = c.dpos is not None
+            pos = c.dpos if on_dev else c.pos
+            val = (c.dval if on_dev else c.val).data_ptr()
+            old = (c.dold if on_dev else c.old).data_ptr()
+            w, m = c.w * 8, pos.numel()
+            self.fwd[k] = L.GpuList(w, m, pos.data_ptr(), old, val)
+            self.back[k] = L.GpuList(w, m, pos.data_ptr(), val, old)
+            t = c.target.tensor
+            self.data[k] = t.data_ptr()
+            self.nbytes[k] = t.numel() * t.element_size()
+
+    def write(self, undo=False):
+        """Writes the new values (UNDO: the old ones back). Raises
+        StitchError, naming the tensor, with every tensor as it was."""
+        lists, n, d = self.back if undo else self.fwd, len(self.changes), \
+            L.Diag()
+        if self.dev.type == "cpu":
+            rc = lib.stitch_gpu_ref_apply_batch(lists, self.data, self.nbytes,
+                                                n, ctypes.byref(d))
+        else:
+            import torch
+            with torch.cuda.device(self.dev):
+                rc = lib.stitch_gpu_apply_batch(lists, self.data, self.nbytes,
+                                                n, ctypes.byref(d))
+        if rc < 0:
+            msg = d.msg.decode(errors="replace")
+            m = re.match(r"list (\d+): ", msg)
+            if m and int(m.group(1)) < n:
+                name = self.changes[int(m.group(1))].target.name
+                msg = "tensor '%s': %s" % (name, msg[m.end():])
+            raise StitchError(rc, L.errname(rc), "commit%s: %s"
+                              % (" (undo)" if undo else "", msg))
+
+
 class _Prepared:
     """What prepare() leaves for commit(): the C object that owns the
-    memory, the changes over it, and the generation the tensors were at."""
+    memory, the changes over it (those written in batches, and the rest
+    one by one), and the generation the tensors were at."""
 
-    def __init__(self, handle, to, to_id, targets, changes, generation,
-                 stats):
+    def __init__(self, handle, to, to_id, targets, changes, batches, rest,
+                 generation, stats):
         self.handle, self.to, self.to_id = handle, to, to_id
         self.targets, self.changes = targets, changes
+        self.batches, self.rest = batches, rest
         self.generation, self.stats = generation, stats
 
     def close(self):
-        self.changes, self.targets = [], []
+        self.changes, self.targets, self.batches, self.rest = [], [], [], []
         if self.handle is not None:
             self.handle.close()
             self.handle = None
@@ -325,8 +405,10 @@ class EngineAdapter:
                     stats[k] = info[k]
                 stats["undo_bytes"] = info["old_bytes"]
                 changes = self._changes(handle, targets, vi.tensors())
+            batches, rest = self._batches(changes)
             self._prepared = _Prepared(handle, vi.version, vi.id, targets,
-                                       changes, generation, stats)
+                                       changes, batches, rest, generation,
+                                       stats)
         stats["prepare_s"] = time.perf_counter() - t0
         self.last_stats = dict(stats)
         return to
@@ -346,11 +428,41 @@ class EngineAdapter:
                 dt = _int_dtype(w)
                 c = _Change(t, _wrap(pos, n * 8, torch.int64),
                             _wrap(val, n * w, dt), _wrap(old, n * w, dt), w)
-                if t.mirrored:  # the list goes to the device now, not in
-                    dev = t.tensor.device  # the pause
-                    c.dpos, c.dval = c.pos.to(dev), c.val.to(dev)
+                dev = t.tensor.device
+                if t.mirrored or dev.type == "cuda":  # the list goes to the
+                    c.dpos, c.dval = c.pos.to(dev), c.val.to(dev)  # device
+                    c.dold = c.old.to(dev)  # now, not in the pause
                 out.append(c)
         return out
+
+    def _batches(self, changes):
+        """The lists libstitch writes (the scatter option), one _Batch per
+        device, and the changes written one by one: whole copies, torch's
+        scatters, and lists on tensors that share memory with another."""
+        groups, rest = {}, []
+        for c in changes:
+            dev = c.target.tensor.device
+            if (c.pos is not None and self._stitch_writes(c, dev)
+                    and (dev.type == "cpu" or _gpu_available())):
+                groups.setdefault(dev, []).append(c)
+            else:
+                rest.append(c)
+        batches = []
+        for dev, cs in groups.items():
+            spans = sorted((c.target.tensor.data_ptr(), k)
+                           for k, c in enumerate(cs))
+            shared, end, last = set(), 0, None
+            for ptr, k in spans:  # tied weights: written one by one
+                t = cs[k].target.tensor
+                if last is not None and ptr < end:
+                    shared.update((last, k))
+                if ptr + t.numel() * t.element_size() > end:
+                    end, last = ptr + t.numel() * t.element_size(), k
+            rest += [c for k, c in enumerate(cs) if k in shared]
+            cs = [c for k, c in enumerate(cs) if k not in shared]
+            if cs:
+                batches.append(_Batch(dev, cs))
+        return batches, rest
 
     def discard(self):
         """Drops a prepared version without committing it."""
@@ -442,10 +554,13 @@ class EngineAdapter:
                     "in-place write); nothing was written, prepare again"
                     % pr.to)
             import torch
-            done = []
+            done, batched = [], []
             try:
                 with torch.no_grad():  # parameters that require grad too
-                    for c in pr.changes:
+                    for b in pr.batches:
+                        b.write()  # all or nothing
+                        batched.append(b)
+                    for c in pr.rest:
                         done.append(c)  # before the write: a partial one too
                         self._scatter(c)
                     self._sync(pr.changes)
@@ -454,7 +569,9 @@ class EngineAdapter:
                     for c in reversed(done):
                         if c.old is not None:  # None: the tensors held nothing
                             self._scatter(c, old=True)
-                    self._sync(done)
+                    for b in reversed(batched):
+                        b.write(undo=True)
+                    self._sync(pr.changes)
                 raise
             self.last_pause_s = time.perf_counter() - t0
             t1 = time.perf_counter()

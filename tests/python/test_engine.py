@@ -15,6 +15,7 @@ in-place write.
 Plain script (ctest runs it): exit 0 pass, 1 fail, 77 skip (no torch or
 safetensors). STITCH_SEED=N replays a run; the seed is printed.
 """
+import ctypes
 import os
 import shutil
 import sys
@@ -128,22 +129,67 @@ def test_two_phases(tr, kind):
 
 
 def test_scatter_option(tr):
-    """scatter='stitch' writes every list through libstitch's apply and
-    'torch' through none; both bit-exact; an unknown mode is refused."""
+    """scatter='stitch' writes every list through libstitch, in one batch
+    per device (stitch_gpu_ref_apply_batch here), and 'torch' through
+    none; both bit-exact; an unknown mode is refused."""
     for mode in ("stitch", "torch"):
         tensors = tensors_for(tr.store, tr.pub)
         ad = EngineAdapter(tensors, tr.store, tr.pub, scatter=mode)
         ad.apply(1)  # an anchor: whole copies, no lists
-        calls = []
-        real = ad._lib_apply
-        ad._lib_apply = lambda *a: (calls.append(1), real(*a))
         v = tr.step()
-        ad.apply()
+        ad.prepare()
+        lists = [c for c in ad._prepared.changes if c.pos is not None]
+        batched = [c for b in ad._prepared.batches for c in b.changes]
+        check(len(lists) > 0 and len(batched) ==
+              (len(lists) if mode == "stitch" else 0),
+              "scatter=%s: %d of %d lists batched" % (mode, len(batched),
+                                                      len(lists)))
+        ad.commit()
         same_as_view(tr, tensors, v, "scatter=%s" % mode)
-        check((len(calls) > 0) == (mode == "stitch"),
-              "scatter=%s: %d writes through libstitch" % (mode, len(calls)))
     raises(lambda: EngineAdapter({}, tr.store, tr.pub, scatter="cuda"),
            "EINVAL", "not auto, torch or stitch", "scatter='cuda'")
+
+
+def test_batch_base(tr, tensors, ad):
+    """A batched commit checks every element it overwrites: an element
+    written behind torch's back (its in-place count does not move) is
+    refused by name, and nothing is written anywhere."""
+    held, v = ad.version, tr.step()
+    ad.prepare()
+    b = ad._prepared.batches[0]
+    c = b.changes[len(b.changes) // 2]
+    flat = raw(c.target.tensor).view(torch.uint8)
+    at = int(c.pos[0]) * c.w
+    ctypes.memset(flat.data_ptr() + at, flat[at].item() ^ 0x40, 1)
+    snap = snapshot(tensors)
+    raises(ad.commit, "EBASE", "tensor '%s': apply: entry 0 " % c.target.name,
+           "batch: a raw write since prepare()")
+    check(not changed(tensors, snap),
+          "batch: written despite a refusal: %s" % changed(tensors, snap))
+    check(ad.version == held, "batch: at v%d, not v%d" % (ad.version, held))
+    ctypes.memset(flat.data_ptr() + at, flat[at].item() ^ 0x40, 1)
+    ad.apply()
+    same_as_view(tr, tensors, v, "batch: apply after the refusal")
+
+
+def test_batch_shared(tr, tensors, ad):
+    """Lists on tensors that share memory (tied weights) are written one
+    by one, never in one batch, where they would overlap."""
+    import stitch.engine as E
+    base = torch.zeros(64, dtype=torch.bfloat16)
+    a = E._Target("a", base[:40])
+    b = E._Target("b", base[32:])
+    c = E._Target("c", torch.zeros(8, dtype=torch.bfloat16))
+    one = torch.zeros(1, dtype=torch.int16)
+
+    def change(t):
+        return E._Change(t, torch.zeros(1, dtype=torch.int64), one, one, 2)
+
+    batches, rest = ad._batches([change(a), change(b), change(c)])
+    got = sorted(c.target.name for b in batches for c in b.changes)
+    check(got == ["c"] and sorted(c.target.name for c in rest) == ["a", "b"],
+          "batch: shared memory batched %s, one by one %s"
+          % (got, [c.target.name for c in rest]))
 
 
 def test_catch_up(tr, tensors, ad):
@@ -224,36 +270,49 @@ def test_refusals(tr, tensors, ad):
 
 
 def test_mid_commit(tr, tensors, ad):
-    """A failure in the third tensor's write, after half of it was written:
-    every tensor is back as it was, the version too."""
+    """A failure midway through commit(): every tensor is back as it was,
+    the version too. One by one, the failure comes in the third tensor's
+    write, after half of it was written; in a batch, after the batch wrote
+    every list (which the undo then writes back)."""
     v = tr.step()
     ad.prepare()
     n = len(ad._prepared.changes)
     check(n >= 3, "mid-commit: only %d tensors change" % n)
     snap = snapshot(tensors)
     calls = []
-    real = ad._scatter
+    if ad._prepared.batches:
+        name, real = "_sync", ad._sync
 
-    def failing(c, old=False):
-        # The first listed change after two tensors or more: half of it
-        # is written, then the failure.
-        if not old:
-            calls.append("whole" if c.pos is None else "list")
-            if len(calls) >= 3 and c.pos is not None:
-                h = c.pos.numel() // 2
-                c.target.flat_bytes().view(c.val.dtype)[c.pos[:h]] = c.val[:h]
-                raise RuntimeError("injected after %d tensors" % (len(calls) - 1))
-        return real(c, old)
+        def failing(changes):
+            calls.append("batch")
+            if len(calls) == 1:
+                raise RuntimeError("injected after the batch")
+            return real(changes)
+    else:
+        name, real = "_scatter", ad._scatter
 
-    ad._scatter = failing
+        def failing(c, old=False):
+            # The first listed change after two tensors or more: half of
+            # it is written, then the failure.
+            if not old:
+                calls.append("whole" if c.pos is None else "list")
+                if len(calls) >= 3 and c.pos is not None:
+                    h = c.pos.numel() // 2
+                    c.target.flat_bytes().view(c.val.dtype)[c.pos[:h]] = \
+                        c.val[:h]
+                    raise RuntimeError("injected after %d tensors"
+                                       % (len(calls) - 1))
+            return real(c, old)
+
+    setattr(ad, name, failing)
     try:
         ad.commit()
         check(False, "mid-commit: the injected failure did not raise")
     except RuntimeError as e:
         check("injected" in str(e), "mid-commit: raised %s" % e)
-    del ad._scatter
-    check(len(calls) >= 3, "mid-commit: %d writes before the failure"
-          % (len(calls) - 1))
+    delattr(ad, name)
+    check(len(calls) >= (1 if name == "_sync" else 3),
+          "mid-commit: %d writes before the failure" % (len(calls) - 1))
     print("test_engine: mid-commit: failed after %s" % calls[:-1])
     check(not changed(tensors, snap),
           "mid-commit: not restored: %s" % changed(tensors, snap))
@@ -354,6 +413,8 @@ def main():
                 test_no_nbytes(tr)
             else:
                 test_scatter_option(tr)
+                test_batch_base(tr, tensors, ad)
+                test_batch_shared(tr, tensors, ad)
             for kind in ("fp8", "nvfp4"):
                 k = Trainer(tmp, kind, tag)
                 test_two_phases(k, kind)

@@ -125,16 +125,8 @@ extern "C" int gpu_cu_apply(const stitch_gpu_list *l, uint8_t *data,
     rc = gpu_apply_error(l, UINT64_MAX, host_bad[1], d);
   }
 out:
-  if (wrote != NULL) {
-    cudaError_t e = cudaFreeAsync(wrote, 0);
-    if (rc == 0 && e != cudaSuccess)
-      rc = cu_fail(e, "cudaFreeAsync", d);
-  }
-  if (bad != NULL) {
-    cudaError_t e = cudaFreeAsync(bad, 0);
-    if (rc == 0 && e != cudaSuccess)
-      rc = cu_fail(e, "cudaFreeAsync", d);
-  }
+  rc = cu_free_out(wrote, rc, d);
+  rc = cu_free_out(bad, rc, d);
   return rc;
 }
 
@@ -268,21 +260,9 @@ extern "C" int gpu_cu_apply_batch(const stitch_gpu_list *lists,
     CU_GO(cudaStreamSynchronize(0));
   }
 out:
-  if (wrote != NULL) {
-    cudaError_t e = cudaFreeAsync(wrote, 0);
-    if (rc == 0 && e != cudaSuccess)
-      rc = cu_fail(e, "cudaFreeAsync", d);
-  }
-  if (bad != NULL) {
-    cudaError_t e = cudaFreeAsync(bad, 0);
-    if (rc == 0 && e != cudaSuccess)
-      rc = cu_fail(e, "cudaFreeAsync", d);
-  }
-  if (ds != NULL) {
-    cudaError_t e = cudaFreeAsync(ds, 0);
-    if (rc == 0 && e != cudaSuccess)
-      rc = cu_fail(e, "cudaFreeAsync", d);
-  }
+  rc = cu_free_out(wrote, rc, d);
+  rc = cu_free_out(bad, rc, d);
+  rc = cu_free_out(ds, rc, d);
   free(hb);
   free(idx);
   free(hs);

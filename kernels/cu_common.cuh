@@ -45,6 +45,17 @@ static inline int cu_fail(cudaError_t e, const char *what, stitch_diag *d) {
       return cu_fail(e_, #call, d);                                           \
   } while (0)
 
+/* In a wrapper's out: path: frees P (stream-ordered; NULL is fine) and
+ * returns RC, or the free's failure when RC was 0. */
+static inline int cu_free_out(void *p, int rc, stitch_diag *d) {
+  if (p != NULL) {
+    cudaError_t e = cudaFreeAsync(p, 0);
+    if (rc == 0 && e != cudaSuccess)
+      rc = cu_fail(e, "cudaFreeAsync", d);
+  }
+  return rc;
+}
+
 #define CU_THREADS 256
 
 /* Blocks for a grid-stride loop over N items: enough to fill any current

@@ -13,8 +13,10 @@
  * stitch_prepared_commit is the pause: a scatter, whose cost grows with
  * the number of changes, not with the model. A C or C++ engine prepares on
  * a thread of its own and commits under its own lock; the Python adapter
- * (python/stitch/engine.py) reads the lists through stitch_prepared_tensor
- * and scatters them with torch on the tensors' device.
+ * (python/stitch/engine.py) reads the lists through stitch_prepared_tensor,
+ * puts them on the tensors' device while the engine serves, and in the
+ * pause writes them all in one stitch_gpu_apply_batch (stitch/gpu.h), or
+ * with torch; an engine in C with its weights on a GPU can do the same.
  *
  * A tensor that held nothing (version 0), one an anchor rewrites, or one
  * whose list would take more memory than the tensor, is kept whole

@@ -8,10 +8,11 @@ every changed block against the tensors into private memory, keeps per
 tensor the elements that change (positions, new and old values; several
 steps compose into one list), and checks every result's digest by
 streaming the tensor with the list laid over it. commit() is the pause:
-a scatter of the lists into the tensors, on their device (libstitch's
-apply kernel for CUDA tensors when it was built with CUDA, else torch's
-scatter_; the adapter's `scatter` option); a failure midway writes the
-old values back. apply() is the two in a row.
+a scatter of the lists into the tensors, on their device (every list of
+a device in one stitch_gpu_apply_batch, the apply kernel for CUDA
+tensors when libstitch was built with CUDA, else torch's scatter_; the
+adapter's `scatter` option); a failure midway writes the old values
+back. apply() is the two in a row.
 """
 import ctypes
 import re
@@ -101,8 +102,8 @@ def _warm_kernels(dev):
     if dev in _WARM:
         return
     import torch
-    z = torch.zeros(5, dtype=torch.int16, device=dev)  # two tensors of two
-    pos = torch.ones(1, dtype=torch.int64, device=dev)  # and a zero
+    z = torch.zeros(5, dtype=torch.int16, device=dev)  # tensors z[0:2] and
+    pos = torch.ones(1, dtype=torch.int64, device=dev)  # z[2:4]; z[4]: 0
     one = torch.ones(1, dtype=torch.int16, device=dev)
     lists = (L.GpuList * 2)(  # a checked list (the fused pass), a plain one
         L.GpuList(16, 1, pos.data_ptr(), z[4:].data_ptr(), one.data_ptr()),

@@ -75,8 +75,9 @@ def _inplace_count(t):
 class _Change:
     """One tensor's prepared change: a list (pos int64, val and old at the
     element width) or a whole copy (val; old None over version 0). For a
-    tensor on a GPU (or with a host mirror), dpos, dval and dold are the
-    list on its device, put there by prepare."""
+    tensor on a GPU (or with a host mirror), dpos and dval are the list on
+    its device, put there by prepare, and dold its old values when
+    libstitch writes it (_Batch)."""
     __slots__ = ("target", "pos", "val", "old", "w", "dpos", "dval", "dold")
 
     def __init__(self, target, pos, val, old, w):
@@ -136,6 +137,8 @@ class _Batch:
         self.nbytes = (ctypes.c_uint64 * n)()
         for k, c in enumerate(changes):
             on_dev = c.dpos is not None
+            if on_dev and c.dold is None:  # the base check's old values,
+                c.dold = c.old.to(c.dpos.device)  # for batched lists only
             pos = c.dpos if on_dev else c.pos
             val = (c.dval if on_dev else c.val).data_ptr()
             old = (c.dold if on_dev else c.old).data_ptr()
@@ -432,7 +435,6 @@ class EngineAdapter:
                 dev = t.tensor.device
                 if t.mirrored or dev.type == "cuda":  # the list goes to the
                     c.dpos, c.dval = c.pos.to(dev), c.val.to(dev)  # device
-                    c.dold = c.old.to(dev)  # now, not in the pause
                 out.append(c)
         return out
 
@@ -457,8 +459,9 @@ class EngineAdapter:
                 t = cs[k].target.tensor
                 if last is not None and ptr < end:
                     shared.update((last, k))
-                if ptr + t.numel() * t.element_size() > end:
-                    end, last = ptr + t.numel() * t.element_size(), k
+                stop = ptr + t.numel() * t.element_size()
+                if stop > end:
+                    end, last = stop, k
             rest += [c for k, c in enumerate(cs) if k in shared]
             cs = [c for k, c in enumerate(cs) if k not in shared]
             if cs:

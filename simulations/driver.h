@@ -47,21 +47,30 @@
  * (docs/history/simulator.md "Chunks handed over when the uplink wants
  * them"). */
 #define PIPE_WINDOW (1u << 20)
-/* Queues: a message larger than this leaves its sender's uplink in
- * pieces of about this size (queue.c), each booked on the route's links
- * only once the one before is within SMALL_BYTES of leaving, so the pipes
- * of one sender that have a chunk each take turns on its uplink, as the
- * TCP sockets of stitchd do: the kernel hands the uplink's queue each
- * socket's segments in bursts of at most 64 KiB (GSO), interleaved, so
- * concurrent chunks share the uplink and each is whole only about when
- * all are. The receiver still gets the message whole, when its last
- * piece is in. Whole messages went one after the other at the full
- * rate: the first of 7 chunks the seed hands out at once was whole after
- * one chunk's time, where on netlab (real sockets, links shaped by htb)
- * none was until about all 7 had gone, and the simulator's anchors came
- * 31 % early on netlab_sym.json (docs/simulator.md, "The simulator
- * against netlab"). Flows share links by max-min already. */
+/* Queues: a chunk leaves its sender's uplink in pieces (queue.c
+ * slice_of), each booked on the route's links only once the one before
+ * has nearly left, so the pipes of one sender that have a chunk each take
+ * turns on its uplink, as the TCP sockets of stitchd do: the kernel hands
+ * the uplink's queue each socket's segments in TSO bursts, interleaved,
+ * so concurrent chunks share the uplink and each is whole only about when
+ * all are. A burst is about 1 ms of the socket's pacing rate
+ * (QUEUE_TSO_S), at least two segments, at most 64 KiB (QUEUE_SLICE):
+ * at 10 Mbit/s two segments, so 16 KiB chunks interleave, where as one
+ * 64 KiB burst each they went whole one after the other and the copies
+ * a node served of a small version finished in turn, not together (the
+ * queues network's deltas came 23-30 % before netlab's, docs/simulator.md
+ * "The simulator against netlab"). A message is cut in at most
+ * QUEUE_PIECES pieces of less than QUEUE_SLICE, which bounds the
+ * events. The receiver still gets the message whole, when its last piece
+ * is in. Whole messages went one after the other at the full rate: the
+ * first of 7 chunks the seed hands out at once was whole after one
+ * chunk's time, where on netlab (real sockets, links shaped by htb) none
+ * was until about all 7 had gone, and the simulator's anchors came 31 %
+ * early on netlab_sym.json. Flows share links by max-min already. */
 #define QUEUE_SLICE (64u << 10)
+#define QUEUE_TSO_S 1e-3
+#define QUEUE_MSS 1448.0
+#define QUEUE_PIECES 8
 /* Flows: at most this many messages in flight per pipe (the put[]
  * array). The queues network has no such cap, as TCP has none: it held
  * chunks behind HAVEs on far links. */

@@ -11,9 +11,10 @@
  * link, not the sum. No link ever carries more than its bandwidth, so no
  * completion can beat the bound, which rests on link capacities only.
  *
- * A message larger than QUEUE_SLICE (a chunk) goes on the links in pieces
- * (send_piece), so that the chunks a sender has out at once take turns
- * on its uplink, as its sockets' segments do; it arrives whole.
+ * A chunk goes on the links in pieces (send_piece; their size is the
+ * kernel's TSO burst at the uplink's rate, slice_of), so that the chunks
+ * a sender has out at once take turns on its uplink, as its sockets'
+ * segments do; it arrives whole.
  *
  * Messages of at most FRAME_CTL_MAX (control frames: HAVE, REQUEST, ...) do
  * not queue: they cost their route's latency and their bytes at the
@@ -254,20 +255,37 @@ void queue_ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c) {
  * have booked theirs. After the last piece the message arrives whole, at
  * the latest of its pieces' arrivals; the pipe takes more once it is
  * within its mark of leaving (EV_SENT), as an unpieced message does. */
+/* The size of the pieces in which a message of LEN bytes leaves host
+ * FROM's uplink: Linux's TSO autosizing, about 1 ms of the rate (here
+ * the uplink's; a socket's pacing rate is at most that) and at least two
+ * segments, at most QUEUE_SLICE (a GSO burst); and no more than
+ * QUEUE_PIECES of them below QUEUE_SLICE's, which keeps the events few
+ * where the pieces would be far smaller than the message. */
+static size_t slice_of(const qnet *q, int from, size_t len) {
+  double b = fmax(q->up[from].bps * QUEUE_TSO_S, 2 * QUEUE_MSS);
+  b = fmax(b, ceil((double)len / QUEUE_PIECES));
+  return b < QUEUE_SLICE ? (size_t)b : QUEUE_SLICE;
+}
+
 static void send_piece(sim *s, int from, uint32_t ci, msg *m, size_t off) {
   conn *c = s->conn[ci];
   int side = side_of(c, from), to = c->node[1 - side];
   pipe_ *p = &c->d[side];
-  size_t pieces = (m->len + QUEUE_SLICE - 1) / QUEUE_SLICE;
+  size_t pieces = (m->len + slice_of(s->q, from, m->len) - 1) /
+                  slice_of(s->q, from, m->len);
   size_t size = (m->len + pieces - 1) / pieces;
   size_t len = m->len - off < size ? m->len - off : size;
+  /* The next piece is booked when this one is within a quarter of a
+   * piece (at most SMALL_BYTES) of leaving: by then the sender's other
+   * pipes have booked theirs, and they take turns. */
+  double lead = fmin((double)size / 4, SMALL_BYTES);
   double up[2];
   double t = transfer(s, from, to, len, up);
   p->piece_arrival = off == 0 ? t : fmax(p->piece_arrival, t);
   off += len;
   if (off < m->len) {
     ev_push_event(s->q, (event){qlink_left(&s->q->up[from], up[0], up[1],
-                                           SMALL_BYTES),
+                                           lead),
                                 0, from, EV_PIECE, m, ci, off});
     return;
   }
@@ -290,7 +308,7 @@ void queue_send(sim *s, node *n, uint32_t ci, msg *m) {
   pipe_ *p = &c->d[side];
   p->nput++;
   p->inflight += m->len;
-  if (m->len > QUEUE_SLICE) {
+  if (m->len > slice_of(s->q, n->idx, m->len)) {
     p->unsent += m->len;
     p->piecing = m;
     send_piece(s, n->idx, ci, m, 0);

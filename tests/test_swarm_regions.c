@@ -58,12 +58,14 @@ static double regions_across(uint64_t seed_no, int deaf_bids, uint64_t *bids) {
  * a far copy bids for the turn, and a higher rank waits for a lower
  * one's; without, every node drops the BIDs that reach it). Along the
  * chain of "us", over links of 500 B/ms, a CROSSING waits behind a chunk
- * at every hop. Here the turns' 15 ms and "eu"'s two nodes answering a
- * second asker with a CROSSING (coming_into) leave bids little to do:
- * means of four runs, test seeds 1 to 6, 1.044-1.065 times v1 without
- * them, 1.025-1.049 with. On the simulator, where a hop waits behind a
- * 400 KB chunk and a region has 40 nodes or more, they take most of the
- * excess away (docs/swarm.md "Bids"). */
+ * at every hop. Here the turns' 15 ms, "eu"'s two nodes answering a
+ * second asker with a CROSSING (coming_into) and telling their "us"
+ * neighbours of each chunk they pass across (pass_to) leave bids little
+ * to do: means of four runs, test seeds 1 to 10, 1.005-1.032 times v1
+ * without them, 0.988-1.014 with (below 1: the seed gives "us" some
+ * chunks itself). On the simulator, where a
+ * hop waits behind a 400 KB chunk and a region has 40 nodes or more,
+ * they take most of the excess away (docs/swarm.md "Bids"). */
 static void scenario_bids(void) {
   double with = 0, without = 0;
   uint64_t bids = 0, dropped = 0;
@@ -106,7 +108,12 @@ static void scenario_regions(void) {
          across, (double)across / (double)need, need,
          (double)(down - across) / (double)need, crossing);
   CHECK_NET(&net, crossing > 0);
-  CHECK_NET(&net, across <= need * 3); /* at most 3 copies */
+  /* At most 1.1 copies: 1.01-1.04 over test seeds 1 to 20. Before a pass
+   * across was told to the passer's other neighbours of that region
+   * (cross.c pass_to), 1.20-1.22 (test seeds 1 to 4): a "us" node's turn
+   * to cross came before the CROSSING of the node passed the chunk
+   * reached it through "us". */
+  CHECK_NET(&net, across * 10 <= need * 11);
   sn_free(&net);
 }
 

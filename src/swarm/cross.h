@@ -47,6 +47,11 @@
  * once per chunk: the copy is about a far round trip away, and a far peer
  * that says so of everything must not hold a region back for long. */
 #define CORE_COMING_WAIT_MS 500
+/* A far peer's notice that it passes a chunk into our region through
+ * another node holds our turn back this many of our usual waits for a
+ * chunk (stitch_swarm.wait_ms), at least CORE_COMING_WAIT_MS and at most
+ * CORE_CROSS_TRUST_MS (cross.c told_wait). */
+#define CORE_TOLD_WAITS 4
 
 struct peer;
 struct vstate;
@@ -66,6 +71,9 @@ typedef struct cross_obj {
   /* A far peer first answered our request for it that it is coming into
    * our region another way (coming_into). */
   uint32_t *coming;
+  /* A far peer first told us, unasked, that it passes it into our region
+   * through another node (pass_to): we wait for that copy (told_wait). */
+  uint32_t *told;
   /* The chunk the seed gave us last, plus one (0: none): what a far
    * neighbour that was busy when it came may still be passed. */
   uint64_t last_seeded;

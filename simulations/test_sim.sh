@@ -453,42 +453,33 @@ PY
   echo "sim_small: --steps publishes the given steps"
 fi
 # Queues: the chunks a sender has out at once share its uplink in pieces
-# (driver.h QUEUE_SLICE), as sockets do. netlab_sym.json's seed (10 Mbit/s)
+# (queue.c slice_of), as sockets do. netlab_sym.json's seed (10 Mbit/s)
 # serves the 7 nodes of its region at once, so no node holds a whole
 # 512 KiB chunk of the anchor before about 7 chunk times; at least 3
-# (1.26 s) here.
-sed 's/"mode": "p2p"/"network": "queues", "mode": "p2p"/; s/"interval_s": 14}/"interval_s": 14, "chunk_bytes": 524288}/' "$dir/scenarios/netlab_sym.json" > "$tmp/sym.json"
-STITCH_SIM_RAMP=1 "$sim" "$tmp/sym.json" --json > "$tmp/sym.out" 2> "$tmp/sym.ramp"
-python3 - "$tmp/sym.ramp" <<'PY'
+# (1.26 s) here. With 16 KiB chunks the kernel's TSO bursts are two
+# segments at 10 Mbit/s, so the seed's first chunks, out at once, are
+# whole about together, not one chunk's time (13 ms) apart as whole
+# 16 KiB messages were: the first three within one chunk's time.
+for kib in 512 16; do
+  sed "s/\"mode\": \"p2p\"/\"network\": \"queues\", \"mode\": \"p2p\"/; s/\"interval_s\": 14}/\"interval_s\": 14, \"chunk_bytes\": $((kib * 1024))}/" "$dir/scenarios/netlab_sym.json" > "$tmp/sym$kib.json"
+  STITCH_SIM_RAMP=1 "$sim" "$tmp/sym$kib.json" --json > "$tmp/sym$kib.out" 2> "$tmp/sym$kib.ramp"
+done
+python3 - "$tmp/sym512.ramp" "$tmp/sym16.ramp" <<'PY'
 import sys
-first = {}
-for l in open(sys.argv[1]):
-    f = l.split()
-    if f and f[0] == "ramp" and f[1] not in first:
-        first[f[1]] = float(f[4])
-chunk_s = 512 * 1024 * 8 / 10e6
-if len(first) != 12 or min(first.values()) < 3 * chunk_s:
+def first_whole(path):
+    first = {}
+    for l in open(path):
+        f = l.split()
+        if f and f[0] == "ramp" and f[1] not in first:
+            first[f[1]] = float(f[4])
+    return sorted(first.values())
+t, chunk_s = first_whole(sys.argv[1]), 512 * 1024 * 8 / 10e6
+if len(t) != 12 or t[0] < 3 * chunk_s:
     sys.exit("sim_small: queues: first whole chunks at %s s, %d nodes (none "
              "before %.2f s: the seed's uplink is shared)"
-             % (sorted(first.values())[:3], len(first), 3 * chunk_s))
-print("sim_small: queues: the first whole chunk at %.2f s (shared uplink)"
-      % min(first.values()))
-PY
-# The same with 16 KiB chunks: on a 10 Mbit/s uplink the kernel's TSO
-# bursts are two segments (queue.c slice_of), so the seed's first chunks,
-# out at once, are whole about together, not one chunk's time (13 ms)
-# apart as whole 16 KiB messages were.
-sed 's/"mode": "p2p"/"network": "queues", "mode": "p2p"/; s/"interval_s": 14}/"interval_s": 14, "chunk_bytes": 16384}/' "$dir/scenarios/netlab_sym.json" > "$tmp/sym16.json"
-STITCH_SIM_RAMP=1 "$sim" "$tmp/sym16.json" --json > "$tmp/sym16.out" 2> "$tmp/sym16.ramp"
-python3 - "$tmp/sym16.ramp" <<'PY'
-import sys
-first = {}
-for l in open(sys.argv[1]):
-    f = l.split()
-    if f and f[0] == "ramp" and f[1] not in first:
-        first[f[1]] = float(f[4])
-t = sorted(first.values())
-chunk_s = 16384 * 8 / 10e6
+             % (t[:3], len(t), 3 * chunk_s))
+print("sim_small: queues: the first whole chunk at %.2f s (shared uplink)" % t[0])
+t, chunk_s = first_whole(sys.argv[2]), 16384 * 8 / 10e6
 if len(t) != 12 or t[2] - t[0] > chunk_s:
     sys.exit("sim_small: queues: 16 KiB chunks: the first whole ones at %s s, "
              "%d nodes (the first three within %.3f s: pieces take turns)"

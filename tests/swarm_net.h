@@ -123,6 +123,9 @@ typedef enum sn_evil {
   SN_EVIL_PASS_LIE, /* to a peer of another region, each HAVE (of chunk
                        c) is a CROSSING naming that peer, a pass that never
                        comes, and the lie is told again of chunk c / 2 */
+  SN_EVIL_TOLD_LIE, /* to a peer of another region, each HAVE is a
+                       CROSSING naming a made-up node of that region: the
+                       notice of a pass to another node that never comes */
   SN_EVIL_LIE_LATE, /* as PASS_LIE, but each lie is told again, word for
                        word, SN_LATE_MS after the first lie to that peer,
                        and no PEERS or BITFIELD frame goes to another
@@ -1001,6 +1004,15 @@ static void sn_rewrite(sn_node *n, sn_pipe *p, int type, const uint8_t *body,
         p->late_at = n->net->now + SN_LATE_MS;
     }
     n->lies += 1 + (n->evil == SN_EVIL_PASS_LIE);
+    free(m);
+    return;
+  }
+  if (n->evil == SN_EVIL_TOLD_LIE && type == WIRE_HAVE && far) {
+    wire_msg *m = sn_decoded(type, body, len);
+    m->type = WIRE_CROSSING;
+    memset(m->node.b, 0x42, sizeof(m->node.b));
+    ASSERT_EQ(wire_encode(&p->out, m), 0);
+    n->lies++;
     free(m);
     return;
   }

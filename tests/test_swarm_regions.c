@@ -4,6 +4,7 @@
  * a region's own dialers, links across on top), and
  * what the seed gives to nodes that reach every region. */
 #include "swarm_fixture.h"
+#include "swarm/cross.h" /* CORE_CROSS_TRUST_MS */
 #include "swarm/fetch.h" /* CORE_PUSH_SMALL_CHUNKS */
 
 /* ---- Crossing into a region ------------------------------------------- */
@@ -297,6 +298,27 @@ static void scenario_pass_lie(void) {
   ASSERT(crossings - lies <= 2 * near);
 }
 
+/* As pass_lie, but each HAVE the liar would send "us" is a CROSSING
+ * naming a made-up node of "us": the notice that it passes the chunk into
+ * "us" through another node (cross.c pass_to), which never comes. Each
+ * "us" node holds its turn for that chunk back for its told_wait (at
+ * least CORE_COMING_WAIT_MS, at most CORE_CROSS_TRUST_MS), once, and
+ * passes nothing on; the honest node's passes and the seed bring the
+ * chunks in meanwhile. */
+static void scenario_told_lie(void) {
+  uint64_t crossings, lies, near, none;
+  uint64_t took = past_liar(SN_EVIL_TOLD_LIE, &crossings, &lies);
+  uint64_t honest = past_liar(SN_HONEST, &near, &none);
+  printf("told lie: \"us\" at v1 bit-exact %" PRIu64 " ms after publish "
+         "(%" PRIu64 " with no liar) past a node announcing a pass of every "
+         "chunk it holds through a made-up node; %" PRIu64 " lies, %" PRIu64
+         " CROSSING frames inside \"us\" (%" PRIu64 " with no liar)\n",
+         took, honest, lies, crossings - lies, near);
+  ASSERT(lies > 0);
+  ASSERT(took <= honest + CORE_CROSS_TRUST_MS);
+  ASSERT(crossings - lies <= 2 * near);
+}
+
 /* The notice of a pass is news once per chunk (cross.c cross_on_crossing):
  * a far peer that names us as the receiver of a chunk it never sends
  * holds that chunk back from our region's turns for CORE_CROSS_TRUST_MS,
@@ -575,6 +597,7 @@ static const sw_scenario scenarios[] = {
     {"cross_on_top", scenario_cross_on_top},
     {"reach", scenario_reach},
     {"early", scenario_early},
+    {"told_lie", scenario_told_lie},
 };
 
 int main(void) {

@@ -248,13 +248,6 @@ void queue_ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c) {
   ev_push(s->q, t, to, EV_CTL, msg_new(s, kind, c, NULL, 0));
 }
 
-/* Puts the next piece of message M on connection CI from host FROM on
- * the links, OFF bytes of it being there already (QUEUE_SLICE, driver.h):
- * pieces of equal size, the next one booked when this one is within
- * SMALL_BYTES of leaving the uplink, by when the sender's other pipes
- * have booked theirs. After the last piece the message arrives whole, at
- * the latest of its pieces' arrivals; the pipe takes more once it is
- * within its mark of leaving (EV_SENT), as an unpieced message does. */
 /* The size of the pieces in which a message of LEN bytes leaves host
  * FROM's uplink: Linux's TSO autosizing, about 1 ms of the rate (here
  * the uplink's; a socket's pacing rate is at most that) and at least two
@@ -267,17 +260,21 @@ static size_t slice_of(const qnet *q, int from, size_t len) {
   return b < QUEUE_SLICE ? (size_t)b : QUEUE_SLICE;
 }
 
+/* Puts the next piece of message M on connection CI from host FROM on
+ * the links, OFF bytes of it being there already (slice_of): pieces of
+ * equal size, the next one booked when this one is within a quarter of a
+ * piece (at most SMALL_BYTES) of leaving the uplink, by when the sender's
+ * other pipes have booked theirs, so they take turns. After the last piece the message arrives whole, at
+ * the latest of its pieces' arrivals; the pipe takes more once it is
+ * within its mark of leaving (EV_SENT), as an unpieced message does. */
 static void send_piece(sim *s, int from, uint32_t ci, msg *m, size_t off) {
   conn *c = s->conn[ci];
   int side = side_of(c, from), to = c->node[1 - side];
   pipe_ *p = &c->d[side];
-  size_t pieces = (m->len + slice_of(s->q, from, m->len) - 1) /
-                  slice_of(s->q, from, m->len);
+  size_t slice = slice_of(s->q, from, m->len);
+  size_t pieces = (m->len + slice - 1) / slice;
   size_t size = (m->len + pieces - 1) / pieces;
   size_t len = m->len - off < size ? m->len - off : size;
-  /* The next piece is booked when this one is within a quarter of a
-   * piece (at most SMALL_BYTES) of leaving: by then the sender's other
-   * pipes have booked theirs, and they take turns. */
   double lead = fmin((double)size / 4, SMALL_BYTES);
   double up[2];
   double t = transfer(s, from, to, len, up);

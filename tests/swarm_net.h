@@ -988,31 +988,26 @@ static void sn_rewrite(sn_node *n, sn_pipe *p, int type, const uint8_t *body,
   if (n->evil == SN_EVIL_LIE_LATE && far &&
       (type == WIRE_PEERS || type == WIRE_BITFIELD))
     return;
-  if ((n->evil == SN_EVIL_PASS_LIE || n->evil == SN_EVIL_LIE_LATE) &&
+  if ((n->evil == SN_EVIL_PASS_LIE || n->evil == SN_EVIL_LIE_LATE ||
+       n->evil == SN_EVIL_TOLD_LIE) &&
       type == WIRE_HAVE && far) {
     wire_msg *m = sn_decoded(type, body, len);
     m->type = WIRE_CROSSING;
     m->node = n->net->node[p->to].cfg.node_pk;
+    if (n->evil == SN_EVIL_TOLD_LIE) /* a made-up node of its region */
+      memset(m->node.b, 0x42, sizeof(m->node.b));
     ASSERT_EQ(wire_encode(&p->out, m), 0);
     if (n->evil == SN_EVIL_PASS_LIE) {
       m->chunk /= 2;
       ASSERT_EQ(wire_encode(&p->out, m), 0);
-    } else if (p->late_at == 0 || n->net->now < p->late_at) {
+    } else if (n->evil == SN_EVIL_LIE_LATE &&
+               (p->late_at == 0 || n->net->now < p->late_at)) {
       ASSERT_EQ(wire_encode(&p->late, m), 0);
       p->late_n++;
       if (p->late_at == 0)
         p->late_at = n->net->now + SN_LATE_MS;
     }
     n->lies += 1 + (n->evil == SN_EVIL_PASS_LIE);
-    free(m);
-    return;
-  }
-  if (n->evil == SN_EVIL_TOLD_LIE && type == WIRE_HAVE && far) {
-    wire_msg *m = sn_decoded(type, body, len);
-    m->type = WIRE_CROSSING;
-    memset(m->node.b, 0x42, sizeof(m->node.b));
-    ASSERT_EQ(wire_encode(&p->out, m), 0);
-    n->lies++;
     free(m);
     return;
   }

@@ -123,6 +123,14 @@ peer *core_peer(stitch_swarm *s, uint32_t id) {
   return NULL;
 }
 
+peer *core_ready_key(stitch_swarm *s, const stitch_pubkey *k) {
+  for (size_t i = 0; i < s->n_peers; i++)
+    if (s->peers[i].state == PEER_READY &&
+        memcmp(s->peers[i].node.b, k->b, sizeof(k->b)) == 0)
+      return &s->peers[i];
+  return NULL;
+}
+
 static size_t count_peers(const stitch_swarm *s, int ready_only) {
   size_t n = 0;
   for (size_t i = 0; i < s->n_peers; i++)

@@ -326,6 +326,8 @@ struct stitch_swarm {
 
 /* core.c */
 peer *core_peer(stitch_swarm *s, uint32_t id);
+/* The ready neighbour whose node key is K, or NULL. */
+peer *core_ready_key(stitch_swarm *s, const stitch_pubkey *k);
 void core_log(stitch_swarm *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void core_push_action(stitch_swarm *s, const stitch_swarm_action *a);

@@ -332,10 +332,9 @@ void cross_on_crossing(stitch_swarm *s, peer *p, const wire_msg *m) {
        * in by, and what holds the region's turns back for longer. */
       if (v->cross[c.object].told[c.chunk] == 0)
         v->cross[c.object].told[c.chunk] = vstate_stamp(s, v);
-      for (size_t i = 0; i < s->n_peers; i++)
-        if (s->peers[i].state == PEER_READY && peer_near(&s->peers[i]) &&
-            memcmp(s->peers[i].node.b, m->node.b, sizeof(m->node.b)) == 0)
-          fetch_early_from(s, &s->peers[i], v, &c);
+      peer *q = core_ready_key(s, &m->node);
+      if (q != NULL && peer_near(q))
+        fetch_early_from(s, q, v, &c);
       return;
     }
     fetch_on_reject(s, p, &c);

@@ -27,13 +27,6 @@ static int nated(const peer *p) {
   return p->state == PEER_READY && !p->listen[0] && !p->is_seed;
 }
 
-static peer *ready_key(stitch_swarm *s, const stitch_pubkey *k) {
-  for (size_t i = 0; i < s->n_peers; i++)
-    if (s->peers[i].state == PEER_READY && same_key(&s->peers[i].node, k))
-      return &s->peers[i];
-  return NULL;
-}
-
 static size_t nated_links(const stitch_swarm *s) {
   size_t n = 0;
   for (size_t i = 0; i < s->n_peers; i++)
@@ -220,7 +213,7 @@ static punch_pair *pair_find(stitch_swarm *s, const stitch_pubkey *asker,
 static void relay_ask(stitch_swarm *s, peer *a, const stitch_pubkey *k) {
   peer *b = NULL;
   if (!zero_key(k)) {
-    b = ready_key(s, k);
+    b = core_ready_key(s, k);
     if (b != NULL && (!nated(b) || b == a || !ask_room(s, b)))
       b = NULL;
   } else if (s->n_peers > 0) {
@@ -252,7 +245,7 @@ static void relay_answer(stitch_swarm *s, peer *b, const wire_msg *m) {
   punch_pair *e = pair_find(s, &m->node, &b->node, 1);
   if (e != NULL)
     e->answered = 1; /* one answer per ask, passed on or not */
-  peer *a = e != NULL ? ready_key(s, &m->node) : NULL;
+  peer *a = e != NULL ? core_ready_key(s, &m->node) : NULL;
   if (a == NULL) { /* not asked of it, or the asker is gone */
     s->st.punch_ignored++;
     return;
@@ -283,7 +276,7 @@ static int in_scope(stitch_swarm *s, const peer *r, const char *addr) {
 static void on_asked(stitch_swarm *s, peer *r, const wire_msg *m) {
   const stitch_pubkey *k = &m->node;
   int ok = in_scope(s, r, m->addr) && room(s, PUNCH_WANT + PUNCH_TAKE_EXTRA) &&
-           ready_key(s, k) == NULL && !backed_off(s, k) &&
+           core_ready_key(s, k) == NULL && !backed_off(s, k) &&
            (r->punch_took_ms == 0 ||
             s->now_ms - r->punch_took_ms >= PUNCH_TAKE_MS);
   for (size_t i = 0; i < PUNCH_INFLIGHT && ok; i++)
@@ -335,7 +328,7 @@ static void on_answer(stitch_swarm *s, peer *r, const wire_msg *m) {
     try_end(s, t, 1);
     return;
   }
-  if (zero_key(&m->node) || ready_key(s, &m->node) != NULL ||
+  if (zero_key(&m->node) || core_ready_key(s, &m->node) != NULL ||
       same_key(&m->node, &s->cfg.node_pk)) {
     s->st.punch_ignored++;
     try_end(s, t, 0);

@@ -117,6 +117,9 @@ int core_wanted_by_all(const stitch_swarm *s, const vstate *v, uint32_t o) {
 }
 
 peer *core_peer(stitch_swarm *s, uint32_t id) {
+  size_t k = s->id_slot[id % CORE_ID_SLOTS];
+  if (k < s->n_peers && s->peers[k].state != PEER_FREE && s->peers[k].id == id)
+    return &s->peers[k];
   for (size_t i = 0; i < s->n_peers; i++)
     if (s->peers[i].state != PEER_FREE && s->peers[i].id == id)
       return &s->peers[i];
@@ -624,6 +627,7 @@ int stitch_swarm_peer_open(stitch_swarm *s, uint64_t now_ms, int outbound,
   memset(p, 0, sizeof(*p));
   p->state = PEER_HELLO;
   p->id = s->next_peer_id++;
+  s->id_slot[p->id % CORE_ID_SLOTS] = (uint32_t)(p - s->peers);
   p->outbound = outbound;
   snprintf(p->addr, sizeof(p->addr), "%s", addr ? addr : "");
   p->same_region = s->cfg.region[0] == '\0'; /* "" until its HELLO */

@@ -32,6 +32,7 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
 #define CORE_MAX_REGIONS 32     /* regions numbered for reach masks */
 #define CORE_MAX_BANS 1024
 #define CORE_MAX_ACTIONS 256
+#define CORE_ID_SLOTS 256       /* core_peer's map of ids to slots */
 #define CORE_INBOUND_SLACK 4    /* inbound links beyond max_peers */
 #define CORE_SAME_EXTRA 2       /* links of our region dialed beyond max_peers */
 #define CORE_FULL_MAX 8         /* dialers pointed elsewhere at once */
@@ -283,6 +284,10 @@ struct stitch_swarm {
     unsigned lim; /* requests it may have from us at once */
   } *sched;
   uint32_t next_peer_id;
+  /* Where peer ID was opened: peers[id_slot[ID % CORE_ID_SLOTS]], unless a
+   * later peer took that entry (core_peer then looks through them all).
+   * The drivers ask for every peer's pending bytes after each event. */
+  uint32_t id_slot[CORE_ID_SLOTS];
   addr_entry *addrs;
   size_t n_addrs;
   /* Dials in a row that came to nothing, when the last did, and when

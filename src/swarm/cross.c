@@ -211,8 +211,8 @@ void cross_saw_far(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c) {
  * sees a nearby copy fetches that. docs/swarm.md has the rule,
  * docs/simulator.md the figures. */
 int cross_ok(stitch_swarm *s, vstate *v, uint32_t o, uint64_t c,
-             uint64_t *wake) {
-  if (held_nearby(s, v->ref.m->version, o, c))
+             int none_near, uint64_t *wake) {
+  if (!none_near && held_nearby(s, v->ref.m->version, o, c))
     return 0;
   if (still_waiting(s, v, v->cross[o].crossing[c], CORE_CROSS_TRUST_MS,
                     wake) ||

@@ -92,9 +92,11 @@ void cross_obj_free(cross_obj *x);
 
 /* May chunk C of (V, O) be asked of a far peer now (its turn, no CROSSING
  * or BID says another node brings it, no neighbour holds it)? When not
- * yet, lowers *WAKE to when it may be. */
+ * yet, lowers *WAKE to when it may be. NONE_NEAR: the caller knows that
+ * no neighbour of our region holds C (fetch.c pick masks their bitsets),
+ * and they are not looked through again. */
 int cross_ok(stitch_swarm *s, struct vstate *v, uint32_t o, uint64_t c,
-             uint64_t *wake);
+             int none_near, uint64_t *wake);
 /* A far peer holds chunk C of (V, O) (a HAVE or its BITFIELD). */
 void cross_saw_far(stitch_swarm *s, struct vstate *v, uint32_t o, uint64_t c);
 /* We sent P our first request for chunk C of V: a far P or the seed

@@ -274,17 +274,22 @@ static uint64_t wanted_from(const bits *have, const bits *held,
 }
 
 /* The bitsets of (V, O) of the ready neighbours of our region (not the
- * seed): a chunk one of them holds never crosses (cross.c cross_ok). */
+ * seed): a chunk one of them holds never crosses (cross.c cross_ok).
+ * *ALL is 1 when every such neighbour's bitset is among them, so that a
+ * chunk none of them holds is held by no neighbour of our region. */
 static size_t near_bits(stitch_swarm *s, const vstate *v, uint32_t o,
-                        const bits *near[NEAR_MAX]) {
+                        const bits *near[NEAR_MAX], int *all) {
   size_t n = 0;
-  for (size_t i = 0; i < s->n_peers && n < NEAR_MAX; i++) {
+  *all = 1;
+  for (size_t i = 0; i < s->n_peers; i++) {
     peer *q = &s->peers[i];
     const bits *h;
-    if (peer_near(q) &&
-        (h = peer_bits(q, v->ref.m->version, o, 0, 0)) != NULL &&
-        h->n == v->held[o].n)
+    if (!peer_near(q) || (h = peer_bits(q, v->ref.m->version, o, 0, 0)) == NULL)
+      continue;
+    if (h->n == v->held[o].n && n < NEAR_MAX)
       near[n++] = h;
+    else
+      *all = 0;
   }
   return n;
 }
@@ -322,7 +327,8 @@ static int pick(stitch_swarm *s, peer *p, vstate *v, uint32_t o, int endgame,
   int far = peer_far(p);
   int small = n <= CORE_PUSH_SMALL_CHUNKS;
   const bits *near[NEAR_MAX];
-  size_t n_near = far ? near_bits(s, v, o, near) : 0;
+  int all_near = 0;
+  size_t n_near = far ? near_bits(s, v, o, near, &all_near) : 0;
   /* From a random start round to it: [start, n), then [0, start). */
   for (int pass = 0; pass < 2; pass++) {
     uint64_t from = pass == 0 ? start : 0, to = pass == 0 ? n : start;
@@ -338,7 +344,7 @@ static int pick(stitch_swarm *s, peer *p, vstate *v, uint32_t o, int endgame,
           continue;
         /* A chunk crosses regions only when nobody nearby has it, and only
          * through a few nodes of the region at first. */
-        if (far && !cross_ok(s, v, o, c, &s->fetch_wake_ms))
+        if (far && !cross_ok(s, v, o, c, all_near, &s->fetch_wake_ms))
           continue;
         chunk_id id = {v->ref.m->version, o, c};
         if (fetch_asked(p, &id) >= 0)

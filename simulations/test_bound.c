@@ -60,7 +60,7 @@ int main(int argc, char **argv) {
                         "netlab_asym.json", "netlab_sym_loss.json",
                         "anchor10000.json", "headroom10000.json",
                         "upload1000.json", "upload10000.json",
-                        "stream1000.json"};
+                        "stream1000.json", "stream_dc1000.json"};
   for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
     char path[512], err[512];
     snprintf(path, sizeof(path), "%s/%s", dir, good[i]);

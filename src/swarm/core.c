@@ -276,6 +276,7 @@ void stitch_swarm_free(stitch_swarm *s) {
     peer_reset(s, &s->peers[i]);
   free(s->peers);
   free(s->sched);
+  free(s->rx);
   for (size_t i = 0; i < s->n_v; i++)
     version_free(&s->v[i]);
   free(s->v);
@@ -563,7 +564,7 @@ static void maintain(stitch_swarm *s) {
 
 static void send_peers(stitch_swarm *s, peer *p) {
   wire_msg m;
-  memset(&m, 0, sizeof(m));
+  wire_msg_clear(&m);
   m.type = WIRE_PEERS;
   size_t start = s->n_addrs ? (size_t)(core_random(s) % s->n_addrs) : 0;
   for (size_t k = 0; k < s->n_addrs && m.n_peers < 16; k++) {
@@ -1194,15 +1195,14 @@ static void on_peers(stitch_swarm *s, peer *p, const wire_msg *m) {
 /* One whole frame from a peer. */
 static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
                      size_t len) {
-  wire_msg *m = malloc(sizeof(*m));
-  stitch_diag d = {{0}};
-  if (m == NULL) {
+  if (s->rx == NULL && (s->rx = malloc(sizeof(*s->rx))) == NULL) {
     core_drop(s, p, 0, "out of memory");
     return;
   }
+  wire_msg *m = s->rx;
+  stitch_diag d = {{0}};
   if (wire_decode(type, body, len, m, &d) != 0) {
     core_drop(s, p, 1, d.msg);
-    free(m);
     return;
   }
   /* HELLO, then AUTH, then anything else (feed_frames refused any other
@@ -1210,13 +1210,10 @@ static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
   if ((p->state == PEER_HELLO) != (type == WIRE_HELLO) ||
       (p->state == PEER_AUTH) != (type == WIRE_AUTH)) {
     core_drop(s, p, 1, "message out of order in the handshake");
-    free(m);
     return;
   }
-  if (p->state == PEER_FULL) { /* on its way out: nothing it says matters */
-    free(m);
+  if (p->state == PEER_FULL) /* on its way out: nothing it says matters */
     return;
-  }
   if (p->state == PEER_READY)
     p->frames++;
   switch (type) {
@@ -1291,7 +1288,6 @@ static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
     p->ping_ms = s->now_ms;
     break;
   }
-  free(m);
 }
 
 /* A frame's header is in and its body is to come: the limits that depend
@@ -1450,7 +1446,7 @@ int stitch_swarm_tick(stitch_swarm *s, uint64_t now_ms) {
     }
     if (p->state == PEER_READY && now_ms - p->last_send_ms > CORE_PING_MS) {
       wire_msg m;
-      memset(&m, 0, sizeof(m));
+      wire_msg_clear(&m);
       m.type = WIRE_PING;
       core_send(s, p, &m);
     }

@@ -283,6 +283,9 @@ struct stitch_swarm {
     peer *p;
     unsigned lim; /* requests it may have from us at once */
   } *sched;
+  /* The frame being handled (on_frame, one at a time): 11 KB, allocated
+   * with the first, not for each. */
+  wire_msg *rx;
   uint32_t next_peer_id;
   /* Where peer ID was opened: peers[id_slot[ID % CORE_ID_SLOTS]], unless a
    * later peer took that entry (core_peer then looks through them all).
@@ -388,7 +391,7 @@ static inline const stitch_chunk_ref *chunk_ref(vstate *v, uint32_t o,
 }
 /* M is a message of type T about chunk C, nothing else set. */
 static inline void chunk_msg(wire_msg *m, wire_type t, const chunk_id *c) {
-  memset(m, 0, sizeof(*m));
+  wire_msg_clear(m);
   m->type = t;
   m->version = c->version;
   m->object = c->object;

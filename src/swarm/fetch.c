@@ -119,7 +119,7 @@ void fetch_announce_interest(stitch_swarm *s, peer *p) {
       if (h->count == 0 && !fetch_in_plan(s, h->version, o))
         continue;
       wire_msg m;
-      memset(&m, 0, sizeof(m));
+      wire_msg_clear(&m);
       m.type = WIRE_BITFIELD;
       m.version = h->version;
       m.object = o;
@@ -878,7 +878,7 @@ void fetch_serve_next(stitch_swarm *s, peer *p) {
       continue;
     }
     wire_msg m;
-    memset(&m, 0, sizeof(m));
+    wire_msg_clear(&m);
     m.type = WIRE_CHUNK;
     m.version = c.version;
     m.object = c.object;

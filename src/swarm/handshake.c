@@ -32,7 +32,7 @@ void hs_open(stitch_swarm *s, peer *p) {
   chan_keypair(&p->ch, seed);
   sodium_memzero(seed, sizeof(seed));
   wire_msg m;
-  memset(&m, 0, sizeof(m));
+  wire_msg_clear(&m);
   m.type = WIRE_HELLO;
   m.proto = WIRE_PROTO;
   memcpy(m.kx, p->ch.pk, WIRE_KX_BYTES);

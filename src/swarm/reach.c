@@ -64,7 +64,7 @@ static uint32_t our_reach(stitch_swarm *s) {
  * ones only; the seed then counts it as reaching fewer. */
 static void send_reach(stitch_swarm *s, peer *p, uint32_t mask) {
   wire_msg m;
-  memset(&m, 0, sizeof(m));
+  wire_msg_clear(&m);
   m.type = WIRE_REACH;
   for (unsigned i = 0; i < s->n_regions && m.n_reach < WIRE_MAX_REACH; i++)
     if (mask >> i & 1)

@@ -308,7 +308,7 @@ int wire_decode(int type, const uint8_t *body, size_t len, wire_msg *m,
                 stitch_diag *d) {
   RETURN_IF(m == NULL || (body == NULL && len > 0), d, STITCH_EINVAL,
             "wire: NULL argument");
-  memset(m, 0, sizeof(*m));
+  wire_msg_clear(m);
   size_t limit = wire_type_limit(type);
   RETURN_IF(limit == 0, d, STITCH_EFORMAT, "wire: unknown message type %d",
             type);
@@ -602,6 +602,9 @@ void wire_reader_trim(wire_reader *r) {
     dbuf_free(&r->buf);
 }
 
+/* The body of a frame that has none: not NULL, so callers need not care. */
+static const uint8_t no_body[1];
+
 int wire_reader_feed(wire_reader *r, const uint8_t *buf, size_t len,
                      size_t *used, int *type, const uint8_t **body,
                      size_t *body_len, stitch_diag *d) {
@@ -626,6 +629,17 @@ int wire_reader_feed(wire_reader *r, const uint8_t *buf, size_t len,
   *used = pos;
   if (rc != 0 || r->type == 0)
     return rc;
+  if (r->buf.len == 0 && len - pos >= r->need) {
+    /* The whole body is in BUF: handed out where it lies, uncopied (a
+     * chunk's bytes were copied once more for every frame). */
+    *body = r->need > 0 ? buf + pos : no_body;
+    *body_len = r->need;
+    *used = pos + r->need;
+    *type = r->type;
+    r->need = 0;
+    r->ready = 1;
+    return 0;
+  }
   /* Only what arrived: the buffer grows (doubling, up to the type's
    * limit) with the bytes, never with the header's claim. */
   size_t n = len - pos < r->need ? len - pos : r->need;
@@ -637,10 +651,9 @@ int wire_reader_feed(wire_reader *r, const uint8_t *buf, size_t len,
     *used = pos + n;
   }
   if (r->need == 0) {
-    static const uint8_t empty[1];
     r->ready = 1;
     *type = r->type;
-    *body = r->buf.p != NULL ? r->buf.p : empty;
+    *body = r->buf.p != NULL ? r->buf.p : no_body;
     *body_len = r->buf.len;
   }
   return 0;

@@ -331,8 +331,14 @@ static void scenario_spam(void) {
  * attacker's. They dial the victim (node 1) at once and again, accept
  * dials, advertise every chunk and serve none, and tell of no one but
  * each other. The victim keeps CORE_OUTBOUND_MIN links of its own
- * dialing, greylists the liars by key and dialed address, and converges.
- * max_peers 3: few slots to fill. */
+ * dialing and converges: each request to a liar is outrun, and the
+ * endgame asks a third peer when a second request is late too. Before
+ * that, a chunk asked of two liars waited 15 s at some seeds (15 times
+ * slower), and the stalls charged then greylisted the liars; now an
+ * outrun liar's holdings are forgotten after a few requests, so it is
+ * greylisted at most seeds (26 of test seeds 1-30) but not all, and
+ * greylisting is printed, not asserted. max_peers 3: few slots to
+ * fill. */
 static void scenario_eclipse(void) {
   attack a = {.name = "eclipse (30% of an open swarm at one victim)",
               .kind = SN_EVIL_ECLIPSE, .n_evil = 3, .listen = 1, .open = 1,
@@ -343,7 +349,6 @@ static void scenario_eclipse(void) {
          PRIu64 " to the attacker's\n",
          o.honest_links_of_victim, o.evil_links);
   ASSERT(o.honest_links_of_victim >= 1);
-  ASSERT(o.greylisted >= 1);
 }
 
 /* 5. Members that complete the handshake and then go silent, holding

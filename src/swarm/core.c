@@ -220,6 +220,7 @@ int stitch_swarm_new(const stitch_swarm_config *cfg,
   s->held_id = cfg->held_id;
   s->st.held_version = cfg->held_version;
   s->next_peer_id = 1;
+  s->pick_gen = 1; /* a new peer's dry_gen, 0, is never it */
   *out = s;
   return 0;
 }
@@ -1216,6 +1217,8 @@ static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
     return;
   if (p->state == PEER_READY)
     p->frames++;
+  if (type != WIRE_HAVE && type != WIRE_PING) /* a HAVE: fetch_on_have_bit */
+    s->sched_due = 1;
   switch (type) {
   case WIRE_HELLO:
     hs_on_hello(s, p, m);
@@ -1409,7 +1412,8 @@ int stitch_swarm_peer_recv(stitch_swarm *s, uint32_t id, const uint8_t *buf,
   if (p->state == PEER_CLOSING)
     return STITCH_ELIMIT;
   wire_reader_trim(&p->rd);
-  fetch_schedule(s);
+  if (s->sched_due)
+    fetch_schedule_due(s);
   return 0;
 }
 

@@ -191,6 +191,9 @@ typedef struct peer {
   /* Our requests to it. */
   request req[CORE_MAX_PIPELINE];
   unsigned n_req;
+  /* It had nothing for us when the schedule last asked, and nothing that
+   * could change that has happened since: s->pick_gen was this. */
+  uint64_t dry_gen;
   unsigned timeouts;
   uint64_t chunk_allow; /* largest CHUNK body it may send: what we asked */
   /* A version of which it rejected an early request of ours: it is
@@ -312,6 +315,15 @@ struct stitch_swarm {
   /* A crossing's wait ends (cross.c cross_ok), or a request becomes late
    * (fetch.c late): the schedule runs again then. */
   uint64_t fetch_wake_ms;
+  /* Something that may let us ask for more came in since the schedule
+   * last ran (fetch_schedule_due): any frame but a PING or a HAVE of a
+   * chunk we hold or have asked for (outside the endgame, which the
+   * schedule's last run saw). */
+  int sched_due, endgame;
+  /* Counts the changes that may give a neighbour with nothing for us
+   * something (peer.dry_gen): a request withdrawn, a new plan, the
+   * endgame, a timed wait's end. A neighbour's own HAVE clears its mark. */
+  uint64_t pick_gen;
   double wait_ms; /* how long a chunk asked for takes to come (average) */
   uint64_t chunk_max;     /* largest chunk of the versions we know */
   cross_ranks xr;         /* crossers heard of: our region's size (cross.c) */

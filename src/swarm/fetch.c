@@ -78,6 +78,7 @@ static void maybe_apply(stitch_swarm *s) {
 
 void fetch_replan(stitch_swarm *s) {
   memset(&s->plan, 0, sizeof(s->plan));
+  s->pick_gen++;
   if (s->cfg.seed || s->n_v == 0)
     return;
   uint64_t latest = s->v[s->n_v - 1].ref.m->version;
@@ -164,18 +165,25 @@ void fetch_on_have_bit(stitch_swarm *s, peer *p, uint64_t version,
     return;
   if (v->avail[object][chunk] < 0xffff)
     v->avail[object][chunk]++;
+  p->dry_gen = 0; /* it may have something for us now */
   if (peer_far(p))
     cross_saw_far(s, v, object, chunk);
   if (!p->is_seed && !peer_far(p))
     cancel_far(s, version, object, chunk);
+  if (!bits_get(&v->held[object], chunk) &&
+      (v->inflight[object][chunk] == 0 || s->endgame) &&
+      fetch_in_plan(s, version, object))
+    s->sched_due = 1; /* a chunk we may ask P for */
 }
 
 void fetch_peer_gone(stitch_swarm *s, peer *p) {
   for (unsigned i = 0; i < p->n_req; i++) {
     vstate *v = core_find_version(s, p->req[i].c.version);
     if (!p->req[i].early && v != NULL &&
-        v->inflight[p->req[i].c.object][p->req[i].c.chunk] > 0)
+        v->inflight[p->req[i].c.object][p->req[i].c.chunk] > 0) {
       v->inflight[p->req[i].c.object][p->req[i].c.chunk]--;
+      s->pick_gen++; /* another may give it */
+    }
   }
   p->n_req = 0;
   if (p->state != PEER_READY)
@@ -216,8 +224,8 @@ int fetch_queued(const peer *p, const chunk_id *c) {
   return -1;
 }
 
-/* May chunk C of (V, O), asked for once already, be asked of a second
- * peer (the endgame)? Only once that request is late: it has waited
+/* May chunk C of (V, O), asked for already, be asked of another peer
+ * (the endgame)? Only once the latest request is late: it has waited
  * CORE_LATE_FACTOR times the usual wait for a chunk. Asking at once
  * brought most second copies after the first, when a CANCEL no longer
  * stops them: 3.6 % more bytes into each node's downlink at its end,
@@ -337,7 +345,7 @@ static int pick(stitch_swarm *s, peer *p, vstate *v, uint32_t o, int endgame,
            w &= w - 1) {
         uint64_t c = j * 64 + (uint64_t)__builtin_ctzll(w);
         unsigned fl = v->inflight[o][c];
-        if (fl > (endgame ? 1u : 0u))
+        if (fl > (endgame ? CORE_ENDGAME_ASKS - 1u : 0u))
           continue;
         /* The seed is the last resort: its upload is the scarce one. */
         if (p->is_seed && v->avail[o][c] > 1)
@@ -414,8 +422,8 @@ static int request_one(stitch_swarm *s, peer *p, int endgame) {
     uint64_t allow = chunk_ref(v, o, c)->size + 64;
     p->chunk_allow = allow > p->chunk_allow ? allow : p->chunk_allow;
     p->req[p->n_req++] = (request){id, s->now_ms, 0, 0};
-    if (v->inflight[o][c]++ == 0)
-      v->asked_at[o][c] = vstate_stamp(s, v);
+    v->inflight[o][c]++;
+    v->asked_at[o][c] = vstate_stamp(s, v); /* the latest ask: late */
     send_simple(s, p, WIRE_REQUEST, &id);
     if (v->inflight[o][c] == 1) {
       cross_on_request(s, p, v, &id);
@@ -484,19 +492,29 @@ void fetch_early_from(stitch_swarm *s, peer *p, vstate *v,
  * and most requests, and left the uplinks of the others idle. The ready
  * peers go into s->sched first, in that order, and leave it when they
  * have nothing more for us: walking every peer slot for each request was
- * an eighth of the simulator's time at 10,000 nodes. */
-void fetch_schedule(stitch_swarm *s) {
+ * an eighth of the simulator's time at 10,000 nodes. With FULL, every
+ * ready peer is asked; otherwise (after a frame, fetch_schedule_due) not
+ * those that had nothing at the last run, if nothing that could change
+ * that has happened since (peer.dry_gen): asking them again after every
+ * HAVE was a fifth of the simulator's time. Their timed waits (cross_ok,
+ * late) stay in fetch_wake_ms, and the tick's run asks them all. */
+static void schedule(stitch_swarm *s, int full) {
+  s->sched_due = 0;
   maybe_apply(s);
   if (s->cfg.seed || s->plan.n == 0)
     return;
   int endgame = all_requested(s);
-  s->fetch_wake_ms = UINT64_MAX;
+  if (full || endgame != s->endgame) {
+    s->pick_gen++;
+    s->fetch_wake_ms = UINT64_MAX;
+  }
+  s->endgame = endgame;
   size_t start = s->n_peers ? (size_t)(core_random(s) % s->n_peers) : 0;
   unsigned depth = request_depth(s);
   size_t n = 0;
   for (size_t k = 0, i = start; k < s->n_peers; k++, i++) {
     peer *p = &s->peers[i < s->n_peers ? i : i - s->n_peers];
-    if (p->state == PEER_READY)
+    if (p->state == PEER_READY && p->dry_gen != s->pick_gen)
       s->sched[n++] = (struct sched_slot){
           p, p->is_seed || peer_far(p) ? s->cfg.pipeline : depth};
   }
@@ -508,7 +526,10 @@ void fetch_schedule(stitch_swarm *s) {
         best = k;
     if (best == n)
       return;
+    uint64_t gen = s->pick_gen;
     if (!request_one(s, s->sched[best].p, endgame)) {
+      if (s->pick_gen == gen)
+        s->sched[best].p->dry_gen = gen;
       memmove(&s->sched[best], &s->sched[best + 1],
               (n - best - 1) * sizeof(s->sched[0]));
       n--;
@@ -516,11 +537,17 @@ void fetch_schedule(stitch_swarm *s) {
   }
 }
 
+void fetch_schedule(stitch_swarm *s) { schedule(s, 1); }
+
+void fetch_schedule_due(stitch_swarm *s) { schedule(s, 0); }
+
 static void drop_request(stitch_swarm *s, peer *p, unsigned i) {
   vstate *v = core_find_version(s, p->req[i].c.version);
   if (!p->req[i].early && v != NULL &&
-      v->inflight[p->req[i].c.object][p->req[i].c.chunk] > 0)
+      v->inflight[p->req[i].c.object][p->req[i].c.chunk] > 0) {
     v->inflight[p->req[i].c.object][p->req[i].c.chunk]--;
+    s->pick_gen++; /* another may give it */
+  }
   p->req[i] = p->req[--p->n_req];
 }
 

@@ -18,11 +18,15 @@
 
 #define CORE_REQUEST_MS 15000   /* a request not answered */
 #define CORE_RANDOM_FIRST 4     /* chunks fetched at random before rarest-first */
-/* The endgame (fetch.c late): a chunk is asked of a second peer once its
- * request has waited CORE_LATE_FACTOR times the usual wait for a chunk,
- * and at least CORE_LATE_MIN_MS. */
+/* The endgame (fetch.c late): a chunk is asked of another peer once its
+ * latest request has waited CORE_LATE_FACTOR times the usual wait for a
+ * chunk, and at least CORE_LATE_MIN_MS; of CORE_ENDGAME_ASKS peers at
+ * most. With two, a chunk whose second request went to a peer that
+ * stalls too waited for CORE_REQUEST_MS (test_hostile's eclipse, whose
+ * liars advertise every chunk: 15 times slower at some seeds). */
 #define CORE_LATE_FACTOR 2.0
 #define CORE_LATE_MIN_MS 50
+#define CORE_ENDGAME_ASKS 3
 #define CORE_BEHIND_MARGIN 0.02 /* behind our neighbours by this: twice the
                                    pipeline (fetch.c request_depth); behind
                                    another requester by this: two serving
@@ -48,7 +52,11 @@ struct vstate;
 struct chunk_id;
 
 void fetch_replan(stitch_swarm *s);
+/* Asks the ready peers for what we lack (fetch.c schedule): every one of
+ * them, or, after a frame that may let us ask for more (sched_due), those
+ * that had something at the last run or may have since. */
 void fetch_schedule(stitch_swarm *s);
+void fetch_schedule_due(stitch_swarm *s);
 int fetch_on_chunk(stitch_swarm *s, struct peer *p, const wire_msg *m);
 void fetch_on_reject(stitch_swarm *s, struct peer *p,
                      const struct chunk_id *c);

@@ -176,15 +176,19 @@ void fetch_on_have_bit(stitch_swarm *s, peer *p, uint64_t version,
     s->sched_due = 1; /* a chunk we may ask P for */
 }
 
-void fetch_peer_gone(stitch_swarm *s, peer *p) {
-  for (unsigned i = 0; i < p->n_req; i++) {
-    vstate *v = core_find_version(s, p->req[i].c.version);
-    if (!p->req[i].early && v != NULL &&
-        v->inflight[p->req[i].c.object][p->req[i].c.chunk] > 0) {
-      v->inflight[p->req[i].c.object][p->req[i].c.chunk]--;
-      s->pick_gen++; /* another may give it */
-    }
+/* Request R is withdrawn (answered, cancelled, or its peer gone): its
+ * chunk is in flight once less, and another peer may be asked for it. */
+static void unask(stitch_swarm *s, const request *r) {
+  vstate *v = core_find_version(s, r->c.version);
+  if (!r->early && v != NULL && v->inflight[r->c.object][r->c.chunk] > 0) {
+    v->inflight[r->c.object][r->c.chunk]--;
+    s->pick_gen++;
   }
+}
+
+void fetch_peer_gone(stitch_swarm *s, peer *p) {
+  for (unsigned i = 0; i < p->n_req; i++)
+    unask(s, &p->req[i]);
   p->n_req = 0;
   if (p->state != PEER_READY)
     return;
@@ -526,10 +530,9 @@ static void schedule(stitch_swarm *s, int full) {
         best = k;
     if (best == n)
       return;
-    uint64_t gen = s->pick_gen;
     if (!request_one(s, s->sched[best].p, endgame)) {
-      if (s->pick_gen == gen)
-        s->sched[best].p->dry_gen = gen;
+      s->sched[best].p->dry_gen = s->pick_gen; /* a failed pick changes
+                                                  nothing it counts */
       memmove(&s->sched[best], &s->sched[best + 1],
               (n - best - 1) * sizeof(s->sched[0]));
       n--;
@@ -542,12 +545,7 @@ void fetch_schedule(stitch_swarm *s) { schedule(s, 1); }
 void fetch_schedule_due(stitch_swarm *s) { schedule(s, 0); }
 
 static void drop_request(stitch_swarm *s, peer *p, unsigned i) {
-  vstate *v = core_find_version(s, p->req[i].c.version);
-  if (!p->req[i].early && v != NULL &&
-      v->inflight[p->req[i].c.object][p->req[i].c.chunk] > 0) {
-    v->inflight[p->req[i].c.object][p->req[i].c.chunk]--;
-    s->pick_gen++; /* another may give it */
-  }
+  unask(s, &p->req[i]);
   p->req[i] = p->req[--p->n_req];
 }
 

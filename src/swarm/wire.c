@@ -629,32 +629,26 @@ int wire_reader_feed(wire_reader *r, const uint8_t *buf, size_t len,
   *used = pos;
   if (rc != 0 || r->type == 0)
     return rc;
-  if (r->buf.len == 0 && len - pos >= r->need) {
-    /* The whole body is in BUF: handed out where it lies, uncopied (a
-     * chunk's bytes were copied once more for every frame). */
-    *body = r->need > 0 ? buf + pos : no_body;
-    *body_len = r->need;
-    *used = pos + r->need;
-    *type = r->type;
-    r->need = 0;
-    r->ready = 1;
-    return 0;
-  }
-  /* Only what arrived: the buffer grows (doubling, up to the type's
-   * limit) with the bytes, never with the header's claim. */
+  /* A body that came whole in BUF is handed out where it lies, uncopied
+   * (a chunk's bytes were copied once more for every frame). Otherwise
+   * only what arrived is buffered: the buffer grows (doubling, up to the
+   * type's limit) with the bytes, never with the header's claim. */
   size_t n = len - pos < r->need ? len - pos : r->need;
-  if (n > 0) {
+  const uint8_t *whole = NULL;
+  if (r->buf.len == 0 && n == r->need) {
+    whole = n > 0 ? buf + pos : no_body;
+  } else if (n > 0) {
     rc = dbuf_put(&r->buf, buf + pos, n);
     RETURN_IF(rc != 0, d, rc, "wire: %s frame: cannot buffer %zu bytes",
               type_names[r->type], n);
-    r->need -= (uint32_t)n;
-    *used = pos + n;
   }
+  r->need -= (uint32_t)n;
+  *used = pos + n;
   if (r->need == 0) {
     r->ready = 1;
     *type = r->type;
-    *body = r->buf.p != NULL ? r->buf.p : no_body;
-    *body_len = r->buf.len;
+    *body = whole != NULL ? whole : r->buf.p != NULL ? r->buf.p : no_body;
+    *body_len = whole != NULL ? n : r->buf.len;
   }
   return 0;
 }

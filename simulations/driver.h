@@ -171,6 +171,10 @@ typedef struct node {
   double *done; /* [version]: seconds, < 0 not yet */
   uint32_t *conns;
   size_t n_conns, cap_conns;
+  /* Beside conns: the id its core gave each (SIM_NO_PEER until open),
+   * and which of them flush asks (sim.c). */
+  uint32_t *conn_peer;
+  uint8_t *flush_mark;
   sg_mailbox_t ctl; /* flows: control messages */
   sg_comm_t ctl_get;
   msg *ctl_msg;
@@ -278,7 +282,8 @@ msg *msg_new(const sim *s, msg_kind kind, uint32_t c, const uint8_t *buf,
              size_t len);
 const uint8_t *msg_bytes(const msg *m);
 int side_of(const conn *c, int idx);
-void node_add_conn(node *n, uint32_t c);
+#define SIM_NO_PEER UINT32_MAX
+void node_add_conn(node *n, uint32_t c, uint32_t peer);
 /* Handles a control message (DIAL, ACCEPT, REFUSE, CLOSE, PUBLISH). */
 void on_ctl(sim *s, node *n, msg *m);
 /* Hands N's core a message that arrived on connection CI. */

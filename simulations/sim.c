@@ -139,14 +139,24 @@ static void ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c) {
 
 /* ---- Connections ------------------------------------------------------ */
 
-void node_add_conn(node *n, uint32_t c) {
+void node_add_conn(node *n, uint32_t c, uint32_t peer) {
   if (n->n_conns == n->cap_conns) {
     n->cap_conns = n->cap_conns ? n->cap_conns * 2 : 16;
     n->conns = realloc(n->conns, n->cap_conns * sizeof(*n->conns));
-    if (n->conns == NULL)
+    n->conn_peer = realloc(n->conn_peer, n->cap_conns * sizeof(*n->conn_peer));
+    n->flush_mark = realloc(n->flush_mark, n->cap_conns);
+    if (n->conns == NULL || n->conn_peer == NULL || n->flush_mark == NULL)
       die("out of memory");
   }
+  n->conn_peer[n->n_conns] = peer;
   n->conns[n->n_conns++] = c;
+}
+
+/* N's core opened peer PEER on its connection CI. */
+static void node_conn_opened(node *n, uint32_t ci, uint32_t peer) {
+  for (size_t i = 0; i < n->n_conns; i++)
+    if (n->conns[i] == ci)
+      n->conn_peer[i] = peer;
 }
 
 int side_of(const conn *c, int idx) { return c->node[1] == idx; }
@@ -157,8 +167,10 @@ static void node_prune(sim *s, node *n) {
   for (size_t i = 0; i < n->n_conns; i++) {
     conn *c = s->conn[n->conns[i]];
     int side = side_of(c, n->idx);
-    if (!c->closed || c->open[side] || c->d[side].nput > 0)
+    if (!c->closed || c->open[side] || c->d[side].nput > 0) {
+      n->conn_peer[k] = n->conn_peer[i];
       n->conns[k++] = n->conns[i];
+    }
   }
   n->n_conns = k;
 }
@@ -238,7 +250,7 @@ static void dial(sim *s, node *n, const char *addr, unsigned flags) {
   c->node[1] = to;
   c->life = n->life;
   c->flags = flags;
-  node_add_conn(n, ci);
+  node_add_conn(n, ci, SIM_NO_PEER);
   ctl_send(s, n->idx, to, MSG_DIAL, ci);
 }
 
@@ -426,10 +438,41 @@ void pipe_flush(sim *s, node *n, uint32_t ci) {
   }
 }
 
-/* Puts what N's core has for each peer on the wire, up to the window. */
+/* Marks the connections from the FROM'th on whose peers N's core lists
+ * as sendable. An id may be on two: one of an earlier life's core, still
+ * draining, which pipe_flush passes over. */
+static void mark_sendable(node *n, size_t from) {
+  size_t k;
+  const uint32_t *ids = stitch_swarm_sendable(n->sw, &k);
+  uint64_t seen = 0; /* the ids' low six bits */
+  for (size_t j = 0; j < k; j++)
+    seen |= UINT64_C(1) << (ids[j] & 63);
+  for (size_t i = from; i < n->n_conns; i++) {
+    uint32_t id = n->conn_peer[i];
+    n->flush_mark[i] = 0;
+    for (size_t j = 0; (seen >> (id & 63) & 1) && j < k; j++)
+      if (ids[j] == id)
+        n->flush_mark[i] = 1;
+  }
+}
+
+/* Puts what N's core has for each peer on the wire, up to the window, in
+ * the order of N's connections. Only those whose peers the core lists as
+ * sendable are asked; the others would give nothing. A flush can make a
+ * later peer sendable (a chunk sent to one is passed to another), and
+ * the list is read again then, as asking every peer would have found. */
 static void flush(sim *s, node *n) {
-  for (size_t i = 0; i < n->n_conns; i++)
+  uint64_t gen = stitch_swarm_sendable_gen(n->sw);
+  mark_sendable(n, 0);
+  for (size_t i = 0; i < n->n_conns; i++) {
+    if (!n->flush_mark[i])
+      continue;
     pipe_flush(s, n, n->conns[i]);
+    if (stitch_swarm_sendable_gen(n->sw) != gen) {
+      gen = stitch_swarm_sendable_gen(n->sw);
+      mark_sendable(n, i + 1);
+    }
+  }
 }
 
 /* ---- Input ------------------------------------------------------------ */
@@ -519,7 +562,7 @@ void on_ctl(sim *s, node *n, msg *m) {
       s->nat_accepted++;
       s->nat_punched += s->nat_punch;
     }
-    node_add_conn(n, m->conn);
+    node_add_conn(n, m->conn, c->peer[side]);
     pipe_listen(s, n, m->conn);
     ctl_send(s, n->idx, c->node[0], MSG_ACCEPT, m->conn);
   } else if (m->kind == MSG_ACCEPT || m->kind == MSG_REFUSE) {
@@ -540,6 +583,7 @@ void on_ctl(sim *s, node *n, msg *m) {
       return;
     }
     n->nat_out += n->nat;
+    node_conn_opened(n, m->conn, c->peer[side]);
     pipe_listen(s, n, m->conn);
   } else if (m->kind == MSG_CLOSE) {
     c->closed = 1;
@@ -1042,6 +1086,8 @@ static void sim_free(sim *s) {
     free(n->needed);
     free(n->done);
     free(n->conns);
+    free(n->conn_peer);
+    free(n->flush_mark);
   }
   free(s->node);
   for (size_t i = 0; i < s->n_conn; i++)

@@ -1088,15 +1088,29 @@ static void sn_evil_pull(sn_node *n, sn_pipe *p) {
 
 /* ---- Moving bytes ----------------------------------------------------- */
 
+/* Peer ID's pending bytes from honest node N's core. Every call checks
+ * stitch_swarm_sendable's promise: a peer it does not list has nothing
+ * (stitch-sim asks the listed ones alone). */
+static void sn_pending(sn_node *n, uint32_t id, const uint8_t **buf,
+                       size_t *len) {
+  size_t k;
+  const uint32_t *ids = stitch_swarm_sendable(n->sw, &k);
+  int listed = 0;
+  for (size_t i = 0; i < k; i++)
+    listed |= ids[i] == id;
+  uint64_t h0 = sn_h0(n);
+  stitch_swarm_peer_pending(n->sw, id, buf, len);
+  sn_h1(n, h0);
+  ASSERT(listed || *len == 0);
+}
+
 static size_t sn_avail(sn_net *net, sn_pipe *p) {
   sn_node *n = &net->node[p->from];
   if (n->evil != SN_HONEST)
     return p->out.len - p->out_head;
   const uint8_t *buf;
   size_t len;
-  uint64_t h0 = sn_h0(n);
-  stitch_swarm_peer_pending(n->sw, p->from_peer, &buf, &len);
-  sn_h1(n, h0);
+  sn_pending(n, p->from_peer, &buf, &len);
   return len;
 }
 
@@ -1109,9 +1123,7 @@ static size_t sn_push(sn_net *net, sn_pipe *p, size_t max) {
     buf = p->out.p + p->out_head;
     len = p->out.len - p->out_head;
   } else {
-    uint64_t h0 = sn_h0(n);
-    stitch_swarm_peer_pending(n->sw, p->from_peer, &buf, &len);
-    sn_h1(n, h0);
+    sn_pending(n, p->from_peer, &buf, &len);
   }
   len = len < max ? len : max;
   if (len == 0)

@@ -234,6 +234,9 @@ static void pay_release(stitch_swarm *s, peer *p) {
 }
 
 static void peer_reset(stitch_swarm *s, peer *p) {
+  for (size_t i = 0; p->listed && i < s->n_sendable; i++)
+    if (s->sendable[i] == (uint32_t)(p - s->peers))
+      s->sendable[i] = s->sendable[--s->n_sendable];
   pay_release(s, p);
   wire_reader_free(&p->rd);
   s->unasked -= p->frame_claim;
@@ -277,6 +280,8 @@ void stitch_swarm_free(stitch_swarm *s) {
     peer_reset(s, &s->peers[i]);
   free(s->peers);
   free(s->sched);
+  free(s->sendable);
+  free(s->sendable_ids);
   free(s->rx);
   for (size_t i = 0; i < s->n_v; i++)
     version_free(&s->v[i]);
@@ -310,6 +315,7 @@ int core_send(stitch_swarm *s, peer *p, const wire_msg *m) {
     return rc;
   }
   p->last_send_ms = s->now_ms;
+  core_sendable(s, p);
   return 0;
 }
 
@@ -327,7 +333,23 @@ int core_send_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
   p->pay_off = 0;
   p->pay_at = p->out.len;
   p->last_send_ms = s->now_ms;
+  core_sendable(s, p);
   return 0;
+}
+
+void core_sendable(stitch_swarm *s, peer *p) {
+  if (p->listed)
+    return;
+  p->listed = 1; /* room: a slot for each peer */
+  s->sendable[s->n_sendable++] = (uint32_t)(p - s->peers);
+  s->sendable_gen++;
+}
+
+void core_serve_add(stitch_swarm *s, peer *p, const chunk_id *c) {
+  if (p->n_serve == 0)
+    p->serve_wait_ms = s->now_ms;
+  p->serve[p->n_serve++] = *c;
+  core_sendable(s, p);
 }
 
 void core_drop(stitch_swarm *s, peer *p, int ban, const char *why) {
@@ -620,6 +642,14 @@ int stitch_swarm_peer_open(stitch_swarm *s, uint64_t now_ms, int outbound,
     if (ns == NULL)
       return STITCH_ENOMEM;
     s->sched = ns;
+    uint32_t *nl = realloc(s->sendable, (s->n_peers + 1) * sizeof(*nl));
+    if (nl == NULL)
+      return STITCH_ENOMEM;
+    s->sendable = nl;
+    nl = realloc(s->sendable_ids, (s->n_peers + 1) * sizeof(*nl));
+    if (nl == NULL)
+      return STITCH_ENOMEM;
+    s->sendable_ids = nl;
     peer *np = realloc(s->peers, (s->n_peers + 1) * sizeof(*np));
     if (np == NULL)
       return STITCH_ENOMEM;
@@ -711,6 +741,34 @@ static void plain_sent(stitch_swarm *s, peer *p, size_t n) {
 
 static int drained(const peer *p) {
   return p->ct_off == p->ct.len && p->pay == NULL && p->out_off == p->out.len;
+}
+
+/* Would stitch_swarm_peer_pending give P's link nothing and change
+ * nothing? No bytes wait, and there is no chunk to choose for it (the
+ * refill) nor one on its way out to call sent. */
+static int idle(const peer *p) {
+  return drained(p) &&
+         !(p->state == PEER_READY && (p->sending || p->n_serve > 0));
+}
+
+const uint32_t *stitch_swarm_sendable(stitch_swarm *s, size_t *n) {
+  size_t k = 0;
+  for (size_t i = 0; i < s->n_sendable; i++) {
+    peer *p = &s->peers[s->sendable[i]]; /* listed: not freed */
+    if (idle(p)) {
+      p->listed = 0;
+    } else {
+      s->sendable_ids[k] = p->id;
+      s->sendable[k++] = s->sendable[i];
+    }
+  }
+  s->n_sendable = k;
+  *n = k;
+  return s->sendable_ids;
+}
+
+uint64_t stitch_swarm_sendable_gen(const stitch_swarm *s) {
+  return s->sendable_gen;
 }
 
 void stitch_swarm_peer_pending(stitch_swarm *s, uint32_t id,
@@ -1074,6 +1132,7 @@ void core_ready(stitch_swarm *s, peer *p) {
     return;
   }
   p->state = PEER_READY;
+  core_sendable(s, p); /* whatever it asks of us from now on is served */
   p->progress_ms = s->now_ms;
   score_init(&p->sc, s->now_ms);
   p->answered_ms = p->ready_ms = s->now_ms;
@@ -1127,9 +1186,7 @@ static void on_request(stitch_swarm *s, peer *p, const wire_msg *m) {
     core_drop(s, p, 0, "too many requests queued");
     return;
   }
-  if (p->n_serve == 0)
-    p->serve_wait_ms = s->now_ms;
-  p->serve[p->n_serve++] = c;
+  core_serve_add(s, p, &c);
 }
 
 static void on_cancel(stitch_swarm *s, peer *p, const wire_msg *m) {

@@ -206,6 +206,8 @@ typedef struct peer {
   /* We handed the driver a chunk for it and the driver has not asked for
    * more since: the chunk is on its way out (fetch.c serve_turn). */
   int sending;
+  /* Its slot is in s->sendable (core_sendable). */
+  int listed;
   /* The last chunks we sent it, and when (cross.c coming_into). */
   chunk_id sent[CORE_SENT_KEPT];
   uint64_t sent_ms[CORE_SENT_KEPT];
@@ -291,9 +293,15 @@ struct stitch_swarm {
   wire_msg *rx;
   uint32_t next_peer_id;
   /* Where peer ID was opened: peers[id_slot[ID % CORE_ID_SLOTS]], unless a
-   * later peer took that entry (core_peer then looks through them all).
-   * The drivers ask for every peer's pending bytes after each event. */
+   * later peer took that entry (core_peer then looks through them all). */
   uint32_t id_slot[CORE_ID_SLOTS];
+  /* The peers that may have something for the driver: the slots in
+   * peers of those with p->listed, and their ids as
+   * stitch_swarm_sendable last gave them (as many of each as peers). The
+   * generation counts the peers listed. */
+  uint32_t *sendable, *sendable_ids;
+  size_t n_sendable;
+  uint64_t sendable_gen;
   addr_entry *addrs;
   size_t n_addrs;
   /* Dials in a row that came to nothing, when the last did, and when
@@ -352,6 +360,13 @@ void core_log(stitch_swarm *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void core_push_action(stitch_swarm *s, const stitch_swarm_action *a);
 int core_send(stitch_swarm *s, peer *p, const wire_msg *m);
+/* P may have something for the driver now: bytes, or a request queued
+ * (serve) or a chunk on its way out (sending), which stitch_swarm_peer_pending
+ * acts on. Every change that makes it so calls this. */
+void core_sendable(stitch_swarm *s, peer *p);
+/* Queues C for P, after its other requests (there is room: the caller
+ * checked); a first one starts P's wait for a serving slot. */
+void core_serve_add(stitch_swarm *s, peer *p, const chunk_id *c);
 /* Sends M, a CHUNK whose data came from chunk_read: its payload is not
  * copied, and chunk_release is called for it once it is sent or P is
  * gone. One at a time per peer. */

@@ -420,6 +420,7 @@ static int may_pass(stitch_swarm *s, peer *q, vstate *v, const chunk_id *c) {
 static void pass_to(stitch_swarm *s, peer *q, vstate *v, const chunk_id *c) {
   memmove(&q->serve[1], &q->serve[0], q->n_serve++ * sizeof(q->serve[0]));
   q->serve[0] = *c;
+  core_sendable(s, q);
   wire_msg x; /* goes ahead of the chunk (cross_on_crossing) */
   chunk_msg(&x, WIRE_CROSSING, c);
   x.node = q->node;

@@ -618,9 +618,7 @@ static void push_near(stitch_swarm *s, const peer *from, vstate *v,
       if (!peer_near(q) || peer_holds(q, c) || fetch_queued(q, c) >= 0 ||
           q->n_serve == CORE_MAX_SERVE)
         continue;
-      if (q->n_serve == 0)
-        q->serve_wait_ms = s->now_ms;
-      q->serve[q->n_serve++] = *c;
+      core_serve_add(s, q, c);
       fetch_pushed(s, q, v, c);
     }
     return;
@@ -648,8 +646,7 @@ static void push_near(stitch_swarm *s, const peer *from, vstate *v,
   }
   if (pick == NULL)
     return;
-  pick->serve[pick->n_serve++] = *c;
-  pick->serve_wait_ms = s->now_ms;
+  core_serve_add(s, pick, c); /* it had none queued */
   fetch_pushed(s, pick, v, c);
 }
 
@@ -867,9 +864,7 @@ int fetch_hold(stitch_swarm *s, peer *p, const chunk_id *c) {
     return 1; /* asked twice */
   if (p->n_serve == CORE_MAX_SERVE)
     return 0;
-  if (p->n_serve == 0)
-    p->serve_wait_ms = s->now_ms;
-  p->serve[p->n_serve++] = *c;
+  core_serve_add(s, p, c);
   return 1;
 }
 

@@ -39,6 +39,8 @@ void hs_open(stitch_swarm *s, peer *p) {
   p->ct.max = CORE_SEAL_BATCH + 64 * CHAN_OVERHEAD + CHAN_REC_MAX;
   if (wire_encode(&p->ct, &m) != 0)
     core_drop(s, p, 0, "out of memory");
+  else
+    core_sendable(s, p);
 }
 
 /* The peer's address without its port: what a refusal is logged under. */

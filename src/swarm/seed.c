@@ -170,9 +170,7 @@ void seed_offer(stitch_swarm *s, peer *p) {
       outstanding++;
       chunk_id id = {want->version, o, best};
       if (!round_done && p->n_serve < CORE_MAX_SERVE) {
-        if (p->n_serve == 0)
-          p->serve_wait_ms = s->now_ms;
-        p->serve[p->n_serve++] = id;
+        core_serve_add(s, p, &id);
       } else {
         wire_msg m;
         chunk_msg(&m, WIRE_HAVE, &id);

@@ -473,8 +473,13 @@ static void drain(fp *f) {
     for (int guard = 0;; guard++) {
       CHECK(guard < 100000);
       const uint8_t *b;
-      size_t n;
+      size_t n, k;
+      const uint32_t *ids = stitch_swarm_sendable(f->s, &k);
+      int listed = 0;
+      for (size_t i = 0; i < k; i++)
+        listed |= ids[i] == f->id;
       stitch_swarm_peer_pending(f->s, f->id, &b, &n);
+      CHECK(listed || n == 0); /* what is not listed has nothing */
       if (n == 0)
         break;
       CHECK(!f->closed);

@@ -128,6 +128,17 @@ int stitch_swarm_peer_recv(stitch_swarm *s, uint32_t peer, const uint8_t *buf,
 void stitch_swarm_peer_pending(stitch_swarm *s, uint32_t peer,
                                const uint8_t **buf, size_t *len);
 void stitch_swarm_peer_sent(stitch_swarm *s, uint32_t peer, size_t n);
+/* The peers that may have something for stitch_swarm_peer_pending:
+ * bytes, or a chunk to choose when asked. Asking any other peer gives
+ * nothing and changes nothing, so a driver that flushes after every
+ * call into the core may ask these alone. *N ids, in no particular
+ * order, valid until the next call into the core. */
+const uint32_t *stitch_swarm_sendable(stitch_swarm *s, size_t *n);
+/* Grows each time a peer joins that list. Asking one peer for its bytes
+ * can give another some (a chunk sent to one is passed to another): a
+ * driver that flushes its peers in its own order reads the list again
+ * when this moved. */
+uint64_t stitch_swarm_sendable_gen(const stitch_swarm *s);
 /* How many bytes of a write of LEN a driver lets wait unsent before it
  * asks for more (stitchd: TCP_NOTSENT_LOWAT): an eighth of them, at
  * least STITCH_SWARM_LOWAT_MIN (so more than LEN for a small write), so

@@ -53,7 +53,6 @@ typedef enum ev_kind {
 
 typedef struct event {
   double t;
-  uint64_t seq;
   int node;
   ev_kind kind;
   msg *m;
@@ -62,15 +61,35 @@ typedef struct event {
                     pipe's message M has this much on the links */
 } event;
 
+/* An event's place in the heap: its time, then, for equal times, the
+ * order in which they were queued (the high bits of KEY, so a run is
+ * deterministic), and its slot in the pool (the low bits). */
+typedef struct ev_key {
+  double t;
+  uint64_t key;
+} ev_key;
+
+#define EV_SLOT_BITS 28
+#define EV_SLOT_MASK ((UINT64_C(1) << EV_SLOT_BITS) - 1)
+/* Entries before heap[0] in its allocation, so that the children of
+ * each node, heap[4i + 1 .. 4i + 4], start a 64-byte line. */
+#define EV_HEAP_PAD 3
+
 typedef struct qnet {
   qlink *up, *down; /* [host]: the node slots (churn.c), then the store */
   int *region;      /* [host] */
   qlink *out, *in;  /* [region] */
   double *lat;      /* [region]: one-way latency between two of its hosts */
   double inter_lat;
-  event *heap;
+  /* The events waiting, by time (ev_push): a 4-ary heap of 16-byte
+   * keys, so that a node's four children share a cache line, over a
+   * pool of the events themselves. */
+  ev_key *heap;
   size_t n, cap;
   uint64_t seq;
+  event *pool;
+  uint32_t *free_slot; /* of the pool */
+  size_t n_free;
 } qnet;
 
 static double bytes_per_s(double mbps) { return mbps * 1e6 / 8; }
@@ -113,8 +132,10 @@ void queue_free(sim *s) {
   if (q == NULL)
     return;
   for (size_t i = 0; i < q->n; i++)
-    free(q->heap[i].m);
-  free(q->heap);
+    free(q->pool[q->heap[i].key & EV_SLOT_MASK].m);
+  free(q->heap - EV_HEAP_PAD);
+  free(q->pool);
+  free(q->free_slot);
   for (size_t h = 0; h < s->ch.slots + 1; h++) {
     qlink_free(&q->up[h]);
     qlink_free(&q->down[h]);
@@ -135,46 +156,75 @@ void queue_free(sim *s) {
 
 /* ---- The event heap --------------------------------------------------- */
 
-static int ev_before(const event *a, const event *b) {
-  return a->t < b->t || (a->t == b->t && a->seq < b->seq);
+static int ev_before(const ev_key *a, const ev_key *b) {
+  return a->t < b->t || (a->t == b->t && a->key < b->key);
+}
+
+static void ev_grow(qnet *q) {
+  size_t cap = q->cap ? q->cap * 2 : 4096;
+  if (cap > EV_SLOT_MASK + 1)
+    die("more than 2^28 events waiting at once");
+  ev_key *h = aligned_alloc(64, (cap + EV_HEAP_PAD) * sizeof(*h));
+  event *pool = realloc(q->pool, cap * sizeof(*pool));
+  uint32_t *fs = realloc(q->free_slot, cap * sizeof(*fs));
+  if (h == NULL || pool == NULL || fs == NULL)
+    die("out of memory");
+  if (q->heap != NULL) {
+    memcpy(h + EV_HEAP_PAD, q->heap, q->n * sizeof(*h));
+    free(q->heap - EV_HEAP_PAD);
+  }
+  q->heap = h + EV_HEAP_PAD;
+  q->pool = pool;
+  q->free_slot = fs;
+  for (size_t k = cap; k > q->cap; k--) /* the new slots, lowest first */
+    q->free_slot[q->n_free++] = (uint32_t)(k - 1);
+  q->cap = cap;
 }
 
 static void ev_push_event(qnet *q, event e) {
-  if (q->n == q->cap) {
-    q->cap = q->cap ? q->cap * 2 : 4096;
-    q->heap = realloc(q->heap, q->cap * sizeof(*q->heap));
-    if (q->heap == NULL)
-      die("out of memory");
-  }
-  e.seq = q->seq++;
+  if (q->n_free == 0)
+    ev_grow(q);
+  if (q->seq >> (64 - EV_SLOT_BITS) != 0)
+    die("more than 2^36 events");
+  uint32_t slot = q->free_slot[--q->n_free];
+  q->pool[slot] = e;
+  ev_key k = {e.t, q->seq++ << EV_SLOT_BITS | slot};
   size_t i = q->n++;
-  while (i > 0 && ev_before(&e, &q->heap[(i - 1) / 2])) {
-    q->heap[i] = q->heap[(i - 1) / 2];
-    i = (i - 1) / 2;
+  while (i > 0 && ev_before(&k, &q->heap[(i - 1) / 4])) {
+    q->heap[i] = q->heap[(i - 1) / 4];
+    i = (i - 1) / 4;
   }
-  q->heap[i] = e;
+  q->heap[i] = k;
 }
 
 static void ev_push(qnet *q, double t, int to, ev_kind kind, msg *m) {
-  ev_push_event(q, (event){t, 0, to, kind, m, 0, 0});
+  ev_push_event(q, (event){t, to, kind, m, 0, 0});
 }
 
 static event ev_pop(qnet *q) {
-  event top = q->heap[0], last = q->heap[--q->n];
+  uint32_t slot = (uint32_t)(q->heap[0].key & EV_SLOT_MASK);
+  event top = q->pool[slot];
+  q->free_slot[q->n_free++] = slot;
+  ev_key last = q->heap[--q->n];
   size_t i = 0;
   for (;;) {
-    size_t c = 2 * i + 1;
+    size_t c = 4 * i + 1, end = c + 4 < q->n ? c + 4 : q->n;
     if (c >= q->n)
       break;
-    if (c + 1 < q->n && ev_before(&q->heap[c + 1], &q->heap[c]))
-      c++;
+    for (size_t j = c + 1; j < end; j++)
+      if (ev_before(&q->heap[j], &q->heap[c]))
+        c = j;
     if (!ev_before(&q->heap[c], &last))
       break;
     q->heap[i] = q->heap[c];
     i = c;
   }
-  if (q->n > 0)
+  if (q->n > 0) {
     q->heap[i] = last;
+    /* The next event's payload is far from its key: fetch it while
+     * this one runs. */
+    __builtin_prefetch(&q->pool[q->heap[0].key & EV_SLOT_MASK]);
+  }
   return top;
 }
 
@@ -283,7 +333,7 @@ static void send_piece(sim *s, int from, uint32_t ci, msg *m, size_t off) {
   if (off < m->len) {
     ev_push_event(s->q, (event){qlink_left(&s->q->up[from], up[0], up[1],
                                            lead),
-                                0, from, EV_PIECE, m, ci, off});
+                                from, EV_PIECE, m, ci, off});
     return;
   }
   p->piecing = NULL;
@@ -291,7 +341,7 @@ static void send_piece(sim *s, int from, uint32_t ci, msg *m, size_t off) {
   p->last_arrival = t;
   double mark = (double)stitch_swarm_lowat(m->len);
   ev_push_event(s->q, (event){qlink_left(&s->q->up[from], up[0], up[1], mark),
-                              0, from, EV_SENT, NULL, ci, m->len});
+                              from, EV_SENT, NULL, ci, m->len});
   ev_push(s->q, t, to, EV_DATA, m);
   if (p->close_after) { /* its CLOSE waited for it */
     p->close_after = 0;
@@ -319,7 +369,7 @@ void queue_send(sim *s, node *n, uint32_t ci, msg *m) {
     double mark = (double)stitch_swarm_lowat(m->len);
     ev_push_event(s->q,
                   (event){qlink_left(&s->q->up[n->idx], up[0], up[1], mark),
-                          0, n->idx, EV_SENT, NULL, ci, m->len});
+                          n->idx, EV_SENT, NULL, ci, m->len});
   }
   ev_push(s->q, t, to, EV_DATA, m);
 }

@@ -219,6 +219,97 @@ static wire_msg *new_msg(wire_type t) {
   return m;
 }
 
+/* A CHUNK whose head (wire_encode_head) comes in one call and whose bytes
+ * come whole in the next, as the simulator's links deliver it: with
+ * r.split the bytes are handed out where they lie (r.tail), not copied;
+ * without it, or when the head does not end where the bytes begin, they
+ * are buffered as before. */
+static void test_reader_tail(void) {
+  static uint8_t bytes[3000];
+  fill(bytes, sizeof(bytes));
+  wire_msg *m = new_msg(WIRE_CHUNK), *back = new_msg(WIRE_CHUNK);
+  m->version = 7, m->object = 2, m->chunk = 300;
+  m->data = bytes, m->data_len = sizeof(bytes);
+  dbuf head = {NULL, 0, 0, 1 << 20};
+  stitch_diag d = {{0}};
+  ASSERT_OK(wire_encode_head(&head, m), d);
+  for (int split = 0; split < 2; split++) {
+    wire_reader r;
+    wire_reader_init(&r);
+    r.split = split;
+    size_t used;
+    int type;
+    const uint8_t *body;
+    size_t blen;
+    ASSERT_OK(wire_reader_feed(&r, head.p, 5, &used, &type, &body, &blen, &d),
+              d);
+    ASSERT_OK(wire_reader_feed(&r, head.p + 5, head.len - 5, &used, &type,
+                               &body, &blen, &d),
+              d);
+    ASSERT_EQ(type, 0);
+    ASSERT_OK(wire_reader_feed(&r, bytes, sizeof(bytes), &used, &type, &body,
+                               &blen, &d),
+              d);
+    ASSERT_UEQ(used, sizeof(bytes));
+    ASSERT_EQ(type, WIRE_CHUNK);
+    if (split) {
+      ASSERT(r.tail == bytes);
+      ASSERT_UEQ(r.tail_len, sizeof(bytes));
+      ASSERT_UEQ(blen, head.len - 5);
+    } else {
+      ASSERT(r.tail == NULL);
+      ASSERT_UEQ(blen, head.len - 5 + sizeof(bytes));
+    }
+    ASSERT_OK(wire_decode_tail(type, body, blen, r.tail, r.tail_len, back, &d),
+              d);
+    assert_msg_eq(m, back);
+    ASSERT(back->data == (split ? bytes : body + head.len - 5));
+    wire_reader_free(&r);
+  }
+  /* Bytes apart from a head that does not end at them: refused. */
+  ASSERT_ERR(wire_decode_tail(WIRE_CHUNK, head.p + 5, head.len - 5, bytes,
+                              sizeof(bytes) - 1, back, &d),
+             STITCH_EFORMAT, d, "does not end where its bytes begin");
+  ASSERT_ERR(wire_decode_tail(WIRE_CHUNK, head.p + 5, head.len - 6, bytes,
+                              sizeof(bytes), back, &d),
+             STITCH_EFORMAT, d, "does not end where its bytes begin");
+  ASSERT_ERR(wire_decode_tail(WIRE_HAVE, head.p + 5, head.len - 5, bytes,
+                              sizeof(bytes), back, &d),
+             STITCH_EFORMAT, d, "does not end where its bytes begin");
+  /* A head whose bin is shorter than what follows it (a byte after the
+   * array) is not split: buffered whole, and refused as before. */
+  wire_reader r;
+  wire_reader_init(&r);
+  r.split = 1;
+  uint8_t forged[64];
+  ASSERT(head.len <= sizeof(forged));
+  memcpy(forged, head.p, head.len);
+  uint32_t flen = (uint32_t)(head.len - 4 + sizeof(bytes));
+  for (int i = 0; i < 4; i++)
+    forged[i] = (uint8_t)(flen >> (8 * i));
+  forged[head.len - 1]--; /* the bin's length, low byte: one short */
+  size_t used;
+  int type;
+  const uint8_t *body;
+  size_t blen;
+  ASSERT_OK(wire_reader_feed(&r, forged, 5, &used, &type, &body, &blen, &d),
+            d);
+  ASSERT_OK(wire_reader_feed(&r, forged + 5, head.len - 5, &used, &type, &body,
+                             &blen, &d),
+            d);
+  ASSERT_OK(wire_reader_feed(&r, bytes, sizeof(bytes), &used, &type, &body,
+                             &blen, &d),
+            d);
+  ASSERT_EQ(type, WIRE_CHUNK);
+  ASSERT(r.tail == NULL);
+  ASSERT_ERR(wire_decode_tail(type, body, blen, r.tail, r.tail_len, back, &d),
+             STITCH_EFORMAT, d, "bytes after the message's array");
+  wire_reader_free(&r);
+  dbuf_free(&head);
+  free(m);
+  free(back);
+}
+
 /* ---- round trips -------------------------------------------------------- */
 
 static void test_roundtrip_small(void) {
@@ -1219,6 +1310,7 @@ int main(void) {
   test_roundtrip_data();
   test_encode_refusals();
   test_reader_splits();
+  test_reader_tail();
   test_reader_refusals();
   test_decode_refusals();
   test_damage();

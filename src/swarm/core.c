@@ -664,6 +664,7 @@ int stitch_swarm_peer_open(stitch_swarm *s, uint64_t now_ms, int outbound,
   snprintf(p->addr, sizeof(p->addr), "%s", addr ? addr : "");
   p->same_region = s->cfg.region[0] == '\0'; /* "" until its HELLO */
   wire_reader_init(&p->rd);
+  p->rd.split = 1; /* on_frame takes a chunk's bytes apart from its head */
   p->out.max = (size_t)STITCH_CHUNK_MAX + (STITCH_MANIFEST_MAX + (4u << 20)) *
                                               (size_t)2;
   p->opened_ms = p->last_recv_ms = p->tokens_ms = now_ms;
@@ -1259,7 +1260,8 @@ static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
   }
   wire_msg *m = s->rx;
   stitch_diag d = {{0}};
-  if (wire_decode(type, body, len, m, &d) != 0) {
+  if (wire_decode_tail(type, body, len, p->rd.tail, p->rd.tail_len, m, &d) !=
+      0) {
     core_drop(s, p, 1, d.msg);
     return;
   }

@@ -88,6 +88,7 @@ typedef struct cur {
   size_t len, pos;
   const char *msg; /* "REQUEST", for diags */
   stitch_diag *d;
+  const uint8_t *tail; /* the bytes of a bin whose header ends p */
 } cur;
 
 static const char *kind_name(msgpack_check_kind k) {
@@ -144,8 +145,12 @@ static int get_bin(cur *c, const char *what, size_t min, size_t max,
                            "wire: %s: %s is a bin of %llu bytes, not %zu..%zu",
                            c->msg, what, (unsigned long long)h.n, min, max);
   }
-  *p = c->p + c->pos;
   *n = (size_t)h.n;
+  if (c->tail != NULL && c->pos == c->len) { /* its bytes are apart */
+    *p = c->tail;
+    return 0;
+  }
+  *p = c->p + c->pos;
   c->pos += (size_t)h.n;
   return 0;
 }
@@ -304,8 +309,32 @@ static int get_fields(cur *c, wire_msg *m) {
   }
 }
 
+/* Is HEAD a CHUNK's body up to its bytes: the array header, the three
+ * uints, and the header of a bin of exactly TAIL_LEN bytes, ending HEAD?
+ * Reads headers only, none past HEAD. */
+static int chunk_head_ends(const uint8_t *head, size_t len, size_t tail_len) {
+  msgpack_check_hdr h;
+  size_t pos = 0;
+  for (unsigned i = 0; i < 5; i++) {
+    msgpack_check_kind want = i == 0   ? MSGPACK_CHECK_ARRAY
+                              : i == 4 ? MSGPACK_CHECK_BIN
+                                       : MSGPACK_CHECK_UINT;
+    if (msgpack_check_head(head, len, pos, &h, NULL) != 0 || h.kind != want ||
+        (i == 0 && h.n != n_fields[WIRE_CHUNK]))
+      return 0;
+    pos += h.size;
+  }
+  return h.n == tail_len && pos == len;
+}
+
 int wire_decode(int type, const uint8_t *body, size_t len, wire_msg *m,
                 stitch_diag *d) {
+  return wire_decode_tail(type, body, len, NULL, 0, m, d);
+}
+
+int wire_decode_tail(int type, const uint8_t *body, size_t len,
+                     const uint8_t *tail, size_t tail_len, wire_msg *m,
+                     stitch_diag *d) {
   RETURN_IF(m == NULL || (body == NULL && len > 0), d, STITCH_EINVAL,
             "wire: NULL argument");
   wire_msg_clear(m);
@@ -315,18 +344,27 @@ int wire_decode(int type, const uint8_t *body, size_t len, wire_msg *m,
   const char *tn = type_names[type];
   m->type = (wire_type)type;
   /* The reader never hands out more; another caller might. */
-  RETURN_IF(len > limit - 1, d, STITCH_ELIMIT,
-            "wire: %s: body of %zu bytes, at most %zu", tn, len, limit - 1);
-  size_t used;
-  int rc = msgpack_check(body, len, WIRE_DEPTH, &used, d);
-  if (rc != 0) {
-    char where[32];
-    snprintf(where, sizeof(where), "wire: %s", tn);
-    return stitch_diag_prefix(d, rc, where);
+  RETURN_IF(len > limit - 1 || tail_len > limit - 1 - len, d, STITCH_ELIMIT,
+            "wire: %s: body of %zu bytes, at most %zu", tn, len + tail_len,
+            limit - 1);
+  if (tail != NULL) { /* what msgpack_check would see of body and tail */
+    RETURN_IF(type != WIRE_CHUNK || !chunk_head_ends(body, len, tail_len), d,
+              STITCH_EFORMAT,
+              "wire: %s: the body's head does not end where its bytes "
+              "begin",
+              tn);
+  } else {
+    size_t used;
+    int rc = msgpack_check(body, len, WIRE_DEPTH, &used, d);
+    if (rc != 0) {
+      char where[32];
+      snprintf(where, sizeof(where), "wire: %s", tn);
+      return stitch_diag_prefix(d, rc, where);
+    }
+    RETURN_IF(used != len, d, STITCH_EFORMAT,
+              "wire: %s: %zu bytes after the message's array", tn, len - used);
   }
-  RETURN_IF(used != len, d, STITCH_EFORMAT,
-            "wire: %s: %zu bytes after the message's array", tn, len - used);
-  cur c = {body, len, 0, tn, d};
+  cur c = {body, len, 0, tn, d, tail};
   uint64_t n;
   msgpack_check_hdr h;
   msgpack_check_head(body, len, 0, &h, NULL);
@@ -617,6 +655,8 @@ int wire_reader_feed(wire_reader *r, const uint8_t *buf, size_t len,
   *body_len = 0;
   if (r->ready) { /* the last frame was handed out: start the next */
     r->ready = 0;
+    r->tail = NULL;
+    r->tail_len = 0;
     r->head_len = 0;
     r->type = 0;
     r->need = 0;
@@ -637,6 +677,10 @@ int wire_reader_feed(wire_reader *r, const uint8_t *buf, size_t len,
   const uint8_t *whole = NULL;
   if (r->buf.len == 0 && n == r->need) {
     whole = n > 0 ? buf + pos : no_body;
+  } else if (r->split && n > 0 && n == r->need && r->type == WIRE_CHUNK &&
+             chunk_head_ends(r->buf.p, r->buf.len, n)) {
+    r->tail = buf + pos; /* a chunk's bytes, after its head: uncopied */
+    r->tail_len = n;
   } else if (n > 0) {
     rc = dbuf_put(&r->buf, buf + pos, n);
     RETURN_IF(rc != 0, d, rc, "wire: %s frame: cannot buffer %zu bytes",

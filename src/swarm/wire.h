@@ -120,6 +120,13 @@ int wire_encode_head(dbuf *out, const wire_msg *m);
  * sizes, and trailing bytes. */
 int wire_decode(int type, const uint8_t *body, size_t len, wire_msg *m,
                 stitch_diag *d);
+/* As wire_decode, for a body in two parts: BODY, then TAIL (TAIL_LEN
+ * bytes, NULL for none), which must be exactly the bytes of a CHUNK's
+ * last field, a bin whose header ends BODY (the reader's tail); data
+ * points into TAIL. */
+int wire_decode_tail(int type, const uint8_t *body, size_t len,
+                     const uint8_t *tail, size_t tail_len, wire_msg *m,
+                     stitch_diag *d);
 
 /* Incremental frame reader: feed bytes as they arrive, take whole frames.
  * The buffer holds at most one frame, never more than its type's limit,
@@ -131,6 +138,14 @@ typedef struct wire_reader {
   uint32_t need;  /* body bytes still to come */
   int type;
   int ready;      /* a whole frame is in buf */
+  /* Opt in (the core does): a CHUNK whose head came before its bytes,
+   * and whose bytes then came whole in one call, is handed out as its
+   * head (*body) and those bytes where they lie (tail), uncopied: for
+   * wire_decode_tail. A driver that writes a chunk's frame head and its
+   * payload apart (the simulator) has every chunk read so. */
+  int split;
+  const uint8_t *tail;
+  size_t tail_len;
 } wire_reader;
 
 void wire_reader_init(wire_reader *r);
@@ -138,7 +153,8 @@ void wire_reader_free(wire_reader *r);
 /* Consumes up to LEN bytes of BUF into the frame being assembled and sets
  * *used. When *type is set (> 0), a whole frame is ready: its body is
  * *body / *body_len, valid until the next call and, when the body came
- * whole in this call, pointing into BUF (uncopied) as long as BUF lives. Fails (STITCH_ELIMIT,
+ * whole in this call, pointing into BUF (uncopied) as long as BUF lives
+ * (and with r->split, a CHUNK's bytes may be in r->tail). Fails (STITCH_ELIMIT,
  * STITCH_EFORMAT) on an unknown type or a length past the type's limit,
  * before buffering anything of that frame. */
 int wire_reader_feed(wire_reader *r, const uint8_t *buf, size_t len,

@@ -5,7 +5,8 @@
  * follow; the rest is a byte stream as a peer would send it. The stream is
  * fed to one wire_reader in pieces of split[i % K] + 1 bytes (all at once
  * when K is 0), so mutations move the piece boundaries through headers
- * and bodies as well as the bytes themselves.
+ * and bodies as well as the bytes themselves. Bit 4 sets the reader's
+ * split (a CHUNK's bytes handed out apart from its head).
  *
  * Checks (any violation abort()s):
  *  - the reader takes every byte it is given, one frame at a time, and
@@ -20,7 +21,9 @@
  *    the one read (every header in its shortest form), which decodes
  *    field for field to the same message and encodes again to the same
  *    bytes. (Same length does not mean same bytes: an int16 and a uint16
- *    holding the same value are both 3 bytes; see min-int16-as-uint.) */
+ *    holding the same value are both 3 bytes; see min-int16-as-uint.)
+ *  - a CHUNK handed out apart decodes (wire_decode_tail) to what its
+ *    head and bytes decode to together, or is refused alike. */
 #include "stitch.h"
 
 #include "swarm/wire.h"
@@ -132,6 +135,27 @@ static void one_frame(int type, const uint8_t *body, size_t len, wire_msg *m,
   dbuf_free(&e2);
 }
 
+/* A CHUNK the reader handed out as its head and its bytes apart
+ * (r.split): decoded so, it is what the same body decodes to whole, its
+ * bytes where they lay. */
+static void one_tail(int type, const uint8_t *body, size_t len,
+                     const uint8_t *tail, size_t tail_len, wire_msg *m,
+                     wire_msg *back) {
+  CHECK(type == WIRE_CHUNK && tail_len > 0);
+  uint8_t *whole = malloc(len + tail_len);
+  CHECK(whole != NULL);
+  memcpy(whole, body, len);
+  memcpy(whole + len, tail, tail_len);
+  stitch_diag d = {{0}};
+  int rc = wire_decode(type, whole, len + tail_len, m, &d);
+  CHECK(wire_decode_tail(type, body, len, tail, tail_len, back, &d) == rc);
+  if (rc == 0) {
+    CHECK(back->data == tail && msg_eq(m, back));
+    one_frame(type, whole, len + tail_len, m, back);
+  }
+  free(whole);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -146,6 +170,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   CHECK(m != NULL && back != NULL);
   wire_reader r;
   wire_reader_init(&r);
+  r.split = data[0] >> 4 & 1; /* a CHUNK's bytes may come apart (r.tail) */
   stitch_diag d = {{0}};
   size_t pos = 0, pieces = 0;
   int broken = 0;
@@ -176,8 +201,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       CHECK(r.buf.cap <= 256 || r.buf.cap <= 2 * (pos + off));
       CHECK(r.buf.cap <= r.buf.max || r.buf.cap == 0);
       if (type > 0) {
-        CHECK(blen + 1 <= wire_type_limit(type));
-        one_frame(type, body, blen, m, back);
+        CHECK(blen + r.tail_len + 1 <= wire_type_limit(type));
+        if (r.tail != NULL)
+          one_tail(type, body, blen, r.tail, r.tail_len, m, back);
+        else
+          one_frame(type, body, blen, m, back);
       } else {
         CHECK(off == piece); /* no frame yet: everything was taken */
       }

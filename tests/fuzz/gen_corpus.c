@@ -878,13 +878,15 @@ static void gen_chunk(void) {
 /* ---- swarm frames ------------------------------------------------------- */
 
 /* fuzz_wire's input is a split header (byte 0's low 4 bits: how many split
- * bytes follow) and then a stream of frames (fuzz_wire.c). */
-static void emit_wire(const char *name, const uint8_t *split, size_t k,
-                      const uint8_t *stream, size_t len) {
+ * bytes follow; bit 4, FUZZ_WIRE_TAIL: the reader's split) and then a
+ * stream of frames (fuzz_wire.c). */
+#define FUZZ_WIRE_TAIL 0x10
+static void emit_wire(const char *name, unsigned flags, const uint8_t *split,
+                      size_t k, const uint8_t *stream, size_t len) {
   uint8_t *b = malloc(1 + k + len);
   if (b == NULL)
     exit(1);
-  b[0] = (uint8_t)k;
+  b[0] = (uint8_t)(k | flags);
   if (k > 0)
     memcpy(b + 1, split, k);
   if (len > 0)
@@ -948,7 +950,7 @@ static void gen_wire(void) {
     m->nbits = 18;
     s.len = 0;
     wire_or_die(&s, m);
-    emit_wire(names[t], NULL, 0, s.p, s.len);
+    emit_wire(names[t], 0, NULL, 0, s.p, s.len);
   }
   /* What a connection starts with, whole and in uneven pieces. */
   static const wire_type conv[5] = {WIRE_HELLO, WIRE_AUTH, WIRE_BITFIELD,
@@ -963,9 +965,18 @@ static void gen_wire(void) {
     wire_or_die(&s, m);
   }
   static const uint8_t split[3] = {0, 6, 200};
-  emit_wire("stream", NULL, 0, s.p, s.len);
-  emit_wire("stream-split", split, 3, s.p, s.len);
-  emit_wire("stream-truncated", split, 1, s.p, s.len - 7);
+  emit_wire("stream", 0, NULL, 0, s.p, s.len);
+  emit_wire("stream-split", 0, split, 3, s.p, s.len);
+  emit_wire("stream-truncated", 0, split, 1, s.p, s.len - 7);
+  /* A CHUNK's head in one piece, its bytes in the next, with the
+   * reader's split: handed out apart (fuzz_wire one_tail). */
+  m->type = WIRE_CHUNK;
+  m->data = blob;
+  m->data_len = 200;
+  s.len = 0;
+  wire_or_die(&s, m);
+  const uint8_t cut[2] = {(uint8_t)(s.len - 200 - 1), 199};
+  emit_wire("chunk-tail", FUZZ_WIRE_TAIL, cut, 2, s.p, s.len);
 
   /* Headers the reader refuses, each followed by a byte of body. */
   static const uint8_t heads[3][6] = {
@@ -975,7 +986,7 @@ static void gen_wire(void) {
   static const char *const head_names[3] = {"bad-type", "bad-zero-length",
                                             "bad-over-limit"};
   for (int i = 0; i < 3; i++)
-    emit_wire(head_names[i], NULL, 0, heads[i], 6);
+    emit_wire(head_names[i], 0, NULL, 0, heads[i], 6);
   /* Bodies the decoder refuses. */
   msgpack_sbuffer sb;
   msgpack_packer pk;
@@ -1030,7 +1041,7 @@ static void gen_wire(void) {
     }
     s.len = 0;
     wire_raw(&s, bad[i].type, &sb);
-    emit_wire(bad[i].name, NULL, 0, s.p, s.len);
+    emit_wire(bad[i].name, 0, NULL, 0, s.p, s.len);
     msgpack_sbuffer_destroy(&sb);
   }
   dbuf_free(&s);

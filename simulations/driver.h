@@ -171,10 +171,15 @@ typedef struct node {
   double *done; /* [version]: seconds, < 0 not yet */
   uint32_t *conns;
   size_t n_conns, cap_conns;
-  /* Beside conns: the id its core gave each (SIM_NO_PEER until open),
-   * and which of them flush asks (sim.c). */
+  /* Beside conns: the id its core gave each (SIM_NO_PEER until open);
+   * the other way, pos_of[ID], the place in conns of the link of its
+   * core's peer ID, plus one (0: none), for IDs below n_pos; and the
+   * places flush asks, in order (sim.c). */
   uint32_t *conn_peer;
-  uint8_t *flush_mark;
+  uint32_t *pos_of;
+  size_t n_pos;
+  uint32_t *flush_at;
+  size_t cap_flush;
   sg_mailbox_t ctl; /* flows: control messages */
   sg_comm_t ctl_get;
   msg *ctl_msg;

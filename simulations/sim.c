@@ -139,15 +139,32 @@ static void ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c) {
 
 /* ---- Connections ------------------------------------------------------ */
 
+/* The link of N's core's peer PEER is at place I of conns. A later life's
+ * core gives ids from 1 again: the newest link has the id. */
+static void node_pos_set(node *n, uint32_t peer, size_t i) {
+  if (peer >= n->n_pos) {
+    size_t k = n->n_pos ? n->n_pos : 64;
+    while (k <= peer)
+      k *= 2;
+    n->pos_of = realloc(n->pos_of, k * sizeof(*n->pos_of));
+    if (n->pos_of == NULL)
+      die("out of memory");
+    memset(n->pos_of + n->n_pos, 0, (k - n->n_pos) * sizeof(*n->pos_of));
+    n->n_pos = k;
+  }
+  n->pos_of[peer] = (uint32_t)i + 1;
+}
+
 void node_add_conn(node *n, uint32_t c, uint32_t peer) {
   if (n->n_conns == n->cap_conns) {
     n->cap_conns = n->cap_conns ? n->cap_conns * 2 : 16;
     n->conns = realloc(n->conns, n->cap_conns * sizeof(*n->conns));
     n->conn_peer = realloc(n->conn_peer, n->cap_conns * sizeof(*n->conn_peer));
-    n->flush_mark = realloc(n->flush_mark, n->cap_conns);
-    if (n->conns == NULL || n->conn_peer == NULL || n->flush_mark == NULL)
+    if (n->conns == NULL || n->conn_peer == NULL)
       die("out of memory");
   }
+  if (peer != SIM_NO_PEER)
+    node_pos_set(n, peer, n->n_conns);
   n->conn_peer[n->n_conns] = peer;
   n->conns[n->n_conns++] = c;
 }
@@ -155,8 +172,10 @@ void node_add_conn(node *n, uint32_t c, uint32_t peer) {
 /* N's core opened peer PEER on its connection CI. */
 static void node_conn_opened(node *n, uint32_t ci, uint32_t peer) {
   for (size_t i = 0; i < n->n_conns; i++)
-    if (n->conns[i] == ci)
+    if (n->conns[i] == ci) {
       n->conn_peer[i] = peer;
+      node_pos_set(n, peer, i);
+    }
 }
 
 int side_of(const conn *c, int idx) { return c->node[1] == idx; }
@@ -173,6 +192,10 @@ static void node_prune(sim *s, node *n) {
     }
   }
   n->n_conns = k;
+  memset(n->pos_of, 0, n->n_pos * sizeof(*n->pos_of));
+  for (size_t i = 0; i < k; i++)
+    if (n->conn_peer[i] != SIM_NO_PEER)
+      node_pos_set(n, n->conn_peer[i], i);
 }
 
 /* N's side of C is done: its core hears peer_close (unless TELL_CORE is 0,
@@ -309,13 +332,16 @@ static void node_ramp(node *n) {
 
 /* The core's check (config.write_verifies): the table's bytes hash to
  * the chunk's name (stable_make checked), so equal bytes are what a hash
- * check would accept, at a fraction of its cost. */
+ * check would accept, at a fraction of its cost. A chunk that came
+ * uncopied (a link passes the table's bytes by reference, and the core
+ * reads them in place) is the table's own. */
 static int io_write(void *user, const stitch_digest *h, const uint8_t *buf,
                     size_t len) {
   node *n = user;
   const sim_chunks *t = &n->sim->tr.chunks;
   long i = sim_chunks_find(t, h->b);
-  if (i < 0 || t->len[i] != len || memcmp(t->buf[i], buf, len) != 0) {
+  if (i < 0 || t->len[i] != len ||
+      (buf != t->buf[i] && memcmp(t->buf[i], buf, len) != 0)) {
     n->bad_writes++;
     return STITCH_ECHECKSUM;
   }
@@ -438,39 +464,44 @@ void pipe_flush(sim *s, node *n, uint32_t ci) {
   }
 }
 
-/* Marks the connections from the FROM'th on whose peers N's core lists
- * as sendable. An id may be on two: one of an earlier life's core, still
- * draining, which pipe_flush passes over. */
-static void mark_sendable(node *n, size_t from) {
-  size_t k;
+/* The places in N's conns after AFTER (-1: all) of the peers its core
+ * lists as sendable, in order, into flush_at; returns how many. */
+static size_t sendable_places(node *n, long after) {
+  size_t k, m = 0;
   const uint32_t *ids = stitch_swarm_sendable(n->sw, &k);
-  uint64_t seen = 0; /* the ids' low six bits */
-  for (size_t j = 0; j < k; j++)
-    seen |= UINT64_C(1) << (ids[j] & 63);
-  for (size_t i = from; i < n->n_conns; i++) {
-    uint32_t id = n->conn_peer[i];
-    n->flush_mark[i] = 0;
-    for (size_t j = 0; (seen >> (id & 63) & 1) && j < k; j++)
-      if (ids[j] == id)
-        n->flush_mark[i] = 1;
+  if (k > n->cap_flush) {
+    n->cap_flush = k * 2;
+    n->flush_at = realloc(n->flush_at, n->cap_flush * sizeof(*n->flush_at));
+    if (n->flush_at == NULL)
+      die("out of memory");
   }
+  for (size_t j = 0; j < k; j++) {
+    uint32_t i = ids[j] < n->n_pos ? n->pos_of[ids[j]] : 0;
+    if (i-- == 0 || (long)i <= after)
+      continue;
+    size_t at = m++; /* insertion: a few places */
+    for (; at > 0 && n->flush_at[at - 1] > i; at--)
+      n->flush_at[at] = n->flush_at[at - 1];
+    n->flush_at[at] = i;
+  }
+  return m;
 }
 
 /* Puts what N's core has for each peer on the wire, up to the window, in
  * the order of N's connections. Only those whose peers the core lists as
- * sendable are asked; the others would give nothing. A flush can make a
- * later peer sendable (a chunk sent to one is passed to another), and
- * the list is read again then, as asking every peer would have found. */
+ * sendable are asked; the others would give nothing. A flush can list a
+ * later peer (a chunk sent to one is passed to another): the places are
+ * read again then, as asking every peer would have found it. */
 static void flush(sim *s, node *n) {
   uint64_t gen = stitch_swarm_sendable_gen(n->sw);
-  mark_sendable(n, 0);
-  for (size_t i = 0; i < n->n_conns; i++) {
-    if (!n->flush_mark[i])
-      continue;
+  size_t k = sendable_places(n, -1), j = 0;
+  while (j < k) {
+    uint32_t i = n->flush_at[j++];
     pipe_flush(s, n, n->conns[i]);
     if (stitch_swarm_sendable_gen(n->sw) != gen) {
       gen = stitch_swarm_sendable_gen(n->sw);
-      mark_sendable(n, i + 1);
+      k = sendable_places(n, i);
+      j = 0;
     }
   }
 }
@@ -1087,7 +1118,8 @@ static void sim_free(sim *s) {
     free(n->done);
     free(n->conns);
     free(n->conn_peer);
-    free(n->flush_mark);
+    free(n->pos_of);
+    free(n->flush_at);
   }
   free(s->node);
   for (size_t i = 0; i < s->n_conn; i++)

@@ -233,10 +233,11 @@ static void pay_release(stitch_swarm *s, peer *p) {
   p->pay_len = p->pay_off = p->pay_at = 0;
 }
 
+static void unlist(stitch_swarm *s, peer *p);
+
 static void peer_reset(stitch_swarm *s, peer *p) {
-  for (size_t i = 0; p->listed && i < s->n_sendable; i++)
-    if (s->sendable[i] == (uint32_t)(p - s->peers))
-      s->sendable[i] = s->sendable[--s->n_sendable];
+  if (p->listed)
+    unlist(s, p);
   pay_release(s, p);
   wire_reader_free(&p->rd);
   s->unasked -= p->frame_claim;
@@ -340,9 +341,18 @@ int core_send_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
 void core_sendable(stitch_swarm *s, peer *p) {
   if (p->listed)
     return;
-  p->listed = 1; /* room: a slot for each peer */
-  s->sendable[s->n_sendable++] = (uint32_t)(p - s->peers);
+  s->sendable_ids[s->n_sendable] = p->id; /* room: a place for each peer */
+  s->sendable[s->n_sendable] = (uint32_t)(p - s->peers);
+  p->listed = ++s->n_sendable;
   s->sendable_gen++;
+}
+
+static void unlist(stitch_swarm *s, peer *p) {
+  size_t i = p->listed - 1, last = --s->n_sendable;
+  s->sendable_ids[i] = s->sendable_ids[last];
+  s->sendable[i] = s->sendable[last];
+  s->peers[s->sendable[i]].listed = i + 1;
+  p->listed = 0;
 }
 
 void core_serve_add(stitch_swarm *s, peer *p, const chunk_id *c) {
@@ -753,24 +763,16 @@ static int idle(const peer *p) {
 }
 
 const uint32_t *stitch_swarm_sendable(stitch_swarm *s, size_t *n) {
-  size_t k = 0;
-  for (size_t i = 0; i < s->n_sendable; i++) {
-    peer *p = &s->peers[s->sendable[i]]; /* listed: not freed */
-    if (idle(p)) {
-      p->listed = 0;
-    } else {
-      s->sendable_ids[k] = p->id;
-      s->sendable[k++] = s->sendable[i];
-    }
-  }
-  s->n_sendable = k;
-  *n = k;
+  *n = s->n_sendable;
   return s->sendable_ids;
 }
 
 uint64_t stitch_swarm_sendable_gen(const stitch_swarm *s) {
   return s->sendable_gen;
 }
+
+static void pending(stitch_swarm *s, peer *p, const uint8_t **buf,
+                    size_t *len);
 
 void stitch_swarm_peer_pending(stitch_swarm *s, uint32_t id,
                                const uint8_t **buf, size_t *len) {
@@ -779,6 +781,13 @@ void stitch_swarm_peer_pending(stitch_swarm *s, uint32_t id,
   peer *p = core_peer(s, id);
   if (p == NULL)
     return;
+  pending(s, p, buf, len);
+  if (*len == 0 && p->listed && idle(p))
+    unlist(s, p); /* until something is queued for it again */
+}
+
+static void pending(stitch_swarm *s, peer *p, const uint8_t **buf,
+                    size_t *len) {
   if (p->ct_off < p->ct.len) { /* sealed, or the HELLO */
     *buf = p->ct.p + p->ct_off;
     *len = p->ct.len - p->ct_off;

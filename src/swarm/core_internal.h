@@ -206,8 +206,8 @@ typedef struct peer {
   /* We handed the driver a chunk for it and the driver has not asked for
    * more since: the chunk is on its way out (fetch.c serve_turn). */
   int sending;
-  /* Its slot is in s->sendable (core_sendable). */
-  int listed;
+  /* Its place in s->sendable plus one; 0: not there (core_sendable). */
+  size_t listed;
   /* The last chunks we sent it, and when (cross.c coming_into). */
   chunk_id sent[CORE_SENT_KEPT];
   uint64_t sent_ms[CORE_SENT_KEPT];
@@ -295,11 +295,12 @@ struct stitch_swarm {
   /* Where peer ID was opened: peers[id_slot[ID % CORE_ID_SLOTS]], unless a
    * later peer took that entry (core_peer then looks through them all). */
   uint32_t id_slot[CORE_ID_SLOTS];
-  /* The peers that may have something for the driver: the slots in
-   * peers of those with p->listed, and their ids as
-   * stitch_swarm_sendable last gave them (as many of each as peers). The
-   * generation counts the peers listed. */
-  uint32_t *sendable, *sendable_ids;
+  /* The peers that may have something for the driver
+   * (stitch_swarm_sendable): their ids, and their slots in peers, room
+   * for every peer. Listed by core_sendable, taken off when an ask finds
+   * nothing and nothing to do (stitch_swarm_peer_pending). The generation
+   * counts the peers listed. */
+  uint32_t *sendable_ids, *sendable;
   size_t n_sendable;
   uint64_t sendable_gen;
   addr_entry *addrs;

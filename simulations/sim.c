@@ -445,7 +445,9 @@ static void actions(node *n) {
     die("a core asked for STITCH_SWARM_DRAIN_MAX actions in a row");
 }
 
-void pipe_flush(sim *s, node *n, uint32_t ci) {
+/* Puts what N's core has for its side of connection CI on the wire, up
+ * to the window. */
+static void pipe_put(sim *s, node *n, uint32_t ci) {
   conn *c = s->conn[ci];
   int side = side_of(c, n->idx);
   pipe_ *p = &c->d[side];
@@ -462,6 +464,20 @@ void pipe_flush(sim *s, node *n, uint32_t ci) {
     stitch_swarm_peer_sent(n->sw, c->peer[side], len);
     s->net->send(s, n, ci, m);
   }
+}
+
+void pipe_flush(sim *s, node *n, uint32_t ci) {
+  conn *c = s->conn[ci];
+  int side = side_of(c, n->idx);
+  if (!c->open[side] || n->sw == NULL)
+    return;
+  size_t k; /* a peer its core does not list has nothing */
+  const uint32_t *ids = stitch_swarm_sendable(n->sw, &k);
+  for (size_t j = 0; j < k; j++)
+    if (ids[j] == c->peer[side]) {
+      pipe_put(s, n, ci);
+      return;
+    }
 }
 
 /* The places in N's conns after AFTER (-1: all) of the peers its core
@@ -497,7 +513,7 @@ static void flush(sim *s, node *n) {
   size_t k = sendable_places(n, -1), j = 0;
   while (j < k) {
     uint32_t i = n->flush_at[j++];
-    pipe_flush(s, n, n->conns[i]);
+    pipe_put(s, n, n->conns[i]);
     if (stitch_swarm_sendable_gen(n->sw) != gen) {
       gen = stitch_swarm_sendable_gen(n->sw);
       k = sendable_places(n, i);

@@ -825,7 +825,7 @@ static int serve_turn(stitch_swarm *s, peer *p) {
   for (size_t i = 0; i < s->n_peers; i++) {
     peer *q = &s->peers[i];
     if (q == p || q->state != PEER_READY || peer_far(q) ||
-        (!servable(s, q) && !sending(s, q)))
+        (!sending(s, q) && !servable(s, q)))
       continue;
     double theirs = behind(q);
     if (theirs < mine || (theirs == mine && q->id < p->id)) {

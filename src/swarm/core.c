@@ -96,8 +96,8 @@ static void free_list(bits **arr, size_t *n) {
 }
 
 vstate *core_find_version(stitch_swarm *s, uint64_t v) {
-  for (size_t i = 0; i < s->n_v; i++)
-    if (s->v[i].ref.m->version == v)
+  for (size_t i = s->n_v; i-- > 0;) /* the newest first: most are of it */
+    if (s->v[i].version == v)
       return &s->v[i];
   return NULL;
 }
@@ -944,6 +944,7 @@ static int add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
   memmove(&s->v[i + 1], &s->v[i], (s->n_v - i) * sizeof(*s->v));
   vstate *v = &s->v[i];
   memset(v, 0, sizeof(*v));
+  v->version = m->version;
   v->ref.m = m;
   v->ref.id = id;
   v->added_ms = s->now_ms;
@@ -1268,7 +1269,8 @@ static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
     return;
   }
   wire_msg *m = s->rx;
-  stitch_diag d = {{0}};
+  stitch_diag d; /* a line only on failure: not 320 bytes cleared a frame */
+  d.msg[0] = 0;
   if (wire_decode_tail(type, body, len, p->rd.tail, p->rd.tail_len, m, &d) !=
       0) {
     core_drop(s, p, 1, d.msg);
@@ -1406,7 +1408,8 @@ static size_t feed_frames(stitch_swarm *s, peer *p, const uint8_t *buf,
     int type = 0;
     const uint8_t *body;
     size_t blen;
-    stitch_diag d = {{0}};
+    stitch_diag d; /* as in on_frame */
+    d.msg[0] = 0;
     /* Feed a header on its own, so that frame_begins judges a frame
      * before any of its body is buffered. */
     size_t head = p->rd.ready ? 0 : p->rd.head_len;

@@ -169,6 +169,8 @@ typedef struct peer {
   int frame_on;        /* a frame's header is in, its body coming */
   uint64_t frame_ms;   /* since when */
   size_t frame_claim;  /* its claim on s->unasked */
+  uint32_t frames; /* since it became ready (CORE_QUIET_MS); beside the
+                      reader, as every frame counts */
   /* Sealed records (or, before the keys, the clear HELLO) waiting for the
    * driver; the plaintext below is sealed into it as the link wants
    * more. */
@@ -230,7 +232,6 @@ typedef struct peer {
   score sc;
   uint64_t answered_ms, stall_ms, ping_ms;
   uint64_t ready_ms;
-  uint32_t frames; /* since it became ready (CORE_QUIET_MS) */
   int owes;        /* we sent it a manifest at ready: it answers */
   /* Hole punching (punch.c): the link came from a punch; the PUNCHes it
    * sent in the second since punch_win_ms (answers to ours aside); when
@@ -254,7 +255,8 @@ typedef struct addr_entry {
 
 /* A verified version, its manifest, and what we hold of each object. */
 typedef struct vstate {
-  stitch_vref ref; /* ref.m owned */
+  uint64_t version; /* ref.m's, without reaching into it (core_find_version) */
+  stitch_vref ref;  /* ref.m owned */
   uint8_t *raw;    /* the signed manifest, to pass on */
   size_t raw_len;
   bits held[STITCH_MAX_OBJECTS];

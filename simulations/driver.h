@@ -286,7 +286,8 @@ uint64_t now_ms(const sim *s);
 msg *msg_new(const sim *s, msg_kind kind, uint32_t c, const uint8_t *buf,
              size_t len);
 const uint8_t *msg_bytes(const msg *m);
-int side_of(const conn *c, int idx);
+/* Which side of C node IDX is (0: it dialed). */
+static inline int side_of(const conn *c, int idx) { return c->node[1] == idx; }
 #define SIM_NO_PEER UINT32_MAX
 void node_add_conn(node *n, uint32_t c, uint32_t peer);
 /* Handles a control message (DIAL, ACCEPT, REFUSE, CLOSE, PUBLISH). */

@@ -178,8 +178,6 @@ static void node_conn_opened(node *n, uint32_t ci, uint32_t peer) {
     }
 }
 
-int side_of(const conn *c, int idx) { return c->node[1] == idx; }
-
 /* Forgets connections closed on both sides of N's list. */
 static void node_prune(sim *s, node *n) {
   size_t k = 0;

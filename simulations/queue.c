@@ -164,7 +164,9 @@ static void ev_grow(qnet *q) {
   size_t cap = q->cap ? q->cap * 2 : 4096;
   if (cap > EV_SLOT_MASK + 1)
     die("more than 2^28 events waiting at once");
-  ev_key *h = aligned_alloc(64, (cap + EV_HEAP_PAD) * sizeof(*h));
+  /* aligned_alloc takes a size that is a multiple of the alignment. */
+  size_t bytes = ((cap + EV_HEAP_PAD) * sizeof(ev_key) + 63) & ~(size_t)63;
+  ev_key *h = aligned_alloc(64, bytes);
   event *pool = realloc(q->pool, cap * sizeof(*pool));
   uint32_t *fs = realloc(q->free_slot, cap * sizeof(*fs));
   if (h == NULL || pool == NULL || fs == NULL)

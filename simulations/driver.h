@@ -171,11 +171,9 @@ typedef struct node {
   double *done; /* [version]: seconds, < 0 not yet */
   uint32_t *conns;
   size_t n_conns, cap_conns;
-  /* Beside conns: the id its core gave each (SIM_NO_PEER until open);
-   * the other way, pos_of[ID], the place in conns of the link of its
-   * core's peer ID, plus one (0: none), for IDs below n_pos; and the
-   * places flush asks, in order (sim.c). */
-  uint32_t *conn_peer;
+  /* pos_of[ID]: the place in conns of the link of its core's peer ID,
+   * plus one (0: none), for IDs below n_pos; and the places flush asks,
+   * in order (sim.c). */
   uint32_t *pos_of;
   size_t n_pos;
   uint32_t *flush_at;

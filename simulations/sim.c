@@ -159,23 +159,19 @@ void node_add_conn(node *n, uint32_t c, uint32_t peer) {
   if (n->n_conns == n->cap_conns) {
     n->cap_conns = n->cap_conns ? n->cap_conns * 2 : 16;
     n->conns = realloc(n->conns, n->cap_conns * sizeof(*n->conns));
-    n->conn_peer = realloc(n->conn_peer, n->cap_conns * sizeof(*n->conn_peer));
-    if (n->conns == NULL || n->conn_peer == NULL)
+    if (n->conns == NULL)
       die("out of memory");
   }
   if (peer != SIM_NO_PEER)
     node_pos_set(n, peer, n->n_conns);
-  n->conn_peer[n->n_conns] = peer;
   n->conns[n->n_conns++] = c;
 }
 
 /* N's core opened peer PEER on its connection CI. */
 static void node_conn_opened(node *n, uint32_t ci, uint32_t peer) {
   for (size_t i = 0; i < n->n_conns; i++)
-    if (n->conns[i] == ci) {
-      n->conn_peer[i] = peer;
+    if (n->conns[i] == ci)
       node_pos_set(n, peer, i);
-    }
 }
 
 /* Forgets connections closed on both sides of N's list. */
@@ -184,16 +180,16 @@ static void node_prune(sim *s, node *n) {
   for (size_t i = 0; i < n->n_conns; i++) {
     conn *c = s->conn[n->conns[i]];
     int side = side_of(c, n->idx);
-    if (!c->closed || c->open[side] || c->d[side].nput > 0) {
-      n->conn_peer[k] = n->conn_peer[i];
+    if (!c->closed || c->open[side] || c->d[side].nput > 0)
       n->conns[k++] = n->conns[i];
-    }
   }
   n->n_conns = k;
   memset(n->pos_of, 0, n->n_pos * sizeof(*n->pos_of));
-  for (size_t i = 0; i < k; i++)
-    if (n->conn_peer[i] != SIM_NO_PEER)
-      node_pos_set(n, n->conn_peer[i], i);
+  for (size_t i = 0; i < k; i++) { /* 0: its core never opened the peer */
+    const conn *c = s->conn[n->conns[i]];
+    if (c->peer[side_of(c, n->idx)] != 0)
+      node_pos_set(n, c->peer[side_of(c, n->idx)], i);
+  }
 }
 
 /* N's side of C is done: its core hears peer_close (unless TELL_CORE is 0,
@@ -1131,7 +1127,6 @@ static void sim_free(sim *s) {
     free(n->needed);
     free(n->done);
     free(n->conns);
-    free(n->conn_peer);
     free(n->pos_of);
     free(n->flush_at);
   }

@@ -47,6 +47,9 @@
  * (docs/history/simulator.md "Chunks handed over when the uplink wants
  * them"). */
 #define PIPE_WINDOW (1u << 20)
+/* A node's pos_of entry with this bit: the link cannot take bytes until
+ * pipe_flush (sim_net.flushes_on_room). */
+#define POS_HELD 0x80000000u
 /* Queues: a chunk leaves its sender's uplink in pieces (queue.c
  * slice_of), each booked on the route's links only once the one before
  * has nearly left, so the pipes of one sender that have a chunk each take
@@ -172,8 +175,9 @@ typedef struct node {
   uint32_t *conns;
   size_t n_conns, cap_conns;
   /* pos_of[ID]: the place in conns of the link of its core's peer ID,
-   * plus one (0: none), for IDs below n_pos; and the places flush asks,
-   * in order (sim.c). */
+   * plus one (0: none), for IDs below n_pos, with POS_HELD set while
+   * its window or mark holds the link (sim.c pipe_put); and the places
+   * flush asks, in order (sim.c). */
   uint32_t *pos_of;
   size_t n_pos;
   uint32_t *flush_at;
@@ -220,6 +224,10 @@ typedef struct sim_net {
   /* 1: a CLOSE waits until the data sent before it was taken (flows);
    * 0: the model orders it after them itself (queues). */
   int close_after_data;
+  /* 1: the model calls pipe_flush whenever a pipe's window or mark
+   * frees room (queues), so a flush may pass over a held link unread;
+   * 0: it may free room unannounced (flows), and every flush asks. */
+  int flushes_on_room;
 } sim_net;
 
 extern const sim_net sim_net_flows, sim_net_queues;

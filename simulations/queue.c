@@ -507,4 +507,5 @@ const sim_net sim_net_queues = {
     .publish_central = queue_publish_central,
     .wake = queue_wake,
     .close_after_data = 0,
+    .flushes_on_room = 1,
 };

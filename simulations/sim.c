@@ -445,7 +445,13 @@ static void pipe_put(sim *s, node *n, uint32_t ci) {
   conn *c = s->conn[ci];
   int side = side_of(c, n->idx);
   pipe_ *p = &c->d[side];
-  while (c->open[side] && p->inflight < PIPE_WINDOW && s->net->pipe_ready(p)) {
+  while (c->open[side]) {
+    if (p->inflight >= PIPE_WINDOW || !s->net->pipe_ready(p)) {
+      uint32_t id = c->peer[side];
+      if (s->net->flushes_on_room && id < n->n_pos && n->pos_of[id] != 0)
+        n->pos_of[id] |= POS_HELD; /* until pipe_flush */
+      break;
+    }
     const uint8_t *buf;
     size_t len;
     stitch_swarm_peer_pending(n->sw, c->peer[side], &buf, &len);
@@ -465,6 +471,8 @@ void pipe_flush(sim *s, node *n, uint32_t ci) {
   int side = side_of(c, n->idx);
   if (!c->open[side] || n->sw == NULL)
     return;
+  if (c->peer[side] < n->n_pos) /* the window or the mark has room */
+    n->pos_of[c->peer[side]] &= ~POS_HELD;
   size_t k; /* a peer its core does not list has nothing */
   const uint32_t *ids = stitch_swarm_sendable(n->sw, &k);
   for (size_t j = 0; j < k; j++)
@@ -487,8 +495,8 @@ static size_t sendable_places(node *n, long after) {
   }
   for (size_t j = 0; j < k; j++) {
     uint32_t i = ids[j] < n->n_pos ? n->pos_of[ids[j]] : 0;
-    if (i-- == 0 || (long)i <= after)
-      continue;
+    if (i == 0 || (i & POS_HELD) || (long)--i <= after)
+      continue; /* no link, or one that cannot take bytes yet */
     size_t at = m++; /* insertion: a few places */
     for (; at > 0 && n->flush_at[at - 1] > i; at--)
       n->flush_at[at] = n->flush_at[at - 1];

@@ -287,6 +287,7 @@ struct sim {
 
 /* sim.c */
 void die(const char *what) __attribute__((noreturn));
+void *sim_calloc(size_t n, size_t size); /* dies when out of memory */
 double now_s(const sim *s);
 uint64_t now_ms(const sim *s);
 msg *msg_new(const sim *s, msg_kind kind, uint32_t c, const uint8_t *buf,
@@ -370,5 +371,15 @@ void sim_busy_held(sim *s, const node *n, unsigned v);
 /* Adds each version's window_s, up_busy, seed_up_busy and regions to the
  * report's "versions" array (a json_t *). */
 void sim_busy_json(const sim *s, void *versions);
+
+/* ---- results.c: what a run prints ------------------------------------ */
+
+/* Prints the run's figures (JSON with AS_JSON, else text) and, with
+ * PLOT_DIR, its plots; returns the plots' status. */
+int sim_run_report(sim *s, double wall_s, double rss_base, int as_json,
+                   const char *plot_dir);
+/* stitch-sim SCENARIO --bounds LIST: the references alone; an exit
+ * status. */
+int sim_print_bounds(const char *path, const char *list);
 
 #endif

@@ -38,7 +38,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <jansson.h>
 #include <malloc.h>
 #include <math.h>
 #include <sodium.h>
@@ -64,7 +63,7 @@ void die(const char *what) {
   exit(1);
 }
 
-static void *xcalloc(size_t n, size_t size) {
+void *sim_calloc(size_t n, size_t size) {
   void *p = calloc(n ? n : 1, size);
   if (p == NULL)
     die("out of memory");
@@ -95,7 +94,7 @@ static int span_cmp(const void *a, const void *b) {
  * its name: io_write's comparison stands for the core's hash check. */
 static void stable_make(sim *s) {
   const sim_chunks *t = &s->tr.chunks;
-  s->stable = xcalloc(t->n, sizeof(*s->stable));
+  s->stable = sim_calloc(t->n, sizeof(*s->stable));
   for (size_t i = 0; i < t->n; i++) {
     stitch_digest h;
     stitch_hash(t->buf[i], t->len[i], &h);
@@ -261,7 +260,7 @@ static void dial(sim *s, node *n, const char *addr, unsigned flags) {
       die("out of memory");
   }
   uint32_t ci = (uint32_t)s->n_conn++;
-  conn *c = xcalloc(1, sizeof(*c));
+  conn *c = sim_calloc(1, sizeof(*c));
   s->conn[ci] = c;
   c->node[0] = n->idx;
   c->node[1] = to;
@@ -931,8 +930,8 @@ static void bootstrap(sim *s, node *n, uint64_t *rng, const int *cand,
 static void node_core(sim *s, node *n, uint64_t *keys) {
   size_t words = (s->tr.chunks.n + 63) / 64;
   if (n->have == NULL) { /* a restart keeps its store */
-    n->have = xcalloc(words, sizeof(*n->have));
-    n->needed = xcalloc(words, sizeof(*n->needed));
+    n->have = sim_calloc(words, sizeof(*n->have));
+    n->needed = sim_calloc(words, sizeof(*n->needed));
   }
   stitch_swarm_config cfg;
   memset(&cfg, 0, sizeof(cfg));
@@ -998,7 +997,7 @@ static void node_core(sim *s, node *n, uint64_t *keys) {
  * core), the joiners (waiting, keys drawn at their join). */
 static void nodes_make(sim *s, void **hosts) {
   s->n_node = (int)s->ch.slots;
-  s->node = xcalloc((size_t)s->n_node, sizeof(*s->node));
+  s->node = sim_calloc((size_t)s->n_node, sizeof(*s->node));
   if (!s->sc.central)
     nat_assign(s); /* before any core: bootstrap skips NATed nodes */
   uint64_t rng = s->sc.rng_seed * 0x2545f4914f6cdd1dull + 3;
@@ -1009,7 +1008,7 @@ static void nodes_make(sim *s, void **hosts) {
     n->host = hosts != NULL ? hosts[i] : NULL;
     n->region = s->ch.region[i];
     n->rng = sim_xorshift(&rng) | 1;
-    n->done = xcalloc(s->tr.count + 1, sizeof(*n->done));
+    n->done = sim_calloc(s->tr.count + 1, sizeof(*n->done));
     for (unsigned v = 0; v <= s->tr.count; v++)
       n->done[v] = -1;
     n->wake_at = INFINITY;
@@ -1041,7 +1040,7 @@ void node_join(sim *s, node *n) {
    * the plan's times, not by who has run yet: actors due at the same
    * moment may run in any order. */
   double t = s->ch.join_s[n->idx];
-  int *cand = xcalloc((size_t)s->n_node, sizeof(*cand)), k = 0;
+  int *cand = sim_calloc((size_t)s->n_node, sizeof(*cand)), k = 0;
   for (int i = 1; i < s->n_node; i++)
     if (i != n->idx && s->ch.join_s[i] <= t && s->ch.leave_s[i] > t)
       cand[k++] = i;
@@ -1154,247 +1153,6 @@ static void sim_free(sim *s) {
   sim_scenario_free(&s->sc);
 }
 
-/* ---- Running and reporting -------------------------------------------- */
-
-/* tools/netlab's keys for its schema additions: "nat" (null without)
- * and "faults" (empty without), and what the run modelled of loss and
- * jitter. */
-static void extras_json(const sim *s, json_t *o) {
-  json_object_set_new(o, "faults", faults_json(s));
-  json_object_set_new(o, "loss_recoveries",
-                      json_integer((json_int_t)s->loss_recoveries));
-  json_object_set_new(o, "loss_resent_bytes",
-                      json_integer((json_int_t)s->loss_resent));
-  json_object_set_new(o, "dials_reset",
-                      json_integer((json_int_t)s->dials_unreach));
-  if (s->n_nat == 0 || s->sc.central) {
-    json_object_set_new(o, "nat", json_null());
-    return;
-  }
-  json_t *x = json_object(), *ns = json_array();
-  uint64_t mine = 0, all = 0, out = 0, refused = 0;
-  double links_nat = 0, links_other = 0;
-  unsigned hold = 0, nn = s->sc.nodes;
-  for (unsigned i = 1; i <= nn; i++) {
-    const node *n = &s->node[i];
-    stitch_swarm_stats st;
-    sim_node_stats(n, &st);
-    all += st.bytes_up;
-    refused += n->nat_refused;
-    unsigned peers = n->sw != NULL ? st.peers : 0;
-    if (n->nat) {
-      json_array_append_new(ns, json_integer(i - 1)); /* netlab's number */
-      mine += st.bytes_up;
-      out += n->nat_out;
-      links_nat += peers;
-      hold += n->done[s->tr.count] >= 0;
-    } else {
-      links_other += peers;
-    }
-  }
-  unsigned other = nn - s->n_nat;
-  json_object_set_new(x, "nodes", ns);
-  json_object_set_new(x, "node_share",
-                      json_real(round(1e3 * s->n_nat / nn) / 1e3));
-  json_object_set_new(x, "holding_last", json_integer(hold));
-  json_object_set_new(x, "bytes_up", json_integer((json_int_t)mine));
-  json_object_set_new(x, "nodes_bytes_up", json_integer((json_int_t)all));
-  json_object_set_new(x, "upload_share",
-                      all ? json_real(round(1e3 * (double)mine / (double)all)
-                                      / 1e3)
-                          : json_null());
-  json_object_set_new(x, "peers_mean",
-                      json_real(round(10 * links_nat / s->n_nat) / 10));
-  json_object_set_new(x, "others_peers_mean",
-                      other ? json_real(round(10 * links_other / other) / 10)
-                            : json_null());
-  json_object_set_new(x, "connections_out", json_integer((json_int_t)out));
-  json_object_set_new(x, "inbound_refused", json_integer((json_int_t)refused));
-  json_object_set_new(x, "inbound_accepted",
-                      json_integer((json_int_t)s->nat_accepted));
-  json_object_set_new(x, "punch", json_boolean(s->nat_punch));
-  /* Hole punching as built (docs/swarm.md "Hole punching"), over every
-   * node: asks sent to relays, punch dials, punched links made ready (one
-   * per end), PUNCHes relayed, and connections two punch dials made. */
-  stitch_swarm_stats sum;
-  memset(&sum, 0, sizeof(sum));
-  for (unsigned i = 0; i <= nn; i++) {
-    stitch_swarm_stats st;
-    sim_node_stats(&s->node[i], &st);
-    sum.punch_asked += st.punch_asked;
-    sum.punch_dialed += st.punch_dialed;
-    sum.punch_linked += st.punch_linked;
-    sum.punch_relayed += st.punch_relayed;
-  }
-  json_t *pu = json_object();
-  json_object_set_new(pu, "asked", json_integer((json_int_t)sum.punch_asked));
-  json_object_set_new(pu, "dialed", json_integer((json_int_t)sum.punch_dialed));
-  json_object_set_new(pu, "linked", json_integer((json_int_t)sum.punch_linked));
-  json_object_set_new(pu, "relayed",
-                      json_integer((json_int_t)sum.punch_relayed));
-  json_object_set_new(pu, "connections",
-                      json_integer((json_int_t)s->punch_opened));
-  json_object_set_new(x, "punches", pu);
-  json_object_set_new(o, "nat", x);
-}
-
-static int report(sim *s, double wall_s, double rss_base, int as_json,
-                  const char *plot_dir) {
-  unsigned nv = s->tr.count, nn = s->sc.nodes, slots = s->ch.slots;
-  double *done = xcalloc((size_t)slots * (nv + 1), sizeof(*done));
-  double *join_s = xcalloc(slots, sizeof(*join_s));
-  double *left_s = xcalloc(slots, sizeof(*left_s));
-  uint64_t *egress = xcalloc(slots, sizeof(*egress));
-  uint64_t *seed_b = xcalloc(nv + 1, sizeof(*seed_b));
-  uint64_t *cross_b = xcalloc(nv + 1, sizeof(*cross_b));
-  uint64_t *home_b = xcalloc(nv + 1, sizeof(*home_b));
-  double *bound = xcalloc(nv + 1, sizeof(*bound));
-  double *node_bound = xcalloc(nv + 1, sizeof(*node_bound));
-  sim_links *links = xcalloc(nv + 1, sizeof(*links));
-  sim_result r = {0};
-  r.mode = s->sc.central ? "central" : "p2p";
-  r.network = s->sc.queues ? "queues" : "flows";
-  for (unsigned i = 0; i < slots; i++) {
-    node *n = &s->node[i];
-    memcpy(&done[(size_t)i * (nv + 1)], n->done, (nv + 1) * sizeof(*done));
-    join_s[i] = n->state == NODE_WAITING ? INFINITY : n->join_s;
-    left_s[i] = n->left_s;
-    egress[i] = n->wire_up;
-    r.bad_writes += n->bad_writes;
-    r.apply_errors += n->apply_errors;
-    /* Over nodes alive at the end: one that left mid-fetch stored chunks
-     * of an object it never applied. */
-    if (i > 0 && n->state == NODE_LIVE) {
-      r.chunks_needed += n->needed_n;
-      r.chunks_stored += n->stored;
-    }
-    stitch_swarm_stats st;
-    sim_node_stats(n, &st);
-    r.verify_failures += st.verify_failures;
-    if (i > 0)
-      r.chunks_twice += st.chunks_twice;
-    r.bans += st.bans;
-  }
-  for (unsigned v = 1; v <= nv; v++) {
-    const snap *a = &s->at[v], *b = v < nv && s->published[v + 1] >= 0
-                                        ? &s->at[v + 1]
-                                        : &s->end;
-    uint64_t f = s->tr.v[v].bytes;
-    unsigned far = 0; /* nodes outside the seed's region */
-    for (size_t g = 0; g < s->sc.n_regions; g++)
-      if (strcmp(s->sc.regions[g].name, s->sc.seed_region) != 0)
-        far += s->sc.regions[g].nodes;
-    seed_b[v] = s->sc.central ? (uint64_t)nn * f : b->seed_up - a->seed_up;
-    cross_b[v] = s->sc.central ? (uint64_t)far * f : b->cross - a->cross;
-    home_b[v] = s->sc.central ? 0 : b->cross_home - a->cross_home;
-    bound[v] = sim_bound(&s->sc, f);
-    node_bound[v] = sim_node_bound(&s->sc, f);
-    links[v] = a->links;
-    if (s->published[v] < 0)
-      s->published[v] = INFINITY;
-  }
-  r.nodes = nn;
-  r.slots = slots;
-  r.join_s = join_s;
-  r.left_s = left_s;
-  r.churn = s->ch.end_s > s->ch.start_s;
-  r.nodes_left = s->nodes_left;
-  r.nodes_joined = s->nodes_joined;
-  r.versions = nv;
-  r.v = s->tr.v;
-  r.published = s->published;
-  r.done = done;
-  r.egress = egress;
-  r.seed_bytes = seed_b;
-  r.cross_bytes = cross_b;
-  r.cross_home_bytes = home_b;
-  r.bound = bound;
-  r.node_bound = node_bound;
-  r.links = links;
-  r.latency_s = sim_latency(&s->sc);
-  r.wall_s = wall_s;
-  r.sim_s = s->end_s;
-  r.finished = s->finished;
-  r.rss_base_mib = rss_base;
-  r.rss_peak_mib = sim_rss_mib("VmHWM:");
-  int rc = 0;
-  json_t *o = sim_report_json(&r, 0);
-  extras_json(s, o);
-  sim_busy_json(s, json_object_get(o, "versions"));
-  if (as_json) {
-    json_dumpf(o, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(8));
-    fputc('\n', stdout);
-  } else {
-    sim_report_text(&r, stdout);
-  }
-  json_decref(o);
-  if (plot_dir != NULL) {
-    o = sim_report_json(&r, 1);
-    extras_json(s, o);
-    rc = sim_plot(plot_dir, o);
-    json_decref(o);
-  }
-  free(done);
-  free(join_s);
-  free(left_s);
-  free(egress);
-  free(seed_b);
-  free(cross_b);
-  free(home_b);
-  free(bound);
-  free(node_bound);
-  free(links);
-  return rc;
-}
-
-/* At most this many sizes after --bounds: a version count is at most 64
- * in a scenario, netlab's at most 10. */
-#define BOUNDS_MAX 1024
-
-/* --bounds LIST: version sizes in bytes, comma-separated, each 1 to 2^53
- * (what a JSON number holds exactly). Returns how many, or 0 on an error
- * (one line on stderr). */
-static size_t parse_sizes(const char *list, uint64_t *out) {
-  size_t n = 0;
-  const char *p = list;
-  for (;;) {
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(p, &end, 10);
-    if (end == p || *p == '-' || errno != 0 || x == 0 ||
-        x > (1ull << 53) || (*end != ',' && *end != 0) || n == BOUNDS_MAX) {
-      fprintf(stderr, "stitch-sim: --bounds: expected 1 to %d sizes in "
-                      "bytes, comma-separated, each 1 to 2^53: '%s'\n",
-              BOUNDS_MAX, list);
-      return 0;
-    }
-    out[n++] = (uint64_t)x;
-    if (*end == 0)
-      return n;
-    p = end + 1;
-  }
-}
-
-/* stitch-sim SCENARIO --bounds LIST: the references alone. A file with
- * NAT or faults is accepted here: the bound rests on link capacities,
- * which neither changes, and stays a lower bound with them. */
-static int print_bounds(const char *path, const char *list) {
-  static uint64_t sizes[BOUNDS_MAX];
-  size_t n = parse_sizes(list, sizes);
-  if (n == 0)
-    return 2;
-  sim_scenario sc;
-  char err[512];
-  if (sim_scenario_load(path, &sc, err, sizeof(err)) != 0)
-    die(err);
-  json_t *o = sim_bounds_json(&sc, sizes, n);
-  json_dumpf(o, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(12));
-  fputc('\n', stdout);
-  json_decref(o);
-  sim_scenario_free(&sc);
-  return ferror(stdout) ? 1 : 0;
-}
-
 int main(int argc, char **argv) {
   const char *path = NULL, *plot_dir = NULL, *trace = NULL, *bounds = NULL;
   const char *steps = NULL;
@@ -1426,7 +1184,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (bounds != NULL)
-    return print_bounds(path, bounds);
+    return sim_print_bounds(path, bounds);
   if (sodium_init() < 0)
     die("libsodium failed to start");
   /* Every chunk a core receives passes through a chunk-sized frame buffer
@@ -1468,7 +1226,7 @@ int main(int argc, char **argv) {
   if (sim_trajectory_make(&s.sc, steps, &s.tr, err, sizeof(err)) != 0)
     die(err);
   if (rp != NULL && *rp == '1' && !s.sc.central) {
-    s.ramp_v1 = xcalloc((s.tr.chunks.n + 63) / 64, sizeof(uint64_t));
+    s.ramp_v1 = sim_calloc((s.tr.chunks.n + 63) / 64, sizeof(uint64_t));
     for (size_t k = 0; k < s.tr.v[1].n_all; k++)
       if (!bit(s.ramp_v1, s.tr.v[1].all[k])) {
         set_bit(s.ramp_v1, s.tr.v[1].all[k]);
@@ -1494,7 +1252,7 @@ int main(int argc, char **argv) {
       return 1;
     }
     s.trace_region =
-        xcalloc(5 * (s.sc.n_regions + 1), sizeof(*s.trace_region));
+        sim_calloc(5 * (s.sc.n_regions + 1), sizeof(*s.trace_region));
     fprintf(s.trace, "t_s,down_mbps,up_mbps,seed_mbps,nodes_done");
     for (size_t r = 0; r < s.sc.n_regions; r++)
       fprintf(s.trace, ",down_mbps_%s", s.sc.regions[r].name);
@@ -1502,8 +1260,8 @@ int main(int argc, char **argv) {
       fprintf(s.trace, ",up_busy_%s", s.sc.regions[r].name);
     fputc('\n', s.trace);
   }
-  s.published = xcalloc(s.tr.count + 2, sizeof(*s.published));
-  s.at = xcalloc(s.tr.count + 2, sizeof(*s.at));
+  s.published = sim_calloc(s.tr.count + 2, sizeof(*s.published));
+  s.at = sim_calloc(s.tr.count + 2, sizeof(*s.at));
   for (unsigned v = 0; v <= s.tr.count + 1; v++)
     s.published[v] = -1;
   if (sim_busy_init(&s) != 0)
@@ -1530,7 +1288,7 @@ int main(int argc, char **argv) {
                      NULL};
   int sg_argc = 5;
   simgrid_init(&sg_argc, sg_argv);
-  void **hosts = xcalloc(s.ch.slots + 1, sizeof(*hosts));
+  void **hosts = sim_calloc(s.ch.slots + 1, sizeof(*hosts));
   if (s.sc.queues) { /* one host for the one actor: the links are ours */
     if (sim_platform_one(hosts, err, sizeof(err)) != 0)
       die(err);
@@ -1545,7 +1303,7 @@ int main(int argc, char **argv) {
     flows_start(&s, hosts);
   }
   simgrid_run();
-  int rc = report(&s, sim_wall() - t0, rss_base, as_json, plot_dir);
+  int rc = sim_run_report(&s, sim_wall() - t0, rss_base, as_json, plot_dir);
   if (s.verbose)
     fprintf(stderr, "stitch-sim: %" PRIu64 " messages, %" PRIu64
                     " wake-ups, %zu connections\n",

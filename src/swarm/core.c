@@ -1,7 +1,7 @@
-/* core.c: the swarm core: peers, the handshake, messages, gossip, serving
- * and neighbour upkeep (docs/swarm.md). What to fetch and what to serve
- * is in fetch.c, crossing regions in cross.c, what the seed offers
- * in seed.c. No I/O: bytes, time and randomness come in through the API
+/* core.c: the swarm core: peers, the handshake, messages, gossip and
+ * serving (docs/swarm.md). What to fetch and what to serve is in fetch.c,
+ * crossing regions in cross.c, what the seed offers in seed.c, which
+ * neighbours to keep in mesh.c. No I/O: bytes, time and randomness come in through the API
  * and stitch_swarm_io. */
 #include "swarm/core_internal.h"
 
@@ -134,7 +134,7 @@ peer *core_ready_key(stitch_swarm *s, const stitch_pubkey *k) {
   return NULL;
 }
 
-static size_t count_peers(const stitch_swarm *s, int ready_only) {
+size_t core_count_peers(const stitch_swarm *s, int ready_only) {
   size_t n = 0;
   for (size_t i = 0; i < s->n_peers; i++)
     n += ready_only ? s->peers[i].state == PEER_READY
@@ -144,7 +144,7 @@ static size_t count_peers(const stitch_swarm *s, int ready_only) {
 }
 
 /* Ready links: *SAME to our region, *FAR to others. */
-static void count_ready(const stitch_swarm *s, size_t *same, size_t *far) {
+void core_count_ready(const stitch_swarm *s, size_t *same, size_t *far) {
   *same = *far = 0;
   for (size_t i = 0; i < s->n_peers; i++) {
     const peer *q = &s->peers[i];
@@ -158,10 +158,10 @@ static void count_ready(const stitch_swarm *s, size_t *same, size_t *far) {
 }
 
 /* Ready links that count toward the limits: those of our region, and up
- * to cfg.cross_region of those to other regions (maintain says why). */
+ * to cfg.cross_region of those to other regions (mesh.c core_maintain says why). */
 static size_t links_that_count(const stitch_swarm *s) {
   size_t same, far;
-  count_ready(s, &same, &far);
+  core_count_ready(s, &same, &far);
   return same + (far < s->cfg.cross_region ? far : s->cfg.cross_region);
 }
 
@@ -181,7 +181,7 @@ int core_banned_key(const stitch_swarm *s, const stitch_pubkey *k) {
   return 0;
 }
 
-static int banned_addr(const stitch_swarm *s, const char *a) {
+int core_banned_addr(const stitch_swarm *s, const char *a) {
   for (size_t i = 0; i < s->n_ban_addrs; i++)
     if (strcmp(s->ban_addrs[i], a) == 0)
       return 1;
@@ -378,7 +378,7 @@ void core_drop(stitch_swarm *s, peer *p, int ban, const char *why) {
     if (s->n_bans < CORE_MAX_BANS && !core_banned_key(s, &p->node))
       s->bans[s->n_bans++] = p->node;
     if (p->outbound && p->addr[0] && s->n_ban_addrs < CORE_MAX_BANS &&
-        !banned_addr(s, p->addr))
+        !core_banned_addr(s, p->addr))
       snprintf(s->ban_addrs[s->n_ban_addrs++], STITCH_SWARM_ADDR_MAX, "%s",
                p->addr);
   }
@@ -404,221 +404,6 @@ int core_score(stitch_swarm *s, peer *p, score_ev ev) {
   s->st.greylisted++;
   core_drop(s, p, 0, "score below the threshold: greylisted");
   return 1;
-}
-
-/* ---- Addresses -------------------------------------------------------- */
-
-static addr_entry *find_addr(stitch_swarm *s, const char *a) {
-  for (size_t i = 0; i < s->n_addrs; i++)
-    if (strcmp(s->addrs[i].addr, a) == 0)
-      return &s->addrs[i];
-  return NULL;
-}
-
-/* Ends the streak when a link we dialed since the last dial that came
- * to nothing has lasted (dials work again), or when anyone has dialed us
- * (a hole punched, say). */
-static void dials_lasting(stitch_swarm *s) {
-  for (size_t i = 0; i < s->n_peers && s->dial_streak > 0; i++) {
-    const peer *p = &s->peers[i];
-    if (p->state == PEER_READY &&
-        (!p->outbound || (p->opened_ms > s->dial_failed_ms &&
-                          s->now_ms - p->opened_ms >= CORE_SHORT_LINK_MS)))
-      s->dial_streak = 0;
-  }
-}
-
-/* A dial to E failed, or its link closed too soon: try it again later
- * and later (2 s, doubling, at most 64 s). A node that advertises no
- * address (behind a NAT: nobody can dial it), past CORE_DIAL_STREAK such
- * dials in a row, waits before its next dial to anyone (maintain), longer
- * each time. Not a node others can dial: others' dials bring it links,
- * and at a fleet's start, when every node meets full ones, backing off
- * held some to a few links (upload1000.json without NAT, rng_seed 3: the
- * anchor's last node at 3.46 s instead of 2.85). */
-static void addr_failed(stitch_swarm *s, addr_entry *e, uint64_t now_ms) {
-  e->failures++;
-  e->next_try_ms = now_ms + (1000ull << (e->failures < 6 ? e->failures : 6));
-  if (s->cfg.listen[0])
-    return;
-  s->dial_failed_ms = now_ms;
-  dials_lasting(s);
-  if (++s->dial_streak < CORE_DIAL_STREAK)
-    return;
-  unsigned k = s->dial_streak - CORE_DIAL_STREAK;
-  uint64_t quiet = (uint64_t)CORE_DIAL_QUIET_MS << (k < 8 ? k : 8);
-  s->dial_quiet_ms =
-      now_ms + (quiet < CORE_DIAL_QUIET_MAX_MS ? quiet : CORE_DIAL_QUIET_MAX_MS);
-}
-
-/* STITCH_ENOMEM when the address could not be kept (peer exchange will
- * tell it again; the agent's own addresses must not vanish unreported). */
-static int learn_addr(stitch_swarm *s, const char *a, const char *region) {
-  if (a[0] == 0 || strcmp(a, s->cfg.listen) == 0 || banned_addr(s, a))
-    return 0;
-  addr_entry *e = find_addr(s, a);
-  if (e != NULL) {
-    if (region[0])
-      snprintf(e->region, sizeof(e->region), "%s", region);
-    return 0;
-  }
-  if (s->n_addrs == CORE_MAX_ADDRS)
-    return 0;
-  if (s->n_addrs % 64 == 0) {
-    addr_entry *na = realloc(s->addrs, (s->n_addrs + 64) * sizeof(*na));
-    if (na == NULL)
-      return STITCH_ENOMEM;
-    s->addrs = na;
-  }
-  e = &s->addrs[s->n_addrs++];
-  memset(e, 0, sizeof(*e));
-  snprintf(e->addr, sizeof(e->addr), "%s", a);
-  snprintf(e->region, sizeof(e->region), "%s", region);
-  return 0;
-}
-
-int stitch_swarm_add_peer_addr(stitch_swarm *s, const char *addr,
-                               const char *region) {
-  if (addr == NULL || strlen(addr) >= STITCH_SWARM_ADDR_MAX || !addr[0])
-    return STITCH_EINVAL;
-  return learn_addr(s, addr, region ? region : "");
-}
-
-/* Is some peer (any state) already linked to ADDR? */
-static int linked_to(const stitch_swarm *s, const char *a) {
-  for (size_t i = 0; i < s->n_peers; i++) {
-    const peer *p = &s->peers[i];
-    if (p->state != PEER_FREE && p->state != PEER_CLOSING &&
-        (strcmp(p->addr, a) == 0 || strcmp(p->listen, a) == 0))
-      return 1;
-  }
-  return 0;
-}
-
-/* Is REGION, an address's, known and not ours? */
-static int far_region(const stitch_swarm *s, const char *region) {
-  return region[0] && strcmp(region, s->cfg.region) != 0;
-}
-
-/* Opens links until max_peers + CORE_SAME_EXTRA of our region, plus
- * cfg.cross_region links to other regions when there are any (those
- * first). Links to other regions beyond those cfg.cross_region do not
- * count: nodes of far regions dial into the region that holds the chunks
- * first, and counting their links left such a node with two or three
- * neighbours of its own region, whose uplink then sat idle while its
- * region spread a version. */
-static void maintain(stitch_swarm *s) {
-  size_t have = count_peers(s, 0), pending = 0, pending_same = 0, same, cross;
-  size_t out = 0;
-  for (size_t i = 0; i < s->n_peers; i++)
-    out += s->peers[i].outbound && s->peers[i].state == PEER_READY;
-  reach_tell(s, NULL); /* what our links reach, if that changed */
-  reach_regions(s);
-  s->region_known = 0; /* fetch.c's estimate of our region's size */
-  s->far_known = 0;
-  for (size_t i = 0; i < s->n_addrs; i++) {
-    addr_entry *e = &s->addrs[i];
-    s->region_known += strcmp(e->region, s->cfg.region) == 0;
-    s->far_known += far_region(s, e->region);
-    if (e->connecting && s->now_ms - e->connect_ms >= CORE_CONNECT_MS) {
-      e->connecting = 0; /* never answered: count as a failure */
-      addr_failed(s, e, s->now_ms);
-    }
-    pending += e->connecting;
-    pending_same += e->connecting && !far_region(s, e->region);
-  }
-  count_ready(s, &same, &cross);
-  if (s->cfg.seed)
-    return; /* the seed waits for nodes to dial it */
-  punch_maintain(s);
-  if (cross > s->cfg.cross_region)
-    have -= cross - s->cfg.cross_region;
-  /* Counting the far links toward max_peers left a node with six of its
-   * region, and those with fewest neighbours of their region finished
-   * last (docs/history/simulator.md "Links across on top"). */
-  size_t target = s->cfg.max_peers + (s->far_known ? s->cfg.cross_region : 0);
-  /* And CORE_SAME_EXTRA more of its own region, only those: a node that
-   * few of its region dialed, its slots taken by far nodes dialing in,
-   * held 6 or 7 of its region, fetched from those alone (far links carry
-   * only what the region lacks) and finished last
-   * (docs/history/simulator.md "Ten of its own region"). */
-  size_t same_min = s->cfg.max_peers + CORE_SAME_EXTRA;
-  dials_lasting(s);
-  int backing_off = s->dial_streak >= CORE_DIAL_STREAK;
-  if (backing_off) {
-    uint64_t low = s->dial_failed_ms + CORE_DIAL_QUIET_LOW_MS;
-    int few = out < CORE_OUTBOUND_MIN || same < CORE_OUTBOUND_MIN;
-    if (s->now_ms < s->dial_quiet_ms && (!few || s->now_ms < low))
-      return;
-  }
-  while (have + pending < target || same + pending_same < same_min ||
-         out + pending < CORE_OUTBOUND_MIN) {
-    /* Links wanted only for CORE_OUTBOUND_MIN go to our region, as the
-     * CORE_SAME_EXTRA ones do. */
-    int only_same = have + pending >= target;
-    int want_cross = !only_same && cross < s->cfg.cross_region;
-    addr_entry *best = NULL;
-    for (int pass = 0; pass < (only_same ? 1 : 2) && best == NULL; pass++) {
-      size_t start = s->n_addrs ? (size_t)(core_random(s) % s->n_addrs) : 0;
-      for (size_t k = 0; k < s->n_addrs; k++) {
-        addr_entry *e = &s->addrs[(start + k) % s->n_addrs];
-        if (e->connecting || e->next_try_ms > s->now_ms ||
-            linked_to(s, e->addr) || banned_addr(s, e->addr) ||
-            grey_addr(&s->grey, e->addr, s->now_ms))
-          continue;
-        int other = far_region(s, e->region);
-        /* Pass 0 takes what the mix wants; pass 1 anything. */
-        if (pass == 0 && other != want_cross && e->region[0])
-          continue;
-        best = e;
-        break;
-      }
-    }
-    if (best == NULL)
-      return;
-    best->connecting = 1;
-    best->connect_ms = s->now_ms;
-    /* Behind a NAT, every dial from one port: the address a relay sees
-     * is then the one a punch needs (punch.h). */
-    stitch_swarm_action a = {
-        .kind = STITCH_SWARM_CONNECT,
-        .flags = s->cfg.listen[0] ? 0 : STITCH_SWARM_DIAL_FIXED};
-    snprintf(a.addr, sizeof(a.addr), "%s", best->addr);
-    core_push_action(s, &a);
-    pending++;
-    if (far_region(s, best->region))
-      cross++;
-    else
-      pending_same++;
-    if (backing_off)
-      return; /* one dial a pause */
-  }
-}
-
-static void send_peers(stitch_swarm *s, peer *p) {
-  wire_msg m;
-  wire_msg_clear(&m);
-  m.type = WIRE_PEERS;
-  size_t start = s->n_addrs ? (size_t)(core_random(s) % s->n_addrs) : 0;
-  for (size_t k = 0; k < s->n_addrs && m.n_peers < 16; k++) {
-    const addr_entry *e = &s->addrs[(start + k) % s->n_addrs];
-    if (e->failures > 2 || strcmp(e->addr, p->listen) == 0)
-      continue;
-    snprintf(m.peer_addr[m.n_peers], STITCH_SWARM_ADDR_MAX, "%s", e->addr);
-    snprintf(m.peer_region[m.n_peers], STITCH_SWARM_REGION_MAX, "%s",
-             e->region);
-    m.n_peers++;
-  }
-  if (s->cfg.listen[0] && m.n_peers < 16) {
-    snprintf(m.peer_addr[m.n_peers], STITCH_SWARM_ADDR_MAX, "%s",
-             s->cfg.listen);
-    snprintf(m.peer_region[m.n_peers], STITCH_SWARM_REGION_MAX, "%s",
-             s->cfg.region);
-    m.n_peers++;
-  }
-  p->last_pex_ms = s->now_ms;
-  if (m.n_peers > 0)
-    core_send(s, p, &m);
 }
 
 /* ---- Peers: the driver's side ----------------------------------------- */
@@ -681,7 +466,7 @@ int stitch_swarm_peer_open(stitch_swarm *s, uint64_t now_ms, int outbound,
   p->tokens = CORE_RATE_BURST;
   *id = p->id;
   if (outbound) {
-    addr_entry *e = find_addr(s, p->addr);
+    addr_entry *e = core_find_addr(s, p->addr);
     if (e != NULL)
       e->connecting = 0;
   }
@@ -692,7 +477,7 @@ int stitch_swarm_peer_open(stitch_swarm *s, uint64_t now_ms, int outbound,
     p->punched = 1;
     p->outbound = !acceptor;
   }
-  int too_many = !outbound && count_peers(s, 0) >
+  int too_many = !outbound && core_count_peers(s, 0) >
                                   s->cfg.max_peers + CORE_INBOUND_SLACK +
                                       (s->cfg.seed ? s->cfg.max_peers : 0);
   hs_open(s, p);
@@ -853,10 +638,10 @@ void stitch_swarm_peer_close(stitch_swarm *s, uint32_t id, uint64_t now_ms) {
   /* A dial that never got through, or a link the other side closed soon
    * after (it was full, say): try that address again later and later. A
    * link that lasted clears the count. */
-  addr_entry *e = p->outbound ? find_addr(s, p->addr) : NULL;
+  addr_entry *e = p->outbound ? core_find_addr(s, p->addr) : NULL;
   if (e != NULL && (p->state == PEER_HELLO ||
                     now_ms - p->opened_ms < CORE_SHORT_LINK_MS)) {
-    addr_failed(s, e, now_ms);
+    core_addr_failed(s, e, now_ms);
   } else if (e != NULL) {
     e->failures = 0;
   }
@@ -869,11 +654,11 @@ void stitch_swarm_dial_failed(stitch_swarm *s, const char *addr,
   s->now_ms = now_ms;
   if (addr != NULL)
     punch_dial_failed(s, addr);
-  addr_entry *e = addr != NULL ? find_addr(s, addr) : NULL;
+  addr_entry *e = addr != NULL ? core_find_addr(s, addr) : NULL;
   if (e == NULL || !e->connecting)
     return;
   e->connecting = 0;
-  addr_failed(s, e, now_ms);
+  core_addr_failed(s, e, now_ms);
 }
 
 /* ---- Manifests -------------------------------------------------------- */
@@ -1089,7 +874,7 @@ void core_ready(stitch_swarm *s, peer *p) {
       return;
     }
   }
-  learn_addr(s, p->listen, p->region);
+  core_learn_addr(s, p->listen, p->region);
   /* Full, but only with links from other regions beyond cross_region: a
    * dialer of our region is taken anyway. Far regions' nodes dial into
    * the region that has the chunks first, so its nodes filled up with
@@ -1098,7 +883,7 @@ void core_ready(stitch_swarm *s, peer *p) {
    * and five from afar held 50 chunks at 550 ms where the median node did
    * at 289 ms, and finished last (docs/history/simulator.md, "Full of far
    * links"). Since each node dials CORE_SAME_EXTRA of its region beyond
-   * max_peers (maintain), there is as much more room for them: else a
+   * max_peers (core_maintain), there is as much more room for them: else a
    * region's nodes were full before the last of them had dialed, and one
    * of 120 kept 2 links of its region (docs/history/simulator.md "Ten of
    * its own region"). */
@@ -1109,7 +894,7 @@ void core_ready(stitch_swarm *s, peer *p) {
   /* And a dialer that cannot be dialed, up to CORE_DIALOUT_ROOM links
    * beyond that: it has no other way to link. */
   if (p->full && !s->cfg.seed && !p->listen[0] &&
-      count_peers(s, 1) < s->cfg.max_peers + CORE_INBOUND_SLACK +
+      core_count_peers(s, 1) < s->cfg.max_peers + CORE_INBOUND_SLACK +
                               s->cfg.cross_region + CORE_DIALOUT_ROOM)
     p->full = 0;
   /* Still full: the newest link from a node that can be dialed makes
@@ -1137,7 +922,7 @@ void core_ready(stitch_swarm *s, peer *p) {
   }
   if (p->full) {
     p->state = PEER_FULL;
-    send_peers(s, p);
+    core_send_peers(s, p);
     if (drained(p))
       core_drop(s, p, 0, "full");
     return;
@@ -1168,7 +953,7 @@ void core_ready(stitch_swarm *s, peer *p) {
     core_send(s, p, &g);
   }
   fetch_announce_interest(s, p);
-  send_peers(s, p);
+  core_send_peers(s, p);
   if (p->is_seed)
     reach_tell(s, p);
   if (s->cfg.seed)
@@ -1253,12 +1038,6 @@ static void on_have(stitch_swarm *s, peer *p, const wire_msg *m, int field) {
   }
   if (s->cfg.seed)
     seed_offer(s, p);
-}
-
-static void on_peers(stitch_swarm *s, peer *p, const wire_msg *m) {
-  (void)p;
-  for (size_t i = 0; i < m->n_peers; i++)
-    learn_addr(s, m->peer_addr[i], m->peer_region[i]);
 }
 
 /* One whole frame from a peer. */
@@ -1347,7 +1126,7 @@ static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
     cross_on_bid(s, p, m);
     break;
   case WIRE_PEERS:
-    on_peers(s, p, m);
+    core_on_peers(s, m);
     break;
   case WIRE_REACH:
     reach_on_msg(s, p, m);
@@ -1526,11 +1305,11 @@ int stitch_swarm_tick(stitch_swarm *s, uint64_t now_ms) {
       core_send(s, p, &m);
     }
     if (p->state == PEER_READY && now_ms - p->last_pex_ms > CORE_PEX_MS)
-      send_peers(s, p);
+      core_send_peers(s, p);
   }
   if (now_ms >= s->next_maintain_ms) {
     hs_check_links(s);
-    maintain(s);
+    core_maintain(s);
     s->next_maintain_ms = now_ms + CORE_MAINTAIN_MS;
     /* Each node on a beat of its own (a phase from its key, taken once):
      * nodes started together otherwise dialed each other at the same
@@ -1562,7 +1341,7 @@ uint64_t stitch_swarm_wake(const stitch_swarm *s) {
 
 void stitch_swarm_get_stats(const stitch_swarm *s, stitch_swarm_stats *st) {
   size_t same, far;
-  count_ready(s, &same, &far);
+  core_count_ready(s, &same, &far);
   *st = s->st;
   st->peers = (uint32_t)(same + far);
   st->peers_same_region = (uint32_t)same;

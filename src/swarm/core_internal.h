@@ -382,6 +382,22 @@ int core_score(stitch_swarm *s, peer *p, score_ev ev);
 int core_banned_key(const stitch_swarm *s, const stitch_pubkey *k);
 vstate *core_find_version(stitch_swarm *s, uint64_t v);
 uint64_t core_random(stitch_swarm *s);
+/* Links not free nor closing (READY_ONLY: ready ones); ready links to
+ * our region (*SAME) and to others (*FAR). */
+size_t core_count_peers(const stitch_swarm *s, int ready_only);
+void core_count_ready(const stitch_swarm *s, size_t *same, size_t *far);
+int core_banned_addr(const stitch_swarm *s, const char *a);
+
+/* mesh.c: the neighbours a node keeps */
+addr_entry *core_find_addr(stitch_swarm *s, const char *a);
+/* A dial to E failed, or its link closed too soon. */
+void core_addr_failed(stitch_swarm *s, addr_entry *e, uint64_t now_ms);
+/* STITCH_ENOMEM when the address could not be kept. */
+int core_learn_addr(stitch_swarm *s, const char *a, const char *region);
+/* Dials what the limits want (CORE_MAINTAIN_MS apart). */
+void core_maintain(stitch_swarm *s);
+void core_send_peers(stitch_swarm *s, peer *p);
+void core_on_peers(stitch_swarm *s, const wire_msg *m);
 
 /* bits */
 static inline int bits_get(const bits *b, uint64_t i) {

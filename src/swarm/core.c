@@ -445,9 +445,13 @@ int stitch_swarm_peer_open(stitch_swarm *s, uint64_t now_ms, int outbound,
     if (nl == NULL)
       return STITCH_ENOMEM;
     s->sendable_ids = nl;
-    peer *np = realloc(s->peers, (s->n_peers + 1) * sizeof(*np));
+    /* On the struct's 64-byte alignment, which realloc does not give. */
+    peer *np = aligned_alloc(_Alignof(peer), (s->n_peers + 1) * sizeof(*np));
     if (np == NULL)
       return STITCH_ENOMEM;
+    if (s->n_peers > 0)
+      memcpy(np, s->peers, s->n_peers * sizeof(*np));
+    free(s->peers);
     s->peers = np;
     p = &s->peers[s->n_peers++];
   }

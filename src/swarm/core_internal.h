@@ -149,28 +149,32 @@ typedef enum peer_state {
 } peer_state;
 
 typedef struct peer {
-  peer_state state;
+  /* First, in one cache line, what the passes over a node's peers read
+   * for each (fetch.c serve_turn and schedule, the sendable list): they
+   * run for nearly every frame, and at 10,000 simulated nodes each line
+   * of a peer they touched was a cache miss. Peers are allocated on
+   * 64-byte lines (stitch_swarm_peer_open). */
+  _Alignas(64) peer_state state;
   uint32_t id;
-  int outbound;
-  int full; /* inbound when we had no room (PEER_FULL after AUTH) */
-  char addr[STITCH_SWARM_ADDR_MAX];   /* transport address */
-  char listen[STITCH_SWARM_ADDR_MAX]; /* where it accepts (from HELLO) */
-  char region[STITCH_SWARM_REGION_MAX];
   int same_region; /* its region (from HELLO) is ours */
-  stitch_pubkey node;
   int is_seed; /* its node key is the swarm key, or its ticket's role is
                   seed */
-  /* The handshake (handshake.c): the link's keys, its HELLO key, and
-   * when its ticket expires (0: never, or no ticket). */
-  chan ch;
-  uint8_t peer_kx[WIRE_KX_BYTES];
-  uint64_t expires_s;
-  wire_reader rd;
-  int frame_on;        /* a frame's header is in, its body coming */
-  uint64_t frame_ms;   /* since when */
-  size_t frame_claim;  /* its claim on s->unasked */
-  uint32_t frames; /* since it became ready (CORE_QUIET_MS); beside the
-                      reader, as every frame counts */
+  /* We handed the driver a chunk for it and the driver has not asked for
+   * more since: the chunk is on its way out (fetch.c serve_turn). */
+  int sending;
+  unsigned n_serve;   /* its requests queued with us (serve, below) */
+  unsigned n_req;     /* ours out to it (req, below) */
+  unsigned sent_next; /* chunks we sent it, all told (sent, below) */
+  /* What it holds (or wants, for a BITFIELD with no bits set). */
+  bits *have;
+  size_t n_have;
+  /* It had nothing for us when the schedule last asked, and nothing that
+   * could change that has happened since: s->pick_gen was this. */
+  uint64_t dry_gen;
+  uint64_t serve_wait_ms; /* since when it has waited for its next chunk */
+  /* Next, what the driver's asks for bytes read (pending, sent). Its
+   * place in s->sendable plus one; 0: not there (core_sendable). */
+  size_t listed;
   /* Sealed records (or, before the keys, the clear HELLO) waiting for the
    * driver; the plaintext below is sealed into it as the link wants
    * more. */
@@ -184,18 +188,30 @@ typedef struct peer {
    * was queued after it follows the payload on the wire. */
   const uint8_t *pay; /* NULL: none; released once sent */
   size_t pay_len, pay_off, pay_at;
+  /* The link's keys and records, which the handshake sets up
+   * (handshake.c). */
+  chan ch;
+  int outbound;
+  int full; /* inbound when we had no room (PEER_FULL after AUTH) */
+  char addr[STITCH_SWARM_ADDR_MAX];   /* transport address */
+  char listen[STITCH_SWARM_ADDR_MAX]; /* where it accepts (from HELLO) */
+  char region[STITCH_SWARM_REGION_MAX];
+  stitch_pubkey node;
+  /* The handshake's: its HELLO key, and when its ticket expires (0:
+   * never, or no ticket). */
+  uint8_t peer_kx[WIRE_KX_BYTES];
+  uint64_t expires_s;
+  wire_reader rd;
+  int frame_on;        /* a frame's header is in, its body coming */
+  uint64_t frame_ms;   /* since when */
+  size_t frame_claim;  /* its claim on s->unasked */
+  uint32_t frames; /* since it became ready (CORE_QUIET_MS); beside the
+                      reader, as every frame counts */
   uint64_t opened_ms, last_recv_ms, last_send_ms, last_pex_ms;
   double tokens;
   uint64_t tokens_ms;
-  /* What it holds (or wants, for a BITFIELD with no bits set). */
-  bits *have;
-  size_t n_have;
   /* Our requests to it. */
   request req[CORE_MAX_PIPELINE];
-  unsigned n_req;
-  /* It had nothing for us when the schedule last asked, and nothing that
-   * could change that has happened since: s->pick_gen was this. */
-  uint64_t dry_gen;
   unsigned timeouts;
   uint64_t chunk_allow; /* largest CHUNK body it may send: what we asked */
   /* A version of which it rejected an early request of ours: it is
@@ -203,17 +219,9 @@ typedef struct peer {
   uint64_t early_refused;
   /* Its requests to us, served in order. */
   chunk_id serve[CORE_MAX_SERVE];
-  unsigned n_serve;
-  uint64_t serve_wait_ms; /* since when it has waited for its next chunk */
-  /* We handed the driver a chunk for it and the driver has not asked for
-   * more since: the chunk is on its way out (fetch.c serve_turn). */
-  int sending;
-  /* Its place in s->sendable plus one; 0: not there (core_sendable). */
-  size_t listed;
   /* The last chunks we sent it, and when (cross.c coming_into). */
   chunk_id sent[CORE_SENT_KEPT];
   uint64_t sent_ms[CORE_SENT_KEPT];
-  unsigned sent_next;
   /* (version, object) pairs we sent it a BITFIELD for. */
   bits *told;
   size_t n_told;

@@ -1157,8 +1157,9 @@ static void sim_free(sim *s) {
  * transparent huge pages (glibc 2.35+; the kernel's default is to give
  * them only where asked, "madvise"): a 10,000-node run holds some 10 GB
  * in millions of small allocations, and with 4 KiB pages its time went
- * to the TLB's misses. STITCH_SIM_THP=0 keeps the small pages; nothing
- * but speed differs. On a failure to exec it goes on as it is. */
+ * to the TLB's misses. STITCH_SIM_THP=0 keeps the small pages; only
+ * speed and memory (the pages' rounding) differ. On a failure to exec it
+ * goes on as it is. */
 static void huge_pages(char **argv) {
   const char *t = getenv("GLIBC_TUNABLES"), *off = getenv("STITCH_SIM_THP");
   if ((off != NULL && strcmp(off, "0") == 0) ||

@@ -296,12 +296,19 @@ void stitch_swarm_free(stitch_swarm *s) {
 
 /* ---- Sending ---------------------------------------------------------- */
 
+/* Empties out, all of it sent. A buffer a manifest grew is given back:
+ * a node holds one per link, and most frames are a few bytes. */
+static void out_reset(peer *p) {
+  p->out.len = p->out_off = 0;
+  if (p->out.cap > CORE_OUT_KEEP)
+    dbuf_free(&p->out);
+}
+
 /* Forgets what the driver already sent of out, once all of it is (the
  * payload's place moves with it). */
 static void out_compact(peer *p) {
   if (p->out_off > 0 && p->out_off == p->out.len) {
-    p->out.len = 0;
-    p->out_off = 0;
+    out_reset(p);
     p->pay_at = 0;
   }
 }
@@ -513,7 +520,7 @@ static void plain_pending(stitch_swarm *s, peer *p, int refill,
   }
   if (refill && p->out_off == p->out.len && p->pay == NULL &&
       p->state == PEER_READY) {
-    p->out.len = p->out_off = 0;
+    out_reset(p);
     p->sending = 0; /* the link wants more: the driver took it all */
     fetch_serve_next(s, p);
   }
@@ -536,7 +543,7 @@ static void plain_sent(stitch_swarm *s, peer *p, size_t n) {
     p->out_off += n <= end - p->out_off ? n : end - p->out_off;
   }
   if (p->pay == NULL && p->out_off == p->out.len)
-    p->out.len = p->out_off = 0;
+    out_reset(p);
 }
 
 static int drained(const peer *p) {

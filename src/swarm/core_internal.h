@@ -86,6 +86,7 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
 /* Sealed records handed to the driver at once (channel.h): a chunk goes
  * out in a few writes of this, not one copy of all of it. */
 #define CORE_SEAL_BATCH (256u << 10)
+#define CORE_OUT_KEEP 4096 /* a drained out buffer larger than this is freed */
 #define CORE_REFUSED_LOG 64 /* addresses whose refusal was logged lately */
 #define CORE_CONNECT_MS 5000    /* a CONNECT not answered by peer_open */
 #define CORE_SHORT_LINK_MS 2000 /* a link closed sooner counts as a failure */

@@ -58,6 +58,12 @@ void dbuf_free(dbuf *b) {
   b->len = b->cap = 0;
 }
 
+void dbuf_empty(dbuf *b, size_t keep) {
+  b->len = 0;
+  if (b->cap > keep)
+    dbuf_free(b);
+}
+
 int rd_bytes(rd *r, size_t n, const uint8_t **out) {
   if (n > r->len - r->pos)
     return STITCH_ETRUNCATED;

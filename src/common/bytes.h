@@ -19,6 +19,9 @@ int dbuf_varint(dbuf *b, uint64_t v);
 int dbuf_u8(dbuf *b, uint8_t v);
 int dbuf_u64(dbuf *b, uint64_t v);
 void dbuf_free(dbuf *b);
+/* Empties B, and gives its storage back if it holds more than KEEP bytes:
+ * a buffer one large message grew does not stay that size. */
+void dbuf_empty(dbuf *b, size_t keep);
 
 /* Bounds-checked reader. Every get fails once past the end. */
 typedef struct rd {

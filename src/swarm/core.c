@@ -299,9 +299,8 @@ void stitch_swarm_free(stitch_swarm *s) {
 /* Empties out, all of it sent. A buffer a manifest grew is given back:
  * a node holds one per link, and most frames are a few bytes. */
 static void out_reset(peer *p) {
-  p->out.len = p->out_off = 0;
-  if (p->out.cap > CORE_OUT_KEEP)
-    dbuf_free(&p->out);
+  dbuf_empty(&p->out, CORE_OUT_KEEP);
+  p->out_off = 0;
 }
 
 /* Forgets what the driver already sent of out, once all of it is (the
@@ -624,9 +623,9 @@ void stitch_swarm_peer_sent(stitch_swarm *s, uint32_t id, size_t n) {
   if (p->ct_off < p->ct.len) {
     p->ct_off += n <= p->ct.len - p->ct_off ? n : p->ct.len - p->ct_off;
     if (p->ct_off == p->ct.len) {
-      p->ct.len = p->ct_off = 0;
-      if (p->ct.cap > CHAN_REC_MAX + CHAN_OVERHEAD) /* idle links keep little */
-        dbuf_free(&p->ct);
+      /* Idle links keep little. */
+      dbuf_empty(&p->ct, CHAN_REC_MAX + CHAN_OVERHEAD);
+      p->ct_off = 0;
     }
   } else {
     plain_sent(s, p, n);

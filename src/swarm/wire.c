@@ -660,9 +660,7 @@ int wire_reader_feed(wire_reader *r, const uint8_t *buf, size_t len,
     r->head_len = 0;
     r->type = 0;
     r->need = 0;
-    r->buf.len = 0;
-    if (r->buf.cap > WIRE_KEEP_MAX)
-      dbuf_free(&r->buf);
+    dbuf_empty(&r->buf, WIRE_KEEP_MAX);
   }
   size_t pos = 0;
   int rc = read_head(r, buf, len, &pos, d);

@@ -117,6 +117,14 @@ typedef struct pipe_ {
   msg *piecing;
   double piece_arrival;
   int close_after;
+  /* queues: the pipe's pace (queue.c, pace_*): BW, the rate it has
+   * found its path gives it (bytes/s; 0 until its first sample, unpaced
+   * then), set at BW_AT; when its next piece may start on the uplink;
+   * when its probing started; when its last piece left the uplink; the
+   * first piece of the message it sends (its arrival, -1 before it, and
+   * its bytes). */
+  double bw, bw_at, next_ok, cycle0, busy_until, first_arrival;
+  size_t first_len;
 } pipe_;
 
 typedef struct conn {

@@ -81,6 +81,7 @@ typedef struct qnet {
   qlink *out, *in;  /* [region] */
   double *lat;      /* [region]: one-way latency between two of its hosts */
   double inter_lat;
+  int pace;     /* pipes paced (pace_*); STITCH_SIM_PACE=0: not */
   /* The events waiting, by time (ev_push): a 4-ary heap of 16-byte
    * keys, so that a node's four children share a cache line, over a
    * pool of the events themselves. */
@@ -106,6 +107,8 @@ void queue_init(sim *s) {
       (q->lat = calloc(nr, sizeof(*q->lat))) == NULL)
     die("out of memory");
   s->q = q;
+  const char *pace = getenv("STITCH_SIM_PACE");
+  q->pace = pace == NULL || strcmp(pace, "0") != 0;
   q->inter_lat = sc->inter_latency_ms / 1e3;
   for (size_t r = 0; r < nr; r++) {
     const sim_region *g = &sc->regions[r];
@@ -245,15 +248,17 @@ static void book(qlink *l, double now, double bytes, double *start,
     die("out of memory");
 }
 
-/* When S bytes sent now from host A reach host B; *UP, if not NULL, gets
- * the stretch in which they leave A's uplink (now for a small message). */
-static double transfer(sim *s, int a, int b, size_t bytes, double up[2]) {
+/* When S bytes sent from host A no sooner than T0 (at least now) reach
+ * host B; *UP, if not NULL, gets the stretch in which they leave A's
+ * uplink (T0 for a small message). */
+static double transfer(sim *s, int a, int b, size_t bytes, double t0,
+                       double up[2]) {
   qnet *q = s->q;
   int ra = q->region[a], rb = q->region[b];
   /* Partitions, loss and jitter (faults.c): when it can leave, its bytes
    * with loss's retransmissions, and the delay they add. */
   sim_route rt;
-  sim_path(s, a, b, bytes, bytes > FRAME_CTL_MAX, s->clock, &rt);
+  sim_path(s, a, b, bytes, bytes > FRAME_CTL_MAX, fmax(t0, s->clock), &rt);
   double now = rt.depart, sz = (double)bytes * rt.inflate;
   if (up != NULL)
     up[0] = up[1] = now;
@@ -280,7 +285,8 @@ static double transfer(sim *s, int a, int b, size_t bytes, double up[2]) {
 /* ---- Sending ---------------------------------------------------------- */
 
 void queue_ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c) {
-  double t = from == to ? s->clock : transfer(s, from, to, CTL_BYTES, NULL);
+  double t =
+      from == to ? s->clock : transfer(s, from, to, CTL_BYTES, 0, NULL);
   if (kind == MSG_CLOSE) { /* after the data already on its way, as a FIN */
     conn *cn = s->conn[c];
     pipe_ *p = &cn->d[side_of(cn, from)];
@@ -298,6 +304,83 @@ void queue_ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c) {
     p->last_arrival = fmax(p->last_arrival, t);
   }
   ev_push(s->q, t, to, EV_CTL, msg_new(s, kind, c, NULL, 0));
+}
+
+/* ---- A connection's pace ---------------------------------------------- */
+
+/* BBR (netlab's congestion control) keeps per connection an estimate of the rate its path
+ * gives it, the largest delivery rate of its last 10 round trips, and
+ * paces what it sends at it, probing upwards by a quarter every 8 round
+ * trips (its gain cycle). A connection that shared a busy uplink keeps
+ * that share as its estimate through a pause, as rounds pass only while
+ * data is delivered, and its next message goes out at that pace, not at
+ * the link's rate: `ss -tin` on netlab found 1.3-2.5 Mbit/s estimates on
+ * 10 Mbit/s links after an anchor (docs/simulator.md "A connection's
+ * pace"). Here a pipe's sample is a message's delivery rate, its bytes
+ * after the first piece over the time from the first piece's arrival
+ * to the last's (a message of one piece, a burst at the uplink's rate,
+ * gives none); a sample replaces the estimate when it is larger, or
+ * when the estimate is older than 10 round trips under load: the
+ * route's round trip plus what the sender's queue then holds, netlab's
+ * byte FIFO of max(256 KiB, 100 ms) at the uplink's rate (ping through
+ * an anchor there: 160 and 416 ms against 10 and 93 at rest). The
+ * probes and the idle restart run on the route's round trip at rest.
+ * STITCH_SIM_PACE=0 sends at the links' rates. */
+#define PACE_PROBE 1.25     /* the gain cycle's step... */
+#define PACE_CYCLE_RTTS 8.0 /* ...every 8 round trips */
+#define PACE_ROUNDS 10.0    /* the estimate's window, in round trips */
+#define PACE_FIFO_BYTES 262144.0
+#define PACE_FIFO_S 0.1
+
+static double pace_rtt(const qnet *q, int a, int b) {
+  return fmax(2 * route_latency(q, a, b), 1e-4);
+}
+
+/* A message of pipe P from host A to host B starts now. After a round
+ * trip with nothing sent BBR restarts at a gain of 1 and keeps its
+ * estimate (no round passed: its age stands still). */
+static void pace_start(sim *s, pipe_ *p, int a, int b) {
+  if (p->busy_until + pace_rtt(s->q, a, b) < s->clock) {
+    p->bw_at += s->clock - p->busy_until;
+    p->cycle0 = s->clock;
+  }
+  p->first_arrival = -1;
+}
+
+/* The rate at which pipe P paces a piece it starts at T; 0: unpaced. */
+static double pace_rate(const sim *s, const pipe_ *p, int a, int b,
+                        double t) {
+  if (p->bw <= 0 || !s->q->pace)
+    return 0;
+  double cycles =
+      floor((t - p->cycle0) / (PACE_CYCLE_RTTS * pace_rtt(s->q, a, b)));
+  return cycles > 30 ? 0 /* probed past any link */
+                     : p->bw * pow(PACE_PROBE, fmax(cycles, 0));
+}
+
+/* LEN bytes of pipe P's message of MSG_LEN (LAST: its last piece) left
+ * host A's uplink over UP and are all in at host B by ARRIVAL. */
+static void pace_sent(sim *s, pipe_ *p, int a, int b, size_t len,
+                      const double up[2], double arrival, size_t msg_len,
+                      int last) {
+  double rate = pace_rate(s, p, a, b, up[0]);
+  p->next_ok = rate > 0 ? up[0] + (double)len / rate : 0;
+  p->busy_until = up[1];
+  if (p->first_arrival < 0) {
+    p->first_arrival = arrival;
+    p->first_len = len;
+  }
+  if (!last || arrival <= p->first_arrival)
+    return;
+  double sample =
+      (double)(msg_len - p->first_len) / (arrival - p->first_arrival);
+  double fifo = fmax(PACE_FIFO_BYTES / s->q->up[a].bps, PACE_FIFO_S);
+  double window = PACE_ROUNDS * (pace_rtt(s->q, a, b) + fifo);
+  if (sample >= p->bw || arrival - p->bw_at > window) {
+    p->bw = sample;
+    p->bw_at = arrival;
+    p->cycle0 = arrival;
+  }
 }
 
 /* The size of the pieces in which a message of LEN bytes leaves host
@@ -329,13 +412,14 @@ static void send_piece(sim *s, int from, uint32_t ci, msg *m, size_t off) {
   size_t len = m->len - off < size ? m->len - off : size;
   double lead = fmin((double)size / 4, SMALL_BYTES);
   double up[2];
-  double t = transfer(s, from, to, len, up);
+  double t = transfer(s, from, to, len, p->next_ok, up);
   p->piece_arrival = off == 0 ? t : fmax(p->piece_arrival, t);
   off += len;
+  pace_sent(s, p, from, to, len, up, p->piece_arrival, m->len, off == m->len);
   if (off < m->len) {
-    ev_push_event(s->q, (event){qlink_left(&s->q->up[from], up[0], up[1],
-                                           lead),
-                                from, EV_PIECE, m, ci, off});
+    double next = qlink_left(&s->q->up[from], up[0], up[1], lead);
+    ev_push_event(s->q, (event){fmax(next, p->next_ok), from, EV_PIECE, m,
+                                ci, off});
     return;
   }
   p->piecing = NULL;
@@ -357,6 +441,9 @@ void queue_send(sim *s, node *n, uint32_t ci, msg *m) {
   pipe_ *p = &c->d[side];
   p->nput++;
   p->inflight += m->len;
+  int paced = m->len > FRAME_CTL_MAX; /* control frames pass beside */
+  if (paced)
+    pace_start(s, p, n->idx, to);
   if (m->len > slice_of(s->q, n->idx, m->len)) {
     p->unsent += m->len;
     p->piecing = m;
@@ -364,7 +451,10 @@ void queue_send(sim *s, node *n, uint32_t ci, msg *m) {
     return;
   }
   double up[2];
-  double t = fmax(transfer(s, n->idx, to, m->len, up), p->last_arrival);
+  double t = transfer(s, n->idx, to, m->len, paced ? p->next_ok : 0, up);
+  if (paced)
+    pace_sent(s, p, n->idx, to, m->len, up, t, m->len, 1);
+  t = fmax(t, p->last_arrival);
   p->last_arrival = t;
   if (m->len > SMALL_BYTES) {
     p->unsent += m->len;
@@ -379,7 +469,8 @@ void queue_send(sim *s, node *n, uint32_t ci, msg *m) {
 void queue_publish_central(sim *s, unsigned v) {
   int store = s->n_node; /* host nodes + 1 */
   for (int i = 1; i < s->n_node; i++)
-    ev_push(s->q, transfer(s, store, i, s->tr.v[v].bytes, NULL), i, EV_CENTRAL,
+    ev_push(s->q, transfer(s, store, i, s->tr.v[v].bytes, 0, NULL), i,
+            EV_CENTRAL,
             msg_new(s, MSG_PUBLISH, v, NULL, 0));
 }
 

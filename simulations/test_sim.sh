@@ -266,6 +266,33 @@ print("sim_schema (loss, jitter): ok, %.3f s clean, %.3f s at 5 %% loss "
       "(%d recoveries), %.3f s with 20 ms jitter"
       % (a, b, l["loss_recoveries"], x))
 PY
+  # A connection's pace (queue.c pace_*; docs/simulator.md "A
+  # connection's pace"): a connection keeps the share of the uplink it
+  # had during the anchor as its estimate, and a delta's chunk goes out
+  # at that pace, so on netlab_asym.json's home links (5 Mbit/s up) the
+  # deltas' last nodes come later than at the links' rates, which
+  # STITCH_SIM_PACE=0 keeps. Both complete.
+  q "$dir/scenarios/netlab_asym.json" > "$tmp/asym.json"
+  "$sim" "$tmp/asym.json" --json > "$tmp/asym-paced.out"
+  STITCH_SIM_PACE=0 "$sim" "$tmp/asym.json" --json > "$tmp/asym-free.out"
+  python3 - "$tmp" "$dir" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[2])
+from check_sim import load, check_common
+t = sys.argv[1]
+(p, fail), (f, _) = (load("%s/asym-%s.out" % (t, n), "sim_schema", "pace " + n)
+                     for n in ("paced", "free"))
+for r in (p, f):
+    if r["completed"] is not True:
+        fail("not complete")
+    check_common(r, fail)
+late = [(a["max_s"], b["max_s"]) for a, b in zip(p["versions"][1:], f["versions"][1:])]
+if not all(a > b for a, b in late):
+    fail("the deltas' last nodes paced / at the links' rates: %s" % late)
+print("sim_schema (pace): ok, the deltas' last nodes at %s s paced, %s s at "
+      "the links' rates" % (", ".join("%.3f" % a for a, _ in late),
+                            ", ".join("%.3f" % b for _, b in late)))
+PY
   exit 0
 fi
 
@@ -285,12 +312,14 @@ r, v, fail = load_one_version(sys.argv[1], "sim_fair")
 # 1.18 to 1.20. Since chunks are handed over only as the uplink wants
 # them and a requester whose chunk is on its way out keeps its serving
 # slot (docs/history/simulator.md "Chunks handed over when the uplink wants
-# them"): 1.01 times the median, 1.07 times the bound; 1.14 before.
+# them"): 1.01 times the median, 1.07 times the bound; 1.14 before. With
+# each connection paced at the rate it found (queue.c pace_*): 1.02-1.03
+# times the median, 1.10-1.11 times the bound (rng seeds 1 to 3).
 if v["max_s"] > 1.05 * v["p50_s"]:
     fail("the last node took %.3f s, %.2f times the median %.3f s (at most "
          "1.05)" % (v["max_s"], v["max_s"] / v["p50_s"], v["p50_s"]))
-if v["ratio"] > 1.10:
-    fail("the last node took %.2f times the bound (at most 1.10)"
+if v["ratio"] > 1.15:
+    fail("the last node took %.2f times the bound (at most 1.15)"
          % v["ratio"])
 print("sim_fair: ok, min %.3f s, median %.3f s, max %.3f s, ratio %.2f"
       % (v["min_s"], v["p50_s"], v["max_s"], v["ratio"]))
@@ -333,7 +362,8 @@ PY
   # SEED_SMALL_CHUNKS), each passing its chunks across at once; given to
   # every neighbour, some chunk reached a region only by a turn, and the
   # last node came at 4.1-4.4 times lb_s (rng seeds 1-4) instead of
-  # 2.0-2.3.
+  # 2.0-2.3; with connections paced at the rate they found (queue.c
+  # pace_*), 4.8-5.3 instead of 2.8-3.7.
   printf '%s\n' '{"seed": {"region": "us", "up_mbps": 10000}, "regions": [{"name": "us", "nodes": 24, "up_mbps": 100, "down_mbps": 1000, "latency_ms": 10}, {"name": "eu", "nodes": 24, "up_mbps": 75, "down_mbps": 750, "latency_ms": 10}, {"name": "asia", "nodes": 12, "up_mbps": 50, "down_mbps": 500, "latency_ms": 10}], "inter_region": {"mbps": 20000, "latency_ms": 80}, "versions": {"count": 2, "bytes": 20000000, "interval_s": 20, "change": 0.02}, "churn": {"leave_per_min": 0, "join_per_min": 0}, "mode": "p2p", "network": "queues", "rng_seed": 1, "time_limit_s": 60}' > "$tmp/wide.json"
   "$sim" "$tmp/wide.json" --json > "$tmp/wide.out"
   python3 - "$tmp/wide.out" "$dir" <<'PY'
@@ -348,8 +378,8 @@ if v["chunks"] <= 8 or v["chunks"] > 64:
 cross = v["cross_region_bytes"] / v["bytes"]
 if cross > 2.05:
     fail("the delta crossed %.2f F (2 is once into each region)" % cross)
-if v["lb_ratio"] > 3.0:
-    fail("the delta's last node at %.2f times lb_s (at most 3)" % v["lb_ratio"])
+if v["lb_ratio"] > 4.25:
+    fail("the delta's last node at %.2f times lb_s (at most 4.25)" % v["lb_ratio"])
 print("sim_regions: ok, a delta of %d chunks at %.2f times lb_s, %.2f F "
       "crossed" % (v["chunks"], v["lb_ratio"], cross))
 PY

@@ -308,10 +308,10 @@ void queue_ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c) {
 
 /* ---- A connection's pace ---------------------------------------------- */
 
-/* BBR (netlab's congestion control) keeps per connection an estimate of the rate its path
- * gives it, the largest delivery rate of its last 10 round trips, and
- * paces what it sends at it, probing upwards by a quarter every 8 round
- * trips (its gain cycle). A connection that shared a busy uplink keeps
+/* BBR (netlab's congestion control) keeps per connection an estimate
+ * of the rate its path gives it, the largest delivery rate of its last
+ * 10 round trips, and paces what it sends at it, probing upwards by a
+ * quarter every 8 round trips (its gain cycle). A connection that shared a busy uplink keeps
  * that share as its estimate through a pause, as rounds pass only while
  * data is delivered, and its next message goes out at that pace, not at
  * the link's rate: `ss -tin` on netlab found 1.3-2.5 Mbit/s estimates on

@@ -308,24 +308,23 @@ void queue_ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c) {
 
 /* ---- A connection's pace ---------------------------------------------- */
 
-/* BBR (netlab's congestion control) keeps per connection an estimate
- * of the rate its path gives it, the largest delivery rate of its last
- * 10 round trips, and paces what it sends at it, probing upwards by a
- * quarter every 8 round trips (its gain cycle). A connection that shared a busy uplink keeps
- * that share as its estimate through a pause, as rounds pass only while
- * data is delivered, and its next message goes out at that pace, not at
- * the link's rate: `ss -tin` on netlab found 1.3-2.5 Mbit/s estimates on
- * 10 Mbit/s links after an anchor (docs/simulator.md "A connection's
- * pace"). Here a pipe's sample is a message's delivery rate, its bytes
- * after the first piece over the time from the first piece's arrival
- * to the last's (a message of one piece, a burst at the uplink's rate,
- * gives none); a sample replaces the estimate when it is larger, or
- * when the estimate is older than 10 round trips under load: the
- * route's round trip plus what the sender's queue then holds, netlab's
- * byte FIFO of max(256 KiB, 100 ms) at the uplink's rate (ping through
- * an anchor there: 160 and 416 ms against 10 and 93 at rest). The
- * probes and the idle restart run on the route's round trip at rest.
- * STITCH_SIM_PACE=0 sends at the links' rates. */
+/* BBR (netlab's congestion control) keeps per connection an estimate of the
+ * rate its path gives it, the largest delivery rate of its last 10 round
+ * trips, and paces what it sends at it, probing upwards by a quarter every 8
+ * round trips (its gain cycle). A connection that shared a busy uplink keeps
+ * that share as its estimate through a pause, as rounds pass only while data
+ * is delivered, and its next message goes out at that pace, not at the
+ * link's rate: `ss -tin` on netlab found 1.3-2.5 Mbit/s estimates on 10
+ * Mbit/s links after an anchor (docs/simulator.md "A connection's pace").
+ * Here a pipe's sample is a message's delivery rate, its bytes after the
+ * first piece over the time from the first piece's arrival to the last's (a
+ * message of one piece, a burst at the uplink's rate, gives none); a sample
+ * replaces the estimate when it is larger, or when the estimate is older
+ * than 10 round trips under load: the route's round trip plus what the
+ * sender's queue then holds, netlab's byte FIFO of max(256 KiB, 100 ms) at
+ * the uplink's rate (ping through an anchor there: 160 and 416 ms against 10
+ * and 93 at rest). The probes and the idle restart run on the route's round
+ * trip at rest. STITCH_SIM_PACE=0 sends at the links' rates. */
 #define PACE_PROBE 1.25     /* the gain cycle's step... */
 #define PACE_CYCLE_RTTS 8.0 /* ...every 8 round trips */
 #define PACE_ROUNDS 10.0    /* the estimate's window, in round trips */

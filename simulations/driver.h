@@ -286,6 +286,8 @@ struct sim {
   unsigned n_nat;
   int nat_punch;     /* STITCH_SIM_NAT_PUNCH=1: NATed pairs may link (the
                         most coordinated hole punching could give) */
+  int up_told; /* STITCH_SIM_UP_TOLD=1: each node is told its uplink's
+                  rate (swarm.h up_bytes_per_s), as stitchd --up-mbit */
   uint64_t nat_accepted, nat_punched, dials_unreach;
   uint64_t punch_opened; /* connections two punch dials made */
   uint64_t loss_recoveries; /* messages that paid a loss's recovery */

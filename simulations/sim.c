@@ -969,6 +969,8 @@ static void node_core(sim *s, node *n, uint64_t *keys) {
   snprintf(cfg.region, sizeof(cfg.region), "%s",
            s->sc.regions[n->region].name);
   cfg.seed = n->idx == 0;
+  if (s->up_told && n->idx != 0) /* stitchd --up-mbit on every node */
+    cfg.up_bytes_per_s = (uint64_t)(s->sc.regions[n->region].up_mbps * 125e3);
   if (n->held > 0) { /* the weights file recovered to what it held */
     cfg.held_version = n->held;
     cfg.held_id = n->held_id;
@@ -1234,6 +1236,8 @@ int main(int argc, char **argv) {
   s.net = s.sc.queues ? &sim_net_queues : &sim_net_flows;
   const char *pn = getenv("STITCH_SIM_NAT_PUNCH");
   s.nat_punch = pn != NULL && *pn == '1';
+  const char *ut = getenv("STITCH_SIM_UP_TOLD");
+  s.up_told = ut != NULL && *ut == '1';
   s.path_rng = s.sc.rng_seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
   if (s.path_rng == 0)
     s.path_rng = 1;

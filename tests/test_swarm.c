@@ -603,6 +603,53 @@ static void scenario_behind_first(void) {
   sn_free(&net);
 }
 
+/* A holder whose links each go at a tenth of its uplink, as a paced
+ * connection does once it has shared the uplink (docs/swarm.md "Serving
+ * as many as fill the uplink"), and 16 requesters of its region: told its
+ * uplink (config.up_bytes_per_s), it serves as many at once as fill it
+ * (fetch.c fill_window). The bytes it moves in a second, after a
+ * second's start; UP_TOLD 0 leaves it to the best rate it measured. */
+static uint64_t fill_moved(int up_told) {
+  sn_params q = default_params;
+  q.bw_local = q.up_bw / 10;
+  q.max_peers = 24;
+  sn_net net;
+  sn_node *seed = build(&net, &q, 0), *hold = sn_add(&net, "eu", 0, 1);
+  sn_node *req[16];
+  for (int i = 0; i < 16; i++) /* undialable: they fetch from H alone */
+    req[i] = sn_add(&net, "eu", 0, 0);
+  if (up_told)
+    hold->cfg.up_bytes_per_s = (uint64_t)q.up_bw * 1000;
+  sn_start(&net, seed, NULL, 0);
+  publish(&net, seed, 1);
+  int to_seed[1] = {seed->idx}, to_hold[1] = {hold->idx};
+  hold_version(hold, 1);
+  sn_start(&net, hold, to_seed, 1);
+  sn_run(&net, net.now + 300, NULL, NULL);
+  sn_kill(&net, seed);
+  for (int i = 0; i < 16; i++)
+    sn_start(&net, req[i], to_hold, 1);
+  sn_run(&net, net.now + 1000, NULL, NULL);
+  uint64_t before = 0, after = 0;
+  for (int i = 0; i < 16; i++)
+    before += sent_to(&net, hold, req[i]);
+  sn_run(&net, net.now + 1000, NULL, NULL);
+  for (int i = 0; i < 16; i++)
+    after += sent_to(&net, hold, req[i]);
+  CHECK_NET(&net, 1);
+  sn_free(&net);
+  return after - before;
+}
+
+static void scenario_fill(void) {
+  uint64_t told = fill_moved(1), untold = fill_moved(0);
+  uint64_t full = (uint64_t)default_params.up_bw * 1000;
+  printf("fill: in a second the holder moved %.2f of its uplink told it, "
+         "%.2f not\n",
+         (double)told / (double)full, (double)untold / (double)full);
+  ASSERT(told * 10 >= full * 8);
+}
+
 /* The unsent bytes a driver lets a write leave before it asks the core
  * for more (stitch_swarm_lowat): an eighth of the write, never under 16
  * KiB, so that a 64 KiB chunk is not taken while the one before it still
@@ -1241,6 +1288,7 @@ static const sw_scenario scenarios[] = {
     {"seed_push", scenario_seed_push},
     {"push_near", scenario_push_near},
     {"behind_first", scenario_behind_first},
+    {"fill", scenario_fill},
     {"lowat", scenario_lowat},
     {"determinism", scenario_determinism},
     {"dial_failed", scenario_dial_failed},

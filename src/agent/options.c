@@ -25,7 +25,7 @@ static const opt opt_spec[O_COUNT] = {
     {"engine", N, NULL},        {"engine-reload", N, NULL},
     {"apply", N, NULL},         {"ticket", N, NULL},
     {"open", S, NULL},          {"http-head-ms", N, NULL},
-    {"engine-prepare", N, NULL}};
+    {"engine-prepare", N, NULL}, {"up-mbit", N, NULL}};
 #undef N
 #undef S
 
@@ -34,7 +34,7 @@ const char opt_usage[] =
     "                    --data DIR [--ticket FILE] [--peers ADDR,...]\n"
     "                    [--region R]\n"
     "                    [--status FILE] [--max-peers N] [--threads N]\n"
-    "                    [--advertise ADDR] [--config FILE]\n"
+    "                    [--up-mbit N] [--advertise ADDR] [--config FILE]\n"
     "                    [--http ADDR [--engine http://HOST:PORT]\n"
     "                     [--engine-reload PATH [--engine-prepare PATH]]\n"
     "                     [--apply manual|auto]\n"

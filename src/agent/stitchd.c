@@ -746,6 +746,12 @@ static int run(agent *a, opt *o) {
     cfg.max_peers = v;
   else if (o[O_MAX_PEERS].value)
     return 2;
+  /* The uplink's rate, which serving fills (swarm.h up_bytes_per_s). */
+  if (o[O_UP_MBIT].value &&
+      opt_uint(o[O_UP_MBIT].value, "up-mbit", 1, 1000000, &v) == 0)
+    cfg.up_bytes_per_s = (uint64_t)v * 125000;
+  else if (o[O_UP_MBIT].value)
+    return 2;
   if (o[O_THREADS].value &&
       opt_uint(o[O_THREADS].value, "threads", 0, 1024, &a->threads) != 0)
     return 2;

@@ -221,6 +221,7 @@ int stitch_swarm_new(const stitch_swarm_config *cfg,
   s->st.held_version = cfg->held_version;
   s->next_peer_id = 1;
   s->pick_gen = 1; /* a new peer's dry_gen, 0, is never it */
+  s->up.slots = CORE_SERVE_SLOTS;
   *out = s;
   return 0;
 }

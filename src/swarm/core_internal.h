@@ -352,6 +352,15 @@ struct stitch_swarm {
   char regions[CORE_MAX_REGIONS][STITCH_SWARM_REGION_MAX];
   unsigned n_regions;
   uint32_t reach_told, regions_all;
+  /* The uplink's fill (fetch.c fill_window): when the window began,
+   * the chunk bytes handed to the driver in it, whether a requester
+   * waited for a serving slot in it, and how many requesters of our
+   * region are served at once. */
+  struct {
+    uint64_t start_ms, bytes;
+    int waited;
+    unsigned slots;
+  } up;
   stitch_swarm_stats st;
   /* The newest signed policy (stitch/admit.h) and its bytes, to pass on. */
   stitch_policy *policy;

@@ -803,6 +803,40 @@ static int servable(stitch_swarm *s, const peer *p) {
   return 0;
 }
 
+/* Closes the uplink's window once it is CORE_FILL_WINDOW_MS old, and
+ * sets from what it moved how many requesters are served at once. A
+ * driver paces each connection at the rate it last found (TCP's BBR
+ * does), so a fixed number of them fills an uplink only when they found
+ * it whole: after sharing it, each goes at its share, and the uplink
+ * stands idle (docs/swarm.md "Serving as many as fill the uplink"). So
+ * a node told its uplink's rate (config.up_bytes_per_s) watches it: a
+ * window in which a requester waited for a slot while the uplink moved
+ * less than CORE_FILL_LOW of its rate gets as many slots as would have
+ * filled it at that window's rate per slot, at most twice as many and
+ * CORE_SERVE_SLOTS_MAX; a window that moved CORE_FILL_HIGH of it gives
+ * one back, down to CORE_SERVE_SLOTS. A window with nothing handed over,
+ * or that ran long (none for a while), counts for nothing. */
+static void fill_window(stitch_swarm *s) {
+  uint64_t dt = s->now_ms - s->up.start_ms;
+  if (s->cfg.up_bytes_per_s == 0 || dt < CORE_FILL_WINDOW_MS)
+    return;
+  if (s->up.bytes > 0 && dt < 2 * CORE_FILL_WINDOW_MS) {
+    double full = (double)s->cfg.up_bytes_per_s * (double)dt / 1000.0;
+    double moved = (double)s->up.bytes;
+    unsigned n = s->up.slots;
+    if (s->up.waited && moved < CORE_FILL_LOW * full) {
+      double want = ceil((double)n * full / moved);
+      n = want > 2.0 * n ? 2 * n : (unsigned)want;
+      s->up.slots = n < CORE_SERVE_SLOTS_MAX ? n : CORE_SERVE_SLOTS_MAX;
+    } else if (moved >= CORE_FILL_HIGH * full && n > CORE_SERVE_SLOTS) {
+      s->up.slots = n - 1;
+    }
+  }
+  s->up.start_ms = s->now_ms;
+  s->up.bytes = 0;
+  s->up.waited = 0;
+}
+
 /* May P's queued requests be served now? Only the CORE_SERVE_SLOTS
  * requesters of our region furthest behind are served at once, of those
  * with requests queued or a chunk on its way out (a requester's queue
@@ -820,6 +854,7 @@ static int serve_turn(stitch_swarm *s, peer *p) {
   if (s->cfg.seed || peer_far(p) ||
       s->now_ms - p->serve_wait_ms >= CORE_SERVE_WAIT_MS)
     return 1;
+  fill_window(s);
   double mine = behind(p);
   unsigned ahead = 0;
   for (size_t i = 0; i < s->n_peers; i++) {
@@ -830,8 +865,10 @@ static int serve_turn(stitch_swarm *s, peer *p) {
     double theirs = behind(q);
     if (theirs < mine || (theirs == mine && q->id < p->id)) {
       ahead += theirs < mine - CORE_BEHIND_MARGIN ? 2 : 1;
-      if (ahead >= CORE_SERVE_SLOTS)
+      if (ahead >= s->up.slots) {
+        s->up.waited = 1;
         return 0;
+      }
     }
   }
   return 1;
@@ -911,6 +948,8 @@ void fetch_serve_next(stitch_swarm *s, peer *p) {
       return;
     }
     s->st.bytes_up += len;
+    fill_window(s);
+    s->up.bytes += len;
     p->sending = 1;
     p->serve_wait_ms = s->now_ms;
     p->sent[p->sent_next % CORE_SENT_KEPT] = c;

@@ -93,6 +93,11 @@ typedef struct stitch_swarm_config {
    * costs; a peer expecting records drops such a link at its first byte.
    * stitchd never sets it. */
   int cipher_none;
+  /* This node's uplink in bytes per second, where it is known (stitchd
+   * --up-mbit): the node serves as many requesters at once as fill it
+   * (docs/swarm.md "Serving as many as fill the uplink"). 0: unknown, a
+   * fixed number at once. */
+  uint64_t up_bytes_per_s;
 } stitch_swarm_config;
 
 typedef struct stitch_swarm stitch_swarm;

@@ -33,7 +33,7 @@ eport="$(wait_line "$work/engine.port" '^')"
 ticket="$(admit "$work/data")"
 "$bin/stitchd" node --swarm "$work/k.pub" --listen 127.0.0.1:0 \
   --peers "$seed" --weights "$work/w.st" --data "$work/data" \
-  --ticket "$ticket" \
+  --ticket "$ticket" --up-mbit 100 \
   --http 127.0.0.1:0 --engine "http://127.0.0.1:$eport" \
   --engine-reload /reload >"$work/node.out" 2>"$work/node.log" &
 node=$!
@@ -80,8 +80,9 @@ for line in text.splitlines():
     m = sample.match(line)
     assert m, "not Prometheus text: %r" % line
     values[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+# Told its uplink (--up-mbit), a node with no requesters keeps 4 slots.
 want = {"stitch_held_version": 2, "stitch_applied_version": 0,
-        "stitch_latest_version": 2}
+        "stitch_latest_version": 2, "stitch_serve_slots": 4}
 for k, v in want.items():
     assert values.get(k) == v, (k, values.get(k))
 for k in ("stitch_bytes_up_total", "stitch_verify_failures_total",

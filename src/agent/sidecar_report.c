@@ -92,6 +92,8 @@ int sidecar_metrics_text(const sidecar_snapshot *r, sbuf *out) {
   ONE("stitch_fetch_total_chunks", "gauge", "Chunks in the fetch plan",
       s->fetch_total);
   ONE("stitch_peers", "gauge", "Connected swarm neighbours", s->peers);
+  ONE("stitch_serve_slots", "gauge",
+      "Requesters of the region served at once", s->serve_slots);
   rc = rc ? rc
           : metric(b, "stitch_bytes_down_total", "counter",
                    "Chunk bytes fetched, by source", 3, src, down);

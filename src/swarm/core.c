@@ -1356,4 +1356,5 @@ void stitch_swarm_get_stats(const stitch_swarm *s, stitch_swarm_stats *st) {
   *st = s->st;
   st->peers = (uint32_t)(same + far);
   st->peers_same_region = (uint32_t)same;
+  st->serve_slots = s->up.slots;
 }

@@ -555,6 +555,26 @@ static uint64_t sent_to(const sn_net *net, const sn_node *from,
   return n;
 }
 
+/* The seed, a holder H of version 1 in "eu" that it links to and then
+ * leaves (killed after 300 ms), and N requesters of "eu" added, not
+ * started (LISTEN 0: undialable). H is told UP_TOLD (bytes per second;
+ * 0: not told). Returns H; REQ gets the requesters. */
+static sn_node *lone_holder(sn_net *net, const sn_params *q, sn_node **req,
+                            int n, int listen, uint64_t up_told) {
+  sn_node *seed = build(net, q, 0), *hold = sn_add(net, "eu", 0, 1);
+  for (int i = 0; i < n; i++)
+    req[i] = sn_add(net, "eu", 0, listen);
+  hold->cfg.up_bytes_per_s = up_told;
+  sn_start(net, seed, NULL, 0);
+  publish(net, seed, 1);
+  int to_seed[1] = {seed->idx};
+  hold_version(hold, 1);
+  sn_start(net, hold, to_seed, 1);
+  sn_run(net, net->now + 300, NULL, NULL);
+  sn_kill(net, seed);
+  return hold;
+}
+
 /* An uploader serves the CORE_SERVE_SLOTS requesters furthest behind
  * first (fetch.c serve_turn), counting those whose chunk is still on its
  * way out: with a pipeline of one, a requester's queue with us is empty
@@ -566,22 +586,14 @@ static uint64_t sent_to(const sn_net *net, const sn_node *from,
  * and it is more than CORE_BEHIND_MARGIN behind the others, so it counts
  * as two of their CORE_SERVE_SLOTS and fewer of them share H's uplink
  * with it. Its share must be well above theirs. */
-static void scenario_behind_first(void) {
+static void behind_run(uint64_t *late, uint64_t *early) {
   sn_params q = default_params;
   q.pipeline = 1;  /* two requests while behind (request_depth) */
   q.lat_local = 1; /* so that E's second request keeps its link busy */
   sn_net net;
-  sn_node *seed = build(&net, &q, 0), *hold = sn_add(&net, "eu", 0, 1);
   sn_node *req[8];
-  for (int i = 0; i < 8; i++)
-    req[i] = sn_add(&net, "eu", 0, 1);
-  sn_start(&net, seed, NULL, 0);
-  publish(&net, seed, 1);
-  int to_seed[1] = {seed->idx}, to_hold[1] = {hold->idx};
-  hold_version(hold, 1);
-  sn_start(&net, hold, to_seed, 1);
-  sn_run(&net, net.now + 300, NULL, NULL);
-  sn_kill(&net, seed);
+  sn_node *hold = lone_holder(&net, &q, req, 8, 1, 0);
+  int to_hold[1] = {hold->idx};
   for (int i = 0; i < 7; i++)
     sn_start(&net, req[i], to_hold, 1);
   sn_run(&net, net.now + 150, NULL, NULL);
@@ -590,17 +602,30 @@ static void scenario_behind_first(void) {
   for (int i = 0; i < 8; i++)
     before[i] = sent_to(&net, hold, req[i]);
   sn_run(&net, net.now + 200, NULL, NULL);
-  uint64_t late = sent_to(&net, hold, req[7]) - before[7], early = 0;
+  *late += sent_to(&net, hold, req[7]) - before[7];
   for (int i = 0; i < 7; i++)
-    early += sent_to(&net, hold, req[i]) - before[i];
-  printf("behind_first: in 200 ms the holder sent the requester furthest "
-         "behind %" PRIu64 " bytes, the 7 others %.0f each\n",
-         late, (double)early / 7);
-  /* 1.71 to 1.97 times the others' mean (STITCH_TEST_SEED 1 to 16);
-   * 1.23 to 1.66 when a requester far behind took one slot like any
-   * other, 0.95 to 0.97 when only queued requests counted. */
-  CHECK_NET(&net, 100 * late * 7 >= 168 * early);
+    *early += sent_to(&net, hold, req[i]) - before[i];
+  CHECK_NET(&net, 1);
   sn_free(&net);
+}
+
+/* Four runs of the test's seed, pooled: one run's ratio spreads too
+ * wide to tell the rule from its absence (1.66 to 1.96 times the others'
+ * mean over STITCH_TEST_SEED 1 to 100, 0.99 to 1.67 when a requester far
+ * behind took one slot like any other). */
+static void scenario_behind_first(void) {
+  uint64_t late = 0, early = 0, seed = test_seed;
+  for (uint64_t k = 0; k < 4; k++) {
+    test_seed = seed * 4 + k;
+    behind_run(&late, &early);
+  }
+  test_seed = seed;
+  printf("behind_first: in 200 ms (4 runs) the holder sent the requester "
+         "furthest behind %" PRIu64 " bytes, the 7 others %.0f each\n",
+         late, (double)early / 7);
+  /* Pooled: 1.79 to 1.94 times the others' mean (STITCH_TEST_SEED 1 to
+   * 60); 1.34 to 1.65 when a requester far behind took one slot. */
+  ASSERT(100 * late * 7 >= 172 * early);
 }
 
 /* A holder whose links each go at a tenth of its uplink, as a paced
@@ -608,25 +633,16 @@ static void scenario_behind_first(void) {
  * as many as fill the uplink"), and 16 requesters of its region: told its
  * uplink (config.up_bytes_per_s), it serves as many at once as fill it
  * (fetch.c fill_window). The bytes it moves in a second, after a
- * second's start; UP_TOLD 0 leaves it to the best rate it measured. */
+ * second's start; UP_TOLD 0: not told, it serves 4 at once. */
 static uint64_t fill_moved(int up_told) {
   sn_params q = default_params;
   q.bw_local = q.up_bw / 10;
   q.max_peers = 24;
   sn_net net;
-  sn_node *seed = build(&net, &q, 0), *hold = sn_add(&net, "eu", 0, 1);
-  sn_node *req[16];
-  for (int i = 0; i < 16; i++) /* undialable: they fetch from H alone */
-    req[i] = sn_add(&net, "eu", 0, 0);
-  if (up_told)
-    hold->cfg.up_bytes_per_s = (uint64_t)q.up_bw * 1000;
-  sn_start(&net, seed, NULL, 0);
-  publish(&net, seed, 1);
-  int to_seed[1] = {seed->idx}, to_hold[1] = {hold->idx};
-  hold_version(hold, 1);
-  sn_start(&net, hold, to_seed, 1);
-  sn_run(&net, net.now + 300, NULL, NULL);
-  sn_kill(&net, seed);
+  sn_node *req[16]; /* undialable: they fetch from H alone */
+  sn_node *hold = lone_holder(&net, &q, req, 16, 0,
+                              up_told ? (uint64_t)q.up_bw * 1000 : 0);
+  int to_hold[1] = {hold->idx};
   for (int i = 0; i < 16; i++)
     sn_start(&net, req[i], to_hold, 1);
   sn_run(&net, net.now + 1000, NULL, NULL);

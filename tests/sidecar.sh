@@ -80,7 +80,7 @@ for line in text.splitlines():
     m = sample.match(line)
     assert m, "not Prometheus text: %r" % line
     values[m.group(1) + (m.group(2) or "")] = float(m.group(3))
-# Told its uplink (--up-mbit), a node with no requesters keeps 4 slots.
+# Told its uplink (--up-mbit), a node that no one has asked has 4 slots.
 want = {"stitch_held_version": 2, "stitch_applied_version": 0,
         "stitch_latest_version": 2, "stitch_serve_slots": 4}
 for k, v in want.items():

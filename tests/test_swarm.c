@@ -634,7 +634,7 @@ static void scenario_behind_first(void) {
  * uplink (config.up_bytes_per_s), it serves as many at once as fill it
  * (fetch.c fill_window). The bytes it moves in a second, after a
  * second's start; UP_TOLD 0: not told, it serves 4 at once. */
-static uint64_t fill_moved(int up_told) {
+static uint64_t fill_moved(int up_told, uint32_t *slots) {
   sn_params q = default_params;
   q.bw_local = q.up_bw / 10;
   q.max_peers = 24;
@@ -652,18 +652,30 @@ static uint64_t fill_moved(int up_told) {
   sn_run(&net, net.now + 1000, NULL, NULL);
   for (int i = 0; i < 16; i++)
     after += sent_to(&net, hold, req[i]);
+  stitch_swarm_stats st;
+  stitch_swarm_get_stats(hold->sw, &st);
+  *slots = st.serve_slots;
   CHECK_NET(&net, 1);
   sn_free(&net);
   return after - before;
 }
 
+/* Told, the holder moves 0.80 to 0.95 of its uplink (STITCH_TEST_SEED 1
+ * to 400): a window that moves 80 to 95 % changes nothing, so where the
+ * slots settle sets it. Not told, 0.39 to 0.69. */
 static void scenario_fill(void) {
-  uint64_t told = fill_moved(1), untold = fill_moved(0);
+  uint32_t slots_told, slots_untold;
+  uint64_t told = fill_moved(1, &slots_told);
+  uint64_t untold = fill_moved(0, &slots_untold);
   uint64_t full = (uint64_t)default_params.up_bw * 1000;
-  printf("fill: in a second the holder moved %.2f of its uplink told it, "
-         "%.2f not\n",
-         (double)told / (double)full, (double)untold / (double)full);
-  ASSERT(told * 10 >= full * 8);
+  printf("fill: in a second the holder moved %.2f of its uplink with %u "
+         "slots told it, %.2f with %u not\n",
+         (double)told / (double)full, slots_told,
+         (double)untold / (double)full, slots_untold);
+  ASSERT(slots_told > CORE_SERVE_SLOTS);
+  ASSERT_UEQ(slots_untold, CORE_SERVE_SLOTS);
+  ASSERT(told * 10 >= full * 7);
+  ASSERT(told >= untold + full / 10);
 }
 
 /* The unsent bytes a driver lets a write leave before it asks the core

@@ -803,7 +803,17 @@ static int servable(stitch_swarm *s, const peer *p) {
   return 0;
 }
 
-/* Closes the uplink's window once it is CORE_FILL_WINDOW_MS old, and
+/* A window of the uplink's fill: CORE_FILL_WINDOW_MS, or the time the
+ * told rate takes to move CORE_FILL_CHUNKS of the largest chunk, if
+ * longer: a window that holds two or three chunks reads a full uplink as
+ * half idle or full by where their ends fall. */
+static uint64_t fill_window_ms(const stitch_swarm *s) {
+  uint64_t ms =
+      CORE_FILL_CHUNKS * s->chunk_max * 1000 / s->cfg.up_bytes_per_s;
+  return ms > CORE_FILL_WINDOW_MS ? ms : CORE_FILL_WINDOW_MS;
+}
+
+/* Closes the uplink's window once it is fill_window_ms old, and
  * sets from what it moved how many requesters are served at once. A
  * driver paces each connection at the rate it last found (TCP's BBR
  * does), so a fixed number of them fills an uplink only when they found
@@ -815,12 +825,16 @@ static int servable(stitch_swarm *s, const peer *p) {
  * filled it at that window's rate per slot, at most twice as many and
  * CORE_SERVE_SLOTS_MAX; a window that moved CORE_FILL_HIGH of it gives
  * one back, down to CORE_SERVE_SLOTS. A window with nothing handed over,
- * or that ran long (none for a while), counts for nothing. */
+ * or that ran long (none for a while), counts for nothing: the slots a
+ * node found it needed stay for the next version, whose chunks go out
+ * on the same connections at the paces they last found. */
 static void fill_window(stitch_swarm *s) {
-  uint64_t dt = s->now_ms - s->up.start_ms;
-  if (s->cfg.up_bytes_per_s == 0 || dt < CORE_FILL_WINDOW_MS)
+  if (s->cfg.up_bytes_per_s == 0)
     return;
-  if (s->up.bytes > 0 && dt < 2 * CORE_FILL_WINDOW_MS) {
+  uint64_t dt = s->now_ms - s->up.start_ms, w = fill_window_ms(s);
+  if (dt < w)
+    return;
+  if (s->up.bytes > 0 && dt < 2 * w) {
     double full = (double)s->cfg.up_bytes_per_s * (double)dt / 1000.0;
     double moved = (double)s->up.bytes;
     unsigned n = s->up.slots;
@@ -837,16 +851,18 @@ static void fill_window(stitch_swarm *s) {
   s->up.waited = 0;
 }
 
-/* May P's queued requests be served now? Only the CORE_SERVE_SLOTS
- * requesters of our region furthest behind are served at once, of those
+/* May P's queued requests be served now? Only as many requesters of our
+ * region as the node has slots (CORE_SERVE_SLOTS, or more while a node
+ * told its uplink's rate finds it not full: fill_window), those furthest
+ * behind, are served at once, of those
  * with requests queued or a chunk on its way out (a requester's queue
  * with us is mostly empty while its chunk goes); the others' requests
  * wait in their queues, at most CORE_SERVE_WAIT_MS for each chunk. A
  * driver shares an uplink evenly among the links that have data on it,
  * so without this the nodes with fewest neighbours finished last
  * (docs/swarm.md "Serving the furthest behind first"). A requester more
- * than CORE_BEHIND_MARGIN further behind than P counts as two: one slot
- * is a quarter of an uplink, and a node its region left with three
+ * than CORE_BEHIND_MARGIN further behind than P counts as two: of 4
+ * slots one is a quarter of an uplink, and a node its region left with three
  * neighbours got at most three quarters of its downlink. Far peers'
  * requests are served at once, beside the slots: a crossing feeds a
  * region. The seed super-seeds instead. */
@@ -866,7 +882,7 @@ static int serve_turn(stitch_swarm *s, peer *p) {
     if (theirs < mine || (theirs == mine && q->id < p->id)) {
       ahead += theirs < mine - CORE_BEHIND_MARGIN ? 2 : 1;
       if (ahead >= s->up.slots) {
-        s->up.waited = 1;
+        s->up.waited |= servable(s, p); /* it could go now: it waits */
         return 0;
       }
     }
@@ -949,7 +965,8 @@ void fetch_serve_next(stitch_swarm *s, peer *p) {
     }
     s->st.bytes_up += len;
     fill_window(s);
-    s->up.bytes += len;
+    if (s->cfg.up_bytes_per_s != 0)
+      s->up.bytes += len;
     p->sending = 1;
     p->serve_wait_ms = s->now_ms;
     p->sent[p->sent_next % CORE_SENT_KEPT] = c;

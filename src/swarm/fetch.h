@@ -34,10 +34,12 @@
 #define CORE_SERVE_SLOTS 4      /* same-region requesters served at once */
 /* ...or more while a node told its uplink's rate finds it not full
  * (fetch.c fill_window): what it moves is measured over windows of
- * CORE_FILL_WINDOW_MS; below CORE_FILL_LOW of the rate while a requester
- * waited, slots are added; from CORE_FILL_HIGH of it, one is given back. */
+ * CORE_FILL_WINDOW_MS, or of CORE_FILL_CHUNKS chunks at the rate if
+ * longer; below CORE_FILL_LOW of the rate while a requester waited,
+ * slots are added; from CORE_FILL_HIGH of it, one is given back. */
 #define CORE_SERVE_SLOTS_MAX 16
 #define CORE_FILL_WINDOW_MS 200
+#define CORE_FILL_CHUNKS 8
 #define CORE_FILL_LOW 0.8
 #define CORE_FILL_HIGH 0.95
 #define CORE_SERVE_WAIT_MS 200  /* ...but none waits longer for a chunk */

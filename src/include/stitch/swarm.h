@@ -305,8 +305,9 @@ typedef struct stitch_swarm_stats {
    * "Hole punching"), and punch dials that ended with no link (no answer
    * in time, the dial failed, the link closed or proved another key). */
   uint64_t punch_dropped, punch_refused, punch_failed;
-  /* Requesters of our region served at once now: 4, or more while a node
-   * told its uplink's rate finds it not full (config.up_bytes_per_s). */
+  /* Serving slots: requesters of our region served at once (one far
+   * behind the others takes two): 4, or more while a node told its
+   * uplink's rate finds it not full (config.up_bytes_per_s). */
   uint32_t serve_slots;
 } stitch_swarm_stats;
 

@@ -119,6 +119,11 @@ int cross_answer(stitch_swarm *s, struct peer *p, const struct chunk_id *c);
 /* Do we know of another region (an address or a ready peer in one)?
  * Only then is a chunk's way into our region announced (CROSSING). */
 int cross_far_known(const stitch_swarm *s);
+/* Our request to P for chunk C of V, sent at SENT_MS, came back
+ * unserved: if P is far, the CROSSING we announced when we sent it holds
+ * us back no more. */
+void cross_declined(stitch_swarm *s, const struct peer *p, struct vstate *v,
+                    const struct chunk_id *c, uint64_t sent_ms);
 /* What a peer said it holds of chunk C of (V, O) is believed no more:
  * a CROSSING or BID heard for C no longer holds us back. */
 void cross_forget(struct vstate *v, uint32_t o, uint64_t c);

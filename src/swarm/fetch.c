@@ -553,8 +553,12 @@ void fetch_on_reject(stitch_swarm *s, peer *p, const chunk_id *c) {
   int i = fetch_asked(p, c);
   if (i >= 0 && p->req[i].early)
     p->early_refused = c->version; /* it keeps no early requests */
-  if (i >= 0)
+  if (i >= 0) {
+    vstate *v = core_find_version(s, c->version);
+    if (v != NULL && !p->req[i].early)
+      cross_declined(s, p, v, c, p->req[i].sent_ms);
     drop_request(s, p, (unsigned)i);
+  }
   /* It does not have it after all: stop asking it. */
   bits *b = peer_bits(p, c->version, c->object, 0, 0);
   if (b != NULL && bits_get(b, c->chunk)) {

@@ -322,9 +322,16 @@ static void on_answer(stitch_swarm *s, peer *r, const wire_msg *m) {
     return;
   }
   if (m->punch == WIRE_PUNCH_DECLINED) {
-    /* Nobody to offer, or the one offered declined (full, or linked to
-     * us already): that relay waits, longer each time, so a node that
-     * holds every punch its relays can offer stops asking. */
+    /* Nobody to offer (zero): that relay waits, longer each time, so a
+     * node that holds every punch its relays can offer stops asking. The
+     * one offered declined (its key: full, busy, or linked to us
+     * already): that node is backed off, not the relay, which offers us
+     * another next time (each at most once a minute) and says nobody
+     * once it has offered them all. Backing off the relay for the one
+     * offered's answer left a node behind one relay without the links
+     * it wants for minutes when chance offered it full nodes three or
+     * four times running (test_swarm punch_fanin). */
+    t->target = m->node;
     try_end(s, t, 1);
     return;
   }

@@ -855,19 +855,19 @@ static void fill_window(stitch_swarm *s) {
   s->up.waited = 0;
 }
 
-/* May P's queued requests be served now? Only as many requesters of our
- * region as the node has slots (CORE_SERVE_SLOTS, or more while a node
- * told its uplink's rate finds it not full: fill_window), those furthest
- * behind, are served at once, of those
+/* May P's queued requests be served now? Of the requesters of our region
  * with requests queued or a chunk on its way out (a requester's queue
- * with us is mostly empty while its chunk goes); the others' requests
+ * with us is mostly empty while its chunk goes), only those furthest
+ * behind are served at once, as many as the node has slots
+ * (CORE_SERVE_SLOTS, or more while a node told its uplink's rate finds
+ * it not full: fill_window); the others' requests
  * wait in their queues, at most CORE_SERVE_WAIT_MS for each chunk. A
  * driver shares an uplink evenly among the links that have data on it,
  * so without this the nodes with fewest neighbours finished last
  * (docs/swarm.md "Serving the furthest behind first"). A requester more
  * than CORE_BEHIND_MARGIN further behind than P counts as two: of 4
- * slots one is a quarter of an uplink, and a node its region left with three
- * neighbours got at most three quarters of its downlink. Far peers'
+ * slots one is a quarter of an uplink, and a node its region left with
+ * three neighbours got at most three quarters of its downlink. Far peers'
  * requests are served at once, beside the slots: a crossing feeds a
  * region. The seed super-seeds instead. */
 static int serve_turn(stitch_swarm *s, peer *p) {

@@ -42,6 +42,9 @@
 
 #define NET_READ_BUF (64u << 10)
 #define NET_WRITE_MAX (1u << 20)
+/* Pending bytes up to this are control frames (HAVE, REQUEST, CROSSING),
+ * written before the peers' larger writes in each pump. */
+#define NET_CTL_MAX 2048u
 #define NET_BACKLOG 128
 /* The core's clock starts far from 0 so that "0" never means a time. */
 #define NET_CLOCK_OFFSET_MS 1000000u
@@ -364,15 +367,16 @@ static void set_notsent_lowat(net_peer *p, size_t v) {
 #endif
 }
 
-/* Starts a write of what the core has pending, if none is in flight. */
-static void peer_flush(net_peer *p) {
+/* Starts a write of what the core has pending, if none is in flight and
+ * it is at most MAX bytes. */
+static void peer_flush(net_peer *p, size_t max) {
   stitch_net *n = p->net;
   if (p->state != PEER_OPEN || p->writing)
     return;
   const uint8_t *buf;
   size_t len;
   stitch_swarm_peer_pending(n->swarm, p->id, &buf, &len);
-  if (len == 0)
+  if (len == 0 || len > max)
     return;
   p->wlen = len < NET_WRITE_MAX ? len : NET_WRITE_MAX;
   if (p->wlen > STITCH_SWARM_LOWAT_MIN) /* bulk (a chunk): its own mark */
@@ -598,8 +602,13 @@ static void pump(stitch_net *n) {
     if (stitch_swarm_drain(n->swarm, &ops, &took) != 0)
       net_log(n, "actions: more than %u in a row; the rest wait for the "
                  "next pump", STITCH_SWARM_DRAIN_MAX);
+    /* Control frames first: the sockets share the uplink's queue, and a
+     * REQUEST written after a manifest forwarded to ten neighbours waits
+     * for all of them there (docs/simulator.md, "Why they differ"). */
     for (net_peer *p = n->peers; p != NULL; p = p->next)
-      peer_flush(p);
+      peer_flush(p, NET_CTL_MAX);
+    for (net_peer *p = n->peers; p != NULL; p = p->next)
+      peer_flush(p, SIZE_MAX);
   }
   n->pumping = 0;
   uint64_t wake = stitch_swarm_wake(n->swarm), now = now_ms(n);

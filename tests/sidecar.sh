@@ -80,9 +80,11 @@ for line in text.splitlines():
     m = sample.match(line)
     assert m, "not Prometheus text: %r" % line
     values[m.group(1) + (m.group(2) or "")] = float(m.group(3))
-# Told its uplink (--up-mbit), a node that no one has asked has 4 slots.
+# Told its uplink (--up-mbit 100), a node that no one has asked has 4
+# slots, and reports the rate it was told in bytes per second.
 want = {"stitch_held_version": 2, "stitch_applied_version": 0,
-        "stitch_latest_version": 2, "stitch_serve_slots": 4}
+        "stitch_latest_version": 2, "stitch_serve_slots": 4,
+        "stitch_uplink_bytes_per_second": 12500000}
 for k, v in want.items():
     assert values.get(k) == v, (k, values.get(k))
 for k in ("stitch_bytes_up_total", "stitch_verify_failures_total",

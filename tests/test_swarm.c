@@ -628,15 +628,18 @@ static void scenario_behind_first(void) {
   ASSERT(100 * late * 7 >= 172 * early);
 }
 
-/* A holder whose links each go at a tenth of its uplink, as a paced
- * connection does once it has shared the uplink (docs/swarm.md "Serving
- * as many as fill the uplink"), and 16 requesters of its region: told its
- * uplink (config.up_bytes_per_s), it serves as many at once as fill it
- * (fetch.c fill_window). The bytes it moves in a second, after a
- * second's start; UP_TOLD 0: not told, it serves 4 at once. */
-static uint64_t fill_moved(int up_told, uint32_t *slots) {
+/* A holder whose links each go at a 1/LINK_DIV of its uplink (10: as a
+ * paced connection does once it has shared the uplink, docs/swarm.md
+ * "Serving as many as fill the uplink"), and 16 requesters of its
+ * region: it serves as many at once as fill its uplink (fetch.c
+ * fill_window), told the uplink's rate (config.up_bytes_per_s; UP_TOLD)
+ * or probing for it (fill_estimate). The bytes it moves in a second,
+ * after a second's start, the slots it then has, and in how many of
+ * that second's 20 steps of 50 ms it had CORE_SERVE_SLOTS. */
+static uint64_t fill_moved(unsigned link_div, int up_told, uint32_t *slots,
+                           unsigned *at_least) {
   sn_params q = default_params;
-  q.bw_local = q.up_bw / 10;
+  q.bw_local = q.up_bw / link_div;
   q.max_peers = 24;
   sn_net net;
   sn_node *req[16]; /* undialable: they fetch from H alone */
@@ -649,33 +652,57 @@ static uint64_t fill_moved(int up_told, uint32_t *slots) {
   uint64_t before = 0, after = 0;
   for (int i = 0; i < 16; i++)
     before += sent_to(&net, hold, req[i]);
-  sn_run(&net, net.now + 1000, NULL, NULL);
+  stitch_swarm_stats st;
+  *at_least = 0;
+  for (int k = 0; k < 20; k++) {
+    sn_run(&net, net.now + 50, NULL, NULL);
+    stitch_swarm_get_stats(hold->sw, &st);
+    *at_least += st.serve_slots == CORE_SERVE_SLOTS;
+  }
   for (int i = 0; i < 16; i++)
     after += sent_to(&net, hold, req[i]);
-  stitch_swarm_stats st;
-  stitch_swarm_get_stats(hold->sw, &st);
   *slots = st.serve_slots;
   CHECK_NET(&net, 1);
   sn_free(&net);
   return after - before;
 }
 
-/* Told, the holder moves 0.80 to 0.95 of its uplink (STITCH_TEST_SEED 1
- * to 400): a window that moves 80 to 95 % changes nothing, so where the
- * slots settle sets it. Not told, 0.39 to 0.69. */
+/* Links at a tenth of the uplink. Told, the holder moves 0.80 to 0.95 of
+ * its uplink (STITCH_TEST_SEED 1 to 209): a window that moves 80 to 95 %
+ * changes nothing, so where the slots settle sets it. Not told, it
+ * probes its way there: 0.69 to 0.98 with 7 to 16 slots; 0.39 to 0.69,
+ * with 4, when a node not told kept 4. */
 static void scenario_fill(void) {
   uint32_t slots_told, slots_untold;
-  uint64_t told = fill_moved(1, &slots_told);
-  uint64_t untold = fill_moved(0, &slots_untold);
+  unsigned four;
+  uint64_t told = fill_moved(10, 1, &slots_told, &four);
+  uint64_t untold = fill_moved(10, 0, &slots_untold, &four);
   uint64_t full = (uint64_t)default_params.up_bw * 1000;
   printf("fill: in a second the holder moved %.2f of its uplink with %u "
          "slots told it, %.2f with %u not\n",
          (double)told / (double)full, slots_told,
          (double)untold / (double)full, slots_untold);
   ASSERT(slots_told > CORE_SERVE_SLOTS);
-  ASSERT_UEQ(slots_untold, CORE_SERVE_SLOTS);
+  ASSERT(slots_untold > CORE_SERVE_SLOTS);
   ASSERT(told * 10 >= full * 7);
-  ASSERT(told >= untold + full / 10);
+  ASSERT(untold * 10 >= full * 6);
+}
+
+/* Links at the uplink's rate: four fill it, and a holder not told the
+ * rate must find no room by probing (fill_estimate): its probes fail,
+ * come ever more seldom, and leave it at 4 most of the time: in 14 to 16
+ * of the 20 steps, moving 0.97 to 0.99 of its uplink (STITCH_TEST_SEED 1
+ * to 208). A probe kept would hold 6 from then on. */
+static void scenario_fill_full(void) {
+  uint32_t slots;
+  unsigned four;
+  uint64_t moved = fill_moved(1, 0, &slots, &four);
+  uint64_t full = (uint64_t)default_params.up_bw * 1000;
+  printf("fill_full: in a second the holder moved %.2f of its uplink, "
+         "with %u slots in %u of 20 steps\n",
+         (double)moved / (double)full, CORE_SERVE_SLOTS, four);
+  ASSERT(four >= 12);
+  ASSERT(moved * 10 >= full * 9);
 }
 
 /* The unsent bytes a driver lets a write leave before it asks the core
@@ -1317,6 +1344,7 @@ static const sw_scenario scenarios[] = {
     {"push_near", scenario_push_near},
     {"behind_first", scenario_behind_first},
     {"fill", scenario_fill},
+    {"fill_full", scenario_fill_full},
     {"lowat", scenario_lowat},
     {"determinism", scenario_determinism},
     {"dial_failed", scenario_dial_failed},

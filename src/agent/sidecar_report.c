@@ -94,6 +94,9 @@ int sidecar_metrics_text(const sidecar_snapshot *r, sbuf *out) {
   ONE("stitch_peers", "gauge", "Connected swarm neighbours", s->peers);
   ONE("stitch_serve_slots", "gauge",
       "Requesters of the region served at once", s->serve_slots);
+  ONE("stitch_uplink_bytes_per_second", "gauge",
+      "Uplink rate serving fills: told, or estimated (0: not yet)",
+      s->up_bytes_per_s);
   rc = rc ? rc
           : metric(b, "stitch_bytes_down_total", "counter",
                    "Chunk bytes fetched, by source", 3, src, down);

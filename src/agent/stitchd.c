@@ -390,12 +390,14 @@ static void write_status(agent *a) {
           ", \"verify_failures\": %" PRIu64 ", \"chunks_twice\": %" PRIu64
           ", \"bans\": %" PRIu64 ", \"refused\": %" PRIu64
           ", \"policy_serial\": %" PRIu64
-          ", \"manifests_forwarded\": %" PRIu64 ", \"serve_slots\": %" PRIu32,
+          ", \"manifests_forwarded\": %" PRIu64 ", \"serve_slots\": %" PRIu32
+          ", \"up_bytes_per_s\": %" PRIu64,
           s.held_version, s.latest_version, s.fetching_version, s.fetch_done,
           s.fetch_total, s.peers, s.bytes_up, s.bytes_down, s.bytes_from_seed,
           s.bytes_same_region, s.bytes_other_region, s.bytes_to_same_region,
           s.bytes_to_other_region, s.verify_failures, s.chunks_twice, s.bans,
-          s.refused, s.policy_serial, s.manifests_forwarded, s.serve_slots);
+          s.refused, s.policy_serial, s.manifests_forwarded, s.serve_slots,
+          s.up_bytes_per_s);
   /* Hole punching (docs/stitchd.md "Status"). */
   fprintf(f,
           ", \"punch\": {\"asked\": %" PRIu64 ", \"relayed\": %" PRIu64

@@ -355,11 +355,16 @@ struct stitch_swarm {
   /* The uplink's fill (fetch.c fill_window): when the window began,
    * the chunk bytes handed to the driver in it, whether a requester
    * waited for a serving slot in it, and how many requesters of our
-   * region are served at once. */
+   * region are served at once. Not told the uplink's rate: the rate it
+   * is taken to be (bytes/s; fill_estimate), the last window's rate (0:
+   * none just before), and a probe: the slots before it (0: none) and
+   * the rate they moved, and the windows to let pass before the next. */
   struct {
     uint64_t start_ms, bytes;
     int waited;
     unsigned slots;
+    double est, last_rate, probe_rate;
+    unsigned probe_from, probe_wait, probe_backoff;
   } up;
   stitch_swarm_stats st;
   /* The newest signed policy (stitch/admit.h) and its bytes, to pass on. */

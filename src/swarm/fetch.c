@@ -807,14 +807,71 @@ static int servable(stitch_swarm *s, const peer *p) {
   return 0;
 }
 
+/* The uplink's rate in bytes/s: as told (config.up_bytes_per_s), else
+ * what fill_estimate takes it to be; 0: not known yet. */
+static double up_rate(const stitch_swarm *s) {
+  return s->cfg.up_bytes_per_s ? (double)s->cfg.up_bytes_per_s : s->up.est;
+}
+
 /* A window of the uplink's fill: CORE_FILL_WINDOW_MS, or the time the
- * told rate takes to move CORE_FILL_CHUNKS of the largest chunk, if
- * longer: a window that holds two or three chunks reads a full uplink as
- * half idle or full by where their ends fall. */
+ * rate takes to move CORE_FILL_CHUNKS of the largest chunk, if longer: a
+ * window that holds two or three chunks reads a full uplink as half idle
+ * or full by where their ends fall. */
 static uint64_t fill_window_ms(const stitch_swarm *s) {
-  uint64_t ms =
-      CORE_FILL_CHUNKS * s->chunk_max * 1000 / s->cfg.up_bytes_per_s;
-  return ms > CORE_FILL_WINDOW_MS ? ms : CORE_FILL_WINDOW_MS;
+  double rate = up_rate(s);
+  if (rate <= 0)
+    return CORE_FILL_WINDOW_MS;
+  double ms = CORE_FILL_CHUNKS * (double)s->chunk_max * 1000.0 / rate;
+  return ms > CORE_FILL_WINDOW_MS ? (uint64_t)ms : CORE_FILL_WINDOW_MS;
+}
+
+/* A node not told its uplink's rate learns it from a window that moved
+ * RATE (bytes/s). It takes the best of what two windows in a row both
+ * moved (one alone may be a burst into the driver's buffers). That is
+ * the uplink's rate only if the connections filled it, and paced
+ * connections leave it idle (fill_window), so where the estimate looks
+ * met while requesters wait, it probes: half as many slots again for a
+ * window. If they moved CORE_FILL_GAIN times as much, the uplink had
+ * room: the estimate rises and the slots stay (and the next window
+ * probes again); if not, the slots are given back and no probe is made
+ * for 1, 2, 4 ... CORE_FILL_BACKOFF_MAX windows. Returns 1 when the
+ * window is spent on the probe (no other rule applies to it). */
+static int fill_estimate(stitch_swarm *s, double rate) {
+  unsigned n = s->up.slots;
+  if (s->up.probe_from != 0) {
+    if (rate >= CORE_FILL_GAIN * s->up.probe_rate) {
+      if (rate > s->up.est)
+        s->up.est = rate;
+      s->up.probe_backoff = 0;
+    } else {
+      s->up.slots = s->up.probe_from;
+      s->up.probe_backoff = s->up.probe_backoff == 0 ? 1
+                            : 2 * s->up.probe_backoff > CORE_FILL_BACKOFF_MAX
+                                ? CORE_FILL_BACKOFF_MAX
+                                : 2 * s->up.probe_backoff;
+      s->up.probe_wait = s->up.probe_backoff;
+    }
+    s->up.probe_from = 0;
+    s->up.last_rate = 0; /* the next window is the first at these slots */
+    return 1;
+  }
+  double both = rate < s->up.last_rate ? rate : s->up.last_rate;
+  if (both > s->up.est)
+    s->up.est = both;
+  s->up.last_rate = rate;
+  if (s->up.est <= 0 || !s->up.waited || rate < CORE_FILL_LOW * s->up.est ||
+      n >= CORE_SERVE_SLOTS_MAX)
+    return 0;
+  if (s->up.probe_wait > 0) {
+    s->up.probe_wait--;
+    return 0;
+  }
+  unsigned more = (unsigned)(CORE_FILL_PROBE * n);
+  s->up.probe_from = n;
+  s->up.probe_rate = rate;
+  n += more > 0 ? more : 1;
+  s->up.slots = n < CORE_SERVE_SLOTS_MAX ? n : CORE_SERVE_SLOTS_MAX;
+  return 1;
 }
 
 /* Closes the uplink's window once it is fill_window_ms old, and
@@ -823,32 +880,37 @@ static uint64_t fill_window_ms(const stitch_swarm *s) {
  * does), so a fixed number of them fills an uplink only when they found
  * it whole: after sharing it, each goes at its share, and the uplink
  * stands idle (docs/swarm.md "Serving as many as fill the uplink"). So
- * a node told its uplink's rate (config.up_bytes_per_s) watches it: a
- * window in which a requester waited for a slot while the uplink moved
- * less than CORE_FILL_LOW of its rate gets as many slots as would have
- * filled it at that window's rate per slot, at most twice as many and
- * CORE_SERVE_SLOTS_MAX; a window that moved CORE_FILL_HIGH of it gives
- * one back, down to CORE_SERVE_SLOTS. A window with nothing handed over,
- * or that ran long (none for a while), counts for nothing: the slots a
- * node found it needed stay for the next version, whose chunks go out
- * on the same connections at the paces they last found. */
+ * a node watches its uplink against its rate (up_rate: told, or
+ * estimated and probed, fill_estimate): a window in which a requester
+ * waited for a slot while the uplink moved less than CORE_FILL_LOW of
+ * its rate gets as many slots as would have filled it at that window's
+ * rate per slot, at most twice as many and CORE_SERVE_SLOTS_MAX; a
+ * window that moved CORE_FILL_HIGH of it gives one back, down to
+ * CORE_SERVE_SLOTS. A window with nothing handed over, or that ran long
+ * (none for a while), counts for nothing: the slots a node found it
+ * needed stay for the next version, whose chunks go out on the same
+ * connections at the paces they last found. */
 static void fill_window(stitch_swarm *s) {
-  if (s->cfg.up_bytes_per_s == 0)
-    return;
   uint64_t dt = s->now_ms - s->up.start_ms, w = fill_window_ms(s);
   if (dt < w)
     return;
   if (s->up.bytes > 0 && dt < 2 * w) {
-    double full = (double)s->cfg.up_bytes_per_s * (double)dt / 1000.0;
     double moved = (double)s->up.bytes;
+    int probed = s->cfg.up_bytes_per_s == 0 &&
+                 fill_estimate(s, moved * 1000.0 / (double)dt);
+    double full = up_rate(s) * (double)dt / 1000.0;
     unsigned n = s->up.slots;
-    if (s->up.waited && moved < CORE_FILL_LOW * full) {
+    if (probed || full <= 0) {
+      /* the window went to the probe, or no rate is known yet */
+    } else if (s->up.waited && moved < CORE_FILL_LOW * full) {
       double want = ceil((double)n * full / moved);
       n = want > 2.0 * n ? 2 * n : (unsigned)want;
       s->up.slots = n < CORE_SERVE_SLOTS_MAX ? n : CORE_SERVE_SLOTS_MAX;
     } else if (moved >= CORE_FILL_HIGH * full && n > CORE_SERVE_SLOTS) {
       s->up.slots = n - 1;
     }
+  } else {
+    s->up.last_rate = 0;
   }
   s->up.start_ms = s->now_ms;
   s->up.bytes = 0;
@@ -969,8 +1031,7 @@ void fetch_serve_next(stitch_swarm *s, peer *p) {
     }
     s->st.bytes_up += len;
     fill_window(s);
-    if (s->cfg.up_bytes_per_s != 0)
-      s->up.bytes += len;
+    s->up.bytes += len;
     p->sending = 1;
     p->serve_wait_ms = s->now_ms;
     p->sent[p->sent_next % CORE_SENT_KEPT] = c;

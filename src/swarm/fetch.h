@@ -32,16 +32,24 @@
                                    another requester by this: two serving
                                    slots (fetch.c serve_turn) */
 #define CORE_SERVE_SLOTS 4      /* same-region requesters served at once */
-/* ...or more while a node told its uplink's rate finds it not full
- * (fetch.c fill_window): what it moves is measured over windows of
+/* ...or more while a node finds its uplink not full (fetch.c
+ * fill_window): what it moves is measured over windows of
  * CORE_FILL_WINDOW_MS, or of CORE_FILL_CHUNKS chunks at the rate if
  * longer; below CORE_FILL_LOW of the rate while a requester waited,
- * slots are added; from CORE_FILL_HIGH of it, one is given back. */
+ * slots are added; from CORE_FILL_HIGH of it, one is given back. A node
+ * not told the rate takes the best it has moved (fill_estimate) and,
+ * where that looks full, probes: CORE_FILL_PROBE more slots for a
+ * window, kept if they moved CORE_FILL_GAIN times as much, else given
+ * back and not tried again for 1, 2, 4 ... CORE_FILL_BACKOFF_MAX
+ * windows. */
 #define CORE_SERVE_SLOTS_MAX 16
 #define CORE_FILL_WINDOW_MS 200
 #define CORE_FILL_CHUNKS 8
 #define CORE_FILL_LOW 0.8
 #define CORE_FILL_HIGH 0.95
+#define CORE_FILL_PROBE 0.5 /* of the slots, at least one */
+#define CORE_FILL_GAIN 1.1
+#define CORE_FILL_BACKOFF_MAX 16
 #define CORE_SERVE_WAIT_MS 200  /* ...but none waits longer for a chunk */
 /* A requester keeps its serving slot while its chunk goes out (fetch.c
  * serve_turn), for at most this long: one that stops reading keeps none.

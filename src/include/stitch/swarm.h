@@ -95,8 +95,9 @@ typedef struct stitch_swarm_config {
   int cipher_none;
   /* This node's uplink in bytes per second, where it is known (stitchd
    * --up-mbit): the node serves as many requesters at once as fill it
-   * (docs/swarm.md "Serving as many as fill the uplink"). 0: unknown, a
-   * fixed number at once. */
+   * (docs/swarm.md "Serving as many as fill the uplink"). 0: unknown;
+   * the node estimates it from what it moves, probing with more at once
+   * where that looks full. */
   uint64_t up_bytes_per_s;
 } stitch_swarm_config;
 
@@ -306,9 +307,12 @@ typedef struct stitch_swarm_stats {
    * in time, the dial failed, the link closed or proved another key). */
   uint64_t punch_dropped, punch_refused, punch_failed;
   /* Serving slots: requesters of our region served at once (one far
-   * behind the others takes two): 4, or more while a node told its
-   * uplink's rate finds it not full (config.up_bytes_per_s). */
+   * behind the others takes two): 4, or more while a node finds its
+   * uplink not full (config.up_bytes_per_s, told or estimated). */
   uint32_t serve_slots;
+  /* The uplink's rate in bytes per second that serving fills: as told,
+   * else as estimated from what the node moved (0: not yet). */
+  uint64_t up_bytes_per_s;
 } stitch_swarm_stats;
 
 void stitch_swarm_get_stats(const stitch_swarm *s, stitch_swarm_stats *st);

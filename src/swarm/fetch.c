@@ -844,11 +844,11 @@ static int fill_estimate(stitch_swarm *s, double rate) {
         s->up.est = rate;
       s->up.probe_backoff = 0;
     } else {
+      unsigned b = 2 * s->up.probe_backoff;
       s->up.slots = s->up.probe_from;
-      s->up.probe_backoff = s->up.probe_backoff == 0 ? 1
-                            : 2 * s->up.probe_backoff > CORE_FILL_BACKOFF_MAX
-                                ? CORE_FILL_BACKOFF_MAX
-                                : 2 * s->up.probe_backoff;
+      s->up.probe_backoff = b == 0 ? 1 : b;
+      if (s->up.probe_backoff > CORE_FILL_BACKOFF_MAX)
+        s->up.probe_backoff = CORE_FILL_BACKOFF_MAX;
       s->up.probe_wait = s->up.probe_backoff;
     }
     s->up.probe_from = 0;

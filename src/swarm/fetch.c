@@ -832,17 +832,20 @@ static uint64_t fill_window_ms(const stitch_swarm *s) {
  * connections leave it idle (fill_window), so where the estimate looks
  * met while requesters wait, it probes: half as many slots again for a
  * window. If they moved CORE_FILL_GAIN times as much, the uplink had
- * room: the estimate rises and the slots stay (and the next window
- * probes again); if not, the slots are given back and no probe is made
+ * room: the slots stay, and the estimate rises with the next window
+ * (the probe's window alone may be a burst into new connections'
+ * buffers; taken alone, it let a fleet on full uplinks add slots it did
+ * not need); if not, the slots are given back and no probe is made
  * for 1, 2, 4 ... CORE_FILL_BACKOFF_MAX windows. Returns 1 when the
  * window is spent on the probe (no other rule applies to it). */
 static int fill_estimate(stitch_swarm *s, double rate) {
   unsigned n = s->up.slots;
   if (s->up.probe_from != 0) {
     if (rate >= CORE_FILL_GAIN * s->up.probe_rate) {
-      if (rate > s->up.est)
-        s->up.est = rate;
       s->up.probe_backoff = 0;
+      s->up.probe_from = 0;
+      s->up.last_rate = rate; /* the estimate rises with the next window */
+      return 1;
     } else {
       unsigned b = 2 * s->up.probe_backoff;
       s->up.slots = s->up.probe_from;

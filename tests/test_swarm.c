@@ -668,9 +668,9 @@ static uint64_t fill_moved(unsigned link_div, int up_told, uint32_t *slots,
 }
 
 /* Links at a tenth of the uplink. Told, the holder moves 0.80 to 0.95 of
- * its uplink (STITCH_TEST_SEED 1 to 209): a window that moves 80 to 95 %
+ * its uplink (STITCH_TEST_SEED 1 to 200): a window that moves 80 to 95 %
  * changes nothing, so where the slots settle sets it. Not told, it
- * probes its way there: 0.69 to 0.98 with 7 to 16 slots; 0.39 to 0.69,
+ * probes its way there: 0.69 to 0.98 with 9 to 16 slots; 0.39 to 0.69,
  * with 4, when a node not told kept 4. */
 static void scenario_fill(void) {
   uint32_t slots_told, slots_untold;
@@ -692,7 +692,7 @@ static void scenario_fill(void) {
  * rate must find no room by probing (fill_estimate): its probes fail,
  * come ever more seldom, and leave it at 4 most of the time: in 14 to 16
  * of the 20 steps, moving 0.97 to 0.99 of its uplink (STITCH_TEST_SEED 1
- * to 208). A probe kept would hold 6 from then on. */
+ * to 200). A probe kept would hold 6 from then on. */
 static void scenario_fill_full(void) {
   uint32_t slots;
   unsigned four;

@@ -1357,6 +1357,5 @@ void stitch_swarm_get_stats(const stitch_swarm *s, stitch_swarm_stats *st) {
   st->peers = (uint32_t)(same + far);
   st->peers_same_region = (uint32_t)same;
   st->serve_slots = s->up.slots;
-  st->up_bytes_per_s =
-      s->cfg.up_bytes_per_s ? s->cfg.up_bytes_per_s : (uint64_t)s->up.est;
+  st->up_bytes_per_s = (uint64_t)fetch_up_rate(s);
 }

@@ -809,7 +809,7 @@ static int servable(stitch_swarm *s, const peer *p) {
 
 /* The uplink's rate in bytes/s: as told (config.up_bytes_per_s), else
  * what fill_estimate takes it to be; 0: not known yet. */
-static double up_rate(const stitch_swarm *s) {
+double fetch_up_rate(const stitch_swarm *s) {
   return s->cfg.up_bytes_per_s ? (double)s->cfg.up_bytes_per_s : s->up.est;
 }
 
@@ -818,7 +818,7 @@ static double up_rate(const stitch_swarm *s) {
  * window that holds two or three chunks reads a full uplink as half idle
  * or full by where their ends fall. */
 static uint64_t fill_window_ms(const stitch_swarm *s) {
-  double rate = up_rate(s);
+  double rate = fetch_up_rate(s);
   if (rate <= 0)
     return CORE_FILL_WINDOW_MS;
   double ms = CORE_FILL_CHUNKS * (double)s->chunk_max * 1000.0 / rate;
@@ -841,11 +841,9 @@ static uint64_t fill_window_ms(const stitch_swarm *s) {
 static int fill_estimate(stitch_swarm *s, double rate) {
   unsigned n = s->up.slots;
   if (s->up.probe_from != 0) {
-    if (rate >= CORE_FILL_GAIN * s->up.probe_rate) {
+    int room = rate >= CORE_FILL_GAIN * s->up.probe_rate;
+    if (room) {
       s->up.probe_backoff = 0;
-      s->up.probe_from = 0;
-      s->up.last_rate = rate; /* the estimate rises with the next window */
-      return 1;
     } else {
       unsigned b = 2 * s->up.probe_backoff;
       s->up.slots = s->up.probe_from;
@@ -855,7 +853,9 @@ static int fill_estimate(stitch_swarm *s, double rate) {
       s->up.probe_wait = s->up.probe_backoff;
     }
     s->up.probe_from = 0;
-    s->up.last_rate = 0; /* the next window is the first at these slots */
+    /* Room: the estimate rises with the next window. None: the next
+     * window is the first at these slots. */
+    s->up.last_rate = room ? rate : 0;
     return 1;
   }
   double both = rate < s->up.last_rate ? rate : s->up.last_rate;
@@ -883,7 +883,7 @@ static int fill_estimate(stitch_swarm *s, double rate) {
  * does), so a fixed number of them fills an uplink only when they found
  * it whole: after sharing it, each goes at its share, and the uplink
  * stands idle (docs/swarm.md "Serving as many as fill the uplink"). So
- * a node watches its uplink against its rate (up_rate: told, or
+ * a node watches its uplink against its rate (fetch_up_rate: told, or
  * estimated and probed, fill_estimate): a window in which a requester
  * waited for a slot while the uplink moved less than CORE_FILL_LOW of
  * its rate gets as many slots as would have filled it at that window's
@@ -894,14 +894,17 @@ static int fill_estimate(stitch_swarm *s, double rate) {
  * needed stay for the next version, whose chunks go out on the same
  * connections at the paces they last found. */
 static void fill_window(stitch_swarm *s) {
-  uint64_t dt = s->now_ms - s->up.start_ms, w = fill_window_ms(s);
+  uint64_t dt = s->now_ms - s->up.start_ms;
+  if (dt < CORE_FILL_WINDOW_MS) /* the shortest window: most calls */
+    return;
+  uint64_t w = fill_window_ms(s);
   if (dt < w)
     return;
   if (s->up.bytes > 0 && dt < 2 * w) {
     double moved = (double)s->up.bytes;
     int probed = s->cfg.up_bytes_per_s == 0 &&
                  fill_estimate(s, moved * 1000.0 / (double)dt);
-    double full = up_rate(s) * (double)dt / 1000.0;
+    double full = fetch_up_rate(s) * (double)dt / 1000.0;
     unsigned n = s->up.slots;
     if (probed || full <= 0) {
       /* the window went to the probe, or no rate is known yet */

@@ -81,6 +81,9 @@ void fetch_on_reject(stitch_swarm *s, struct peer *p,
 void fetch_peer_gone(stitch_swarm *s, struct peer *p);
 void fetch_tick(stitch_swarm *s);
 void fetch_serve_next(stitch_swarm *s, struct peer *p);
+/* The uplink's rate in bytes/s that serving fills: told, or estimated
+ * (fill_estimate); 0: not known yet. */
+double fetch_up_rate(const stitch_swarm *s);
 /* P asked us for chunk C, which we lack: 1 when the request is kept, to
  * be answered once we hold C (an early request, fetch.c), 0 when it is
  * to be rejected. */

@@ -705,6 +705,52 @@ static void scenario_fill_full(void) {
   ASSERT(moved * 10 >= full * 9);
 }
 
+/* An uplink that becomes slower: links at the uplink's rate, a holder
+ * not told it, and after a second the uplink halves (a household now
+ * sharing a home link). Each window then moves half the estimate, so
+ * the holder adds slots up to CORE_SERVE_SLOTS_MAX, each requester at a
+ * sliver of the uplink; after CORE_FILL_SHORT such windows the estimate
+ * comes down to what the uplink moves (fill_estimate) and the slots
+ * start again from 4. Three seconds after the drop (STITCH_TEST_SEED 1
+ * to 200): the estimate at 0.47 to 0.54 of the old rate, 4.4 to 9.6
+ * slots over the last second's 20 steps (median 4.7; probes add some).
+ * Without the rule: the estimate at 0.93 to 1.07 and 16 slots in every
+ * step (seeds 1 to 20). */
+static void scenario_fill_drop(void) {
+  sn_params q = default_params;
+  q.up_bw /= 4; /* 500 KB/s: the requesters want 4 s of it */
+  q.bw_local = q.up_bw;
+  q.max_peers = 24;
+  sn_net net;
+  sn_node *req[16];
+  sn_node *hold = lone_holder(&net, &q, req, 16, 0, 0);
+  int to_hold[1] = {hold->idx};
+  for (int i = 0; i < 16; i++)
+    sn_start(&net, req[i], to_hold, 1);
+  sn_run(&net, net.now + 1000, NULL, NULL);
+  stitch_swarm_stats st;
+  stitch_swarm_get_stats(hold->sw, &st);
+  uint64_t full = (uint64_t)q.up_bw * 1000; /* bytes/s */
+  double before = (double)st.up_bytes_per_s / (double)full;
+  hold->up_bw = q.up_bw / 2;
+  sn_run(&net, net.now + 2000, NULL, NULL);
+  unsigned slots = 0;
+  for (int k = 0; k < 20; k++) {
+    sn_run(&net, net.now + 50, NULL, NULL);
+    stitch_swarm_get_stats(hold->sw, &st);
+    slots += st.serve_slots;
+  }
+  double after = (double)st.up_bytes_per_s / (double)full;
+  printf("fill_drop: estimate %.2f of the old uplink before it halved, "
+         "%.2f after; %.1f slots on average over the last 20 steps\n",
+         before, after, slots / 20.0);
+  CHECK_NET(&net, 1);
+  sn_free(&net);
+  ASSERT(before >= 0.9);
+  ASSERT(after >= 0.4 && after <= 0.6);
+  ASSERT(slots <= 20 * 12);
+}
+
 /* The unsent bytes a driver lets a write leave before it asks the core
  * for more (stitch_swarm_lowat): an eighth of the write, never under 16
  * KiB, so that a 64 KiB chunk is not taken while the one before it still
@@ -1345,6 +1391,7 @@ static const sw_scenario scenarios[] = {
     {"behind_first", scenario_behind_first},
     {"fill", scenario_fill},
     {"fill_full", scenario_fill_full},
+    {"fill_drop", scenario_fill_drop},
     {"lowat", scenario_lowat},
     {"determinism", scenario_determinism},
     {"dial_failed", scenario_dial_failed},

@@ -358,13 +358,17 @@ struct stitch_swarm {
    * region are served at once. Not told the uplink's rate: the rate it
    * is taken to be (bytes/s; fill_estimate), the last window's rate (0:
    * none just before), and a probe: the slots before it (0: none) and
-   * the rate they moved, and the windows to let pass before the next. */
+   * the rate they moved, and the windows to let pass before the next;
+   * the windows in a row that found the uplink short of the estimate at
+   * the most slots, and the sum of their rates. */
   struct {
     uint64_t start_ms, bytes;
     int waited;
     unsigned slots;
     double est, last_rate, probe_rate;
     unsigned probe_from, probe_wait, probe_backoff;
+    unsigned short_n;
+    double short_sum;
   } up;
   stitch_swarm_stats st;
   /* The newest signed policy (stitch/admit.h) and its bytes, to pass on. */

@@ -836,8 +836,20 @@ static uint64_t fill_window_ms(const stitch_swarm *s) {
  * (the probe's window alone may be a burst into new connections'
  * buffers; taken alone, it let a fleet on full uplinks add slots it did
  * not need); if not, the slots are given back and no probe is made
- * for 1, 2, 4 ... CORE_FILL_BACKOFF_MAX windows. Returns 1 when the
- * window is spent on the probe (no other rule applies to it). */
+ * for 1, 2, 4 ... CORE_FILL_BACKOFF_MAX windows. The best only rises,
+ * so an uplink that became slower (a home link that the household now
+ * shares) would look idle forever, and the node would serve the most
+ * requesters it may, each at a sliver of the uplink. So where
+ * CORE_FILL_SHORT windows in a row moved less than CORE_FILL_LOW of the
+ * estimate with a requester waiting and CORE_SERVE_SLOTS_MAX slots
+ * (more would not have filled it), what they moved on average becomes
+ * the estimate (the best of them, or of two in a row, reads bursts into
+ * the driver's buffers as rate, and an estimate a twentieth too high
+ * never gives a slot back), and the slots start again from
+ * CORE_SERVE_SLOTS: the rules above add what the new rate needs within
+ * two windows. Returns 1 when
+ * the window is spent on the probe or on the new estimate (no other
+ * rule applies to it). */
 static int fill_estimate(stitch_swarm *s, double rate) {
   unsigned n = s->up.slots;
   if (s->up.probe_from != 0) {
@@ -862,6 +874,21 @@ static int fill_estimate(stitch_swarm *s, double rate) {
   if (both > s->up.est)
     s->up.est = both;
   s->up.last_rate = rate;
+  if (s->up.waited && n >= CORE_SERVE_SLOTS_MAX &&
+      rate < CORE_FILL_LOW * s->up.est) {
+    s->up.short_sum += rate;
+    if (++s->up.short_n == CORE_FILL_SHORT) {
+      s->up.est = s->up.short_sum / CORE_FILL_SHORT;
+      s->up.slots = CORE_SERVE_SLOTS;
+      s->up.short_n = 0;
+      s->up.short_sum = 0;
+      s->up.last_rate = 0;
+      return 1;
+    }
+  } else {
+    s->up.short_n = 0;
+    s->up.short_sum = 0;
+  }
   if (s->up.est <= 0 || !s->up.waited || rate < CORE_FILL_LOW * s->up.est ||
       n >= CORE_SERVE_SLOTS_MAX)
     return 0;

@@ -41,7 +41,10 @@
  * where that looks full, probes: CORE_FILL_PROBE more slots for a
  * window, kept if they moved CORE_FILL_GAIN times as much, else given
  * back and not tried again for 1, 2, 4 ... CORE_FILL_BACKOFF_MAX
- * windows. */
+ * windows; where CORE_FILL_SHORT windows in a row moved less than
+ * CORE_FILL_LOW of it with CORE_SERVE_SLOTS_MAX slots and a requester
+ * waiting, the uplink is slower than it was: their average becomes the
+ * estimate, and the slots start again from CORE_SERVE_SLOTS. */
 #define CORE_SERVE_SLOTS_MAX 16
 #define CORE_FILL_WINDOW_MS 200
 #define CORE_FILL_CHUNKS 8
@@ -50,6 +53,7 @@
 #define CORE_FILL_PROBE 0.5 /* of the slots, at least one */
 #define CORE_FILL_GAIN 1.1
 #define CORE_FILL_BACKOFF_MAX 16
+#define CORE_FILL_SHORT 5
 #define CORE_SERVE_WAIT_MS 200  /* ...but none waits longer for a chunk */
 /* A requester keeps its serving slot while its chunk goes out (fetch.c
  * serve_turn), for at most this long: one that stops reading keeps none.

@@ -628,6 +628,18 @@ static void scenario_behind_first(void) {
   ASSERT(100 * late * 7 >= 172 * early);
 }
 
+/* A lone holder of version 1 (told its uplink's rate UP_TOLD, 0: not)
+ * and 16 requesters of its region that start together, undialable: they
+ * fetch from it, and from each other only once punched through it. */
+static sn_node *serving_16(sn_net *net, const sn_params *q, sn_node **req,
+                           uint64_t up_told) {
+  sn_node *hold = lone_holder(net, q, req, 16, 0, up_told);
+  int to_hold[1] = {hold->idx};
+  for (int i = 0; i < 16; i++)
+    sn_start(net, req[i], to_hold, 1);
+  return hold;
+}
+
 /* A holder whose links each go at a 1/LINK_DIV of its uplink (10: as a
  * paced connection does once it has shared the uplink, docs/swarm.md
  * "Serving as many as fill the uplink"), and 16 requesters of its
@@ -642,12 +654,9 @@ static uint64_t fill_moved(unsigned link_div, int up_told, uint32_t *slots,
   q.bw_local = q.up_bw / link_div;
   q.max_peers = 24;
   sn_net net;
-  sn_node *req[16]; /* undialable: they fetch from H alone */
-  sn_node *hold = lone_holder(&net, &q, req, 16, 0,
-                              up_told ? (uint64_t)q.up_bw * 1000 : 0);
-  int to_hold[1] = {hold->idx};
-  for (int i = 0; i < 16; i++)
-    sn_start(&net, req[i], to_hold, 1);
+  sn_node *req[16];
+  sn_node *hold =
+      serving_16(&net, &q, req, up_told ? (uint64_t)q.up_bw * 1000 : 0);
   sn_run(&net, net.now + 1000, NULL, NULL);
   uint64_t before = 0, after = 0;
   for (int i = 0; i < 16; i++)
@@ -723,10 +732,7 @@ static void scenario_fill_drop(void) {
   q.max_peers = 24;
   sn_net net;
   sn_node *req[16];
-  sn_node *hold = lone_holder(&net, &q, req, 16, 0, 0);
-  int to_hold[1] = {hold->idx};
-  for (int i = 0; i < 16; i++)
-    sn_start(&net, req[i], to_hold, 1);
+  sn_node *hold = serving_16(&net, &q, req, 0);
   sn_run(&net, net.now + 1000, NULL, NULL);
   stitch_swarm_stats st;
   stitch_swarm_get_stats(hold->sw, &st);

@@ -160,6 +160,10 @@ void *sim_report_json(const sim_result *r, int per_node) {
     json_object_set_new(e, "bytes", json_integer((json_int_t)r->v[v].bytes));
     json_object_set_new(e, "chunks",
                         json_integer((json_int_t)r->v[v].chunks));
+    /* What gossip spreads before any chunk: each node forwards it to
+     * every neighbour but the one it came from (docs/swarm.md "Gossip"). */
+    json_object_set_new(e, "manifest_bytes",
+                        json_integer((json_int_t)r->v[v].manifest_len));
     json_object_set_new(e, "counted", json_integer((json_int_t)n));
     json_object_set_new(e, "held", json_integer((json_int_t)held_by(r, v)));
     json_object_set_new(e, "min_s", num_or_null(sim_quantile(t, n, 0)));

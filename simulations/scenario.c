@@ -351,6 +351,9 @@ int sim_scenario_load(const char *path, sim_scenario *sc, char *err,
   sc->change = rd_num(&r, v, "versions.", "change", 0, 0.01, 0, 1);
   sc->chunk_bytes =
       (uint64_t)rd_num(&r, v, "versions.", "chunk_bytes", 0, 0, 0, 32 << 20);
+  /* At least a row of 1,024 BF16 weights a tensor (trajectory.c). */
+  sc->tensors = (unsigned)rd_num(&r, v, "versions.", "tensors", 0, 0, 1,
+                                 (double)(sc->version_bytes / 2048));
   json_t *ch = rd_obj(&r, root, "", "churn", 1);
   sc->leave_per_min = rd_num(&r, ch, "churn.", "leave_per_min", 1, 0, 0, 1e6);
   sc->join_per_min = rd_num(&r, ch, "churn.", "join_per_min", 1, 0, 0, 1e6);

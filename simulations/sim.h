@@ -73,6 +73,8 @@ typedef struct sim_scenario {
   double seed_down_mbps;  /* seed.down_mbps: seed.up_mbps */
   double change;          /* versions.change: 0.01 of the weights per step */
   uint64_t chunk_bytes;   /* versions.chunk_bytes: 0, the library's */
+  unsigned tensors;       /* versions.tensors: 0, as many of at most
+                             16 MiB as the bytes need */
   uint64_t rng_seed;      /* "rng_seed": 1 */
   unsigned max_peers, cross_region, pipeline; /* "swarm": 0, the core's */
   int queues;             /* "network": "flows" (0, SimGrid's max-min

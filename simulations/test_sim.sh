@@ -664,6 +664,19 @@ python3 -c 'import json, sys
 r = json.load(open(sys.argv[1]))
 got = [round(v["published_s"], 6) for v in r["versions"]]
 sys.exit(0 if got == [0, 3, 3.5, 4] and r["completed"] else "sim_small: first_interval_s: published at %s" % got)' "$tmp/first.out"
+# versions.tensors: a checkpoint of that many tensors, named one by one in
+# the manifest; at least a row of 1,024 weights each.
+bad tensors "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $(printf '%s' "$good" | sed 's/"interval_s": 1}/"interval_s": 1, "tensors": 49}/')}" "versions.tensors: 49 is outside \[1, 48\]"
+printf '%s\n' "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $(printf '%s' "$good" | sed 's/"interval_s": 1}/"interval_s": 1, "tensors": 48}/')}" > "$tmp/tensors.json"
+printf '%s\n' "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $good}" > "$tmp/tensors1.json"
+"$sim" "$tmp/tensors.json" --json > "$tmp/tensors.out" 2> /dev/null
+"$sim" "$tmp/tensors1.json" --json > "$tmp/tensors1.out" 2> /dev/null
+python3 -c 'import json, sys
+many, one = (json.load(open(f))["versions"][0] for f in sys.argv[1:3])
+# 47 more tensors, each a name, a shape and a digest in the manifest
+sys.exit(0 if many["manifest_bytes"] >= one["manifest_bytes"] + 47 * 40 else
+         "sim_small: tensors: manifests of %d and %d bytes" %
+         (many["manifest_bytes"], one["manifest_bytes"]))' "$tmp/tensors.out" "$tmp/tensors1.out"
 printf '%s\n' "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"extra\": 1, $good}" > "$tmp/ok.json"
 "$sim" "$tmp/ok.json" > /dev/null || { echo "sim_small: an unknown key was refused"; exit 1; }
 echo "sim_small: bad scenario files refused"

@@ -1,8 +1,9 @@
 /* trajectory.c: the versions a simulation publishes, chunked for real.
  *
  * A synthetic checkpoint of the scenario's size (BF16 tensors of at most
- * 16 MiB) moves like Adam at RL learning rates: each step, a fraction
- * `change` of the weights moves one BF16 step up or down. Each step is
+ * 16 MiB, or as many as versions.tensors says) moves like Adam at RL
+ * learning rates: each step, a fraction `change` of the weights moves one
+ * BF16 step up or down. Each step is
  * published with stitch_publish, so objects, chunk counts and sizes are
  * what the trainer would ship. Manifests and chunks are then held in
  * memory once; simulated nodes refer to chunks by index.
@@ -248,8 +249,9 @@ int sim_trajectory_make(const sim_scenario *sc, const char *steps_dir,
   weights ws = {0};
   uint64_t elems_all = sc->version_bytes / 2;
   ws.n = steps_dir != NULL ? 0 /* no synthetic weights */
-                           : (size_t)((sc->version_bytes + TENSOR_MAX_BYTES -
-                                       1) / TENSOR_MAX_BYTES);
+         : sc->tensors      ? sc->tensors
+                            : (size_t)((sc->version_bytes + TENSOR_MAX_BYTES -
+                                        1) / TENSOR_MAX_BYTES);
   ws.elems = ws.n ? elems_all / ws.n / ROW * ROW : 0;
   if (ws.elems == 0)
     ws.elems = ROW;

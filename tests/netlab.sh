@@ -89,4 +89,15 @@ rc=$?
 case "$err" in *"cannot host"*"nodes"*) ;; *) fail "44 nodes: '$err'" ;; esac
 [ "$(printf '%s\n' "$err" | grep -vc warning)" -eq 1 ] || fail "44 nodes: more than one line: $err"
 [ "$(left)" -eq 0 ] || fail "namespaces remain after a refusal"
+# A key stitch-sim honours and netlab cannot: refused by name.
+python3 - "$root/simulations/scenarios/netlab_ci.json" "$big" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["versions"]["tensors"] = 40
+json.dump(s, open(sys.argv[2], "w"))
+PY
+err="$(python3 "$root/tools/netlab" "$big" --bin "$bin" --prefix "$prefix" 2>&1 >/dev/null)"
+rc=$?
+[ $rc -eq 2 ] || fail "versions.tensors: exit $rc, expected 2"
+case "$err" in *"versions.tensors"*"not supported"*) ;; *) fail "versions.tensors: '$err'" ;; esac
 echo "netlab.sh: ok"

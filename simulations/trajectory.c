@@ -3,10 +3,10 @@
  * A synthetic checkpoint of the scenario's size (BF16 tensors of at most
  * 16 MiB, or as many as versions.tensors says) moves like Adam at RL
  * learning rates: each step, a fraction `change` of the weights moves one
- * BF16 step up or down. Each step is
- * published with stitch_publish, so objects, chunk counts and sizes are
- * what the trainer would ship. Manifests and chunks are then held in
- * memory once; simulated nodes refer to chunks by index.
+ * BF16 step up or down. Each step is published with stitch_publish, so
+ * objects, chunk counts and sizes are what the trainer would ship.
+ * Manifests and chunks are then held in memory once; simulated nodes
+ * refer to chunks by index.
  *
  * Given a directory of steps instead (stitch-sim --steps DIR: stitch-synth's
  * step_0000.safetensors ..., which tools/netlab publishes for the same

@@ -719,7 +719,7 @@ static void scenario_fill_full(void) {
  * sharing a home link). Each window then moves half the estimate, so
  * the holder adds slots up to CORE_SERVE_SLOTS_MAX, each requester at a
  * sliver of the uplink; after CORE_FILL_SHORT such windows the estimate
- * comes down to what the uplink moves (fill_estimate) and the slots
+ * comes down to what the uplink moves (fetch.c fill_lower) and the slots
  * start again from 4. Three seconds after the drop (STITCH_TEST_SEED 1
  * to 200): the estimate at 0.47 to 0.54 of the old rate, 4.4 to 9.6
  * slots over the last second's 20 steps (median 4.7; probes add some).

@@ -825,6 +825,35 @@ static uint64_t fill_window_ms(const stitch_swarm *s) {
   return ms > CORE_FILL_WINDOW_MS ? (uint64_t)ms : CORE_FILL_WINDOW_MS;
 }
 
+/* An uplink that became slower (a home link that the household now
+ * shares) would look idle forever to an estimate that only rises, and
+ * the node would serve the most requesters it may, each at a sliver of
+ * the uplink. So where CORE_FILL_SHORT windows in a row moved less than
+ * CORE_FILL_LOW of the estimate with a requester waiting and
+ * CORE_SERVE_SLOTS_MAX slots (more would not have filled it), what they
+ * moved on average becomes the estimate (the best of them, or of two in
+ * a row, reads bursts into the driver's buffers as rate, and an
+ * estimate a twentieth too high never gives a slot back), and the slots
+ * start again from CORE_SERVE_SLOTS: fill_window adds what the new rate
+ * needs within two windows. Returns 1 when it lowered the estimate. */
+static int fill_lower(stitch_swarm *s, double rate) {
+  if (!s->up.waited || s->up.slots < CORE_SERVE_SLOTS_MAX ||
+      rate >= CORE_FILL_LOW * s->up.est) {
+    s->up.short_n = 0;
+    s->up.short_sum = 0;
+    return 0;
+  }
+  s->up.short_sum += rate;
+  if (++s->up.short_n < CORE_FILL_SHORT)
+    return 0;
+  s->up.est = s->up.short_sum / CORE_FILL_SHORT;
+  s->up.slots = CORE_SERVE_SLOTS;
+  s->up.last_rate = 0;
+  s->up.short_n = 0;
+  s->up.short_sum = 0;
+  return 1;
+}
+
 /* A node not told its uplink's rate learns it from a window that moved
  * RATE (bytes/s). It takes the best of what two windows in a row both
  * moved (one alone may be a burst into the driver's buffers). That is
@@ -836,20 +865,9 @@ static uint64_t fill_window_ms(const stitch_swarm *s) {
  * (the probe's window alone may be a burst into new connections'
  * buffers; taken alone, it let a fleet on full uplinks add slots it did
  * not need); if not, the slots are given back and no probe is made
- * for 1, 2, 4 ... CORE_FILL_BACKOFF_MAX windows. The best only rises,
- * so an uplink that became slower (a home link that the household now
- * shares) would look idle forever, and the node would serve the most
- * requesters it may, each at a sliver of the uplink. So where
- * CORE_FILL_SHORT windows in a row moved less than CORE_FILL_LOW of the
- * estimate with a requester waiting and CORE_SERVE_SLOTS_MAX slots
- * (more would not have filled it), what they moved on average becomes
- * the estimate (the best of them, or of two in a row, reads bursts into
- * the driver's buffers as rate, and an estimate a twentieth too high
- * never gives a slot back), and the slots start again from
- * CORE_SERVE_SLOTS: the rules above add what the new rate needs within
- * two windows. Returns 1 when
- * the window is spent on the probe or on the new estimate (no other
- * rule applies to it). */
+ * for 1, 2, 4 ... CORE_FILL_BACKOFF_MAX windows. The best only rises;
+ * fill_lower brings it down. Returns 1 when the window is spent on the
+ * probe or on a lowered estimate (no other rule applies to it). */
 static int fill_estimate(stitch_swarm *s, double rate) {
   unsigned n = s->up.slots;
   if (s->up.probe_from != 0) {
@@ -874,21 +892,8 @@ static int fill_estimate(stitch_swarm *s, double rate) {
   if (both > s->up.est)
     s->up.est = both;
   s->up.last_rate = rate;
-  if (s->up.waited && n >= CORE_SERVE_SLOTS_MAX &&
-      rate < CORE_FILL_LOW * s->up.est) {
-    s->up.short_sum += rate;
-    if (++s->up.short_n == CORE_FILL_SHORT) {
-      s->up.est = s->up.short_sum / CORE_FILL_SHORT;
-      s->up.slots = CORE_SERVE_SLOTS;
-      s->up.short_n = 0;
-      s->up.short_sum = 0;
-      s->up.last_rate = 0;
-      return 1;
-    }
-  } else {
-    s->up.short_n = 0;
-    s->up.short_sum = 0;
-  }
+  if (fill_lower(s, rate))
+    return 1;
   if (s->up.est <= 0 || !s->up.waited || rate < CORE_FILL_LOW * s->up.est ||
       n >= CORE_SERVE_SLOTS_MAX)
     return 0;

@@ -490,6 +490,17 @@ void fetch_early_from(stitch_swarm *s, peer *p, vstate *v,
   send_simple(s, p, WIRE_REQUEST, c);
 }
 
+/* The order in which schedule asks its peers: the fewest requests in
+ * flight first. In the endgame, where a late chunk is asked again, a
+ * peer whose score is below 0 (late, outrun, stalled: score.h) comes
+ * after the others with as many: a liar that claims every chunk and
+ * serves none was otherwise asked as often as an honest holder, and
+ * three liars asked in turn held a chunk for the 15 s of a timeout
+ * (ctest test_hostile eclipse). */
+static unsigned ask_key(const stitch_swarm *s, const peer *p, int endgame) {
+  return 2 * p->n_req + (endgame && score_value(&p->sc, s->now_ms) < 0);
+}
+
 /* Fills the peers' request pipelines one request at a time, always to the
  * peer with the fewest in flight (ties from a random start): filling them
  * in a fixed order gave the first peers of every node the rarest chunks
@@ -526,7 +537,8 @@ static void schedule(stitch_swarm *s, int full) {
     size_t best = n;
     for (size_t k = 0; k < n; k++)
       if (s->sched[k].p->n_req < s->sched[k].lim &&
-          (best == n || s->sched[k].p->n_req < s->sched[best].p->n_req))
+          (best == n || ask_key(s, s->sched[k].p, endgame) <
+                            ask_key(s, s->sched[best].p, endgame)))
         best = k;
     if (best == n)
       return;

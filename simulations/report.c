@@ -236,6 +236,8 @@ void *sim_report_json(const sim_result *r, int per_node) {
                       json_integer((json_int_t)r->chunks_stored));
   json_object_set_new(o, "chunks_twice",
                       json_integer((json_int_t)r->chunks_twice));
+  json_object_set_new(o, "manifests_sent",
+                      json_integer((json_int_t)r->manifests_sent));
   json_object_set_new(o, "sim_s", num_or_null(r->sim_s));
   json_object_set_new(o, "wall_s", num_or_null(r->wall_s));
   json_object_set_new(o, "rss_peak_mib", num_or_null(r->rss_peak_mib));

@@ -128,6 +128,7 @@ int sim_run_report(sim *s, double wall_s, double rss_base, int as_json,
     r.verify_failures += st.verify_failures;
     if (i > 0)
       r.chunks_twice += st.chunks_twice;
+    r.manifests_sent += st.manifests_forwarded;
     r.bans += st.bans;
   }
   for (unsigned v = 1; v <= nv; v++) {

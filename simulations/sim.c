@@ -683,6 +683,7 @@ void sim_node_stats(const node *n, stitch_swarm_stats *st) {
   st->bytes_to_other_region += p->bytes_to_other_region;
   st->verify_failures += p->verify_failures;
   st->chunks_twice += p->chunks_twice;
+  st->manifests_forwarded += p->manifests_forwarded;
   st->bans += p->bans;
   st->punch_asked += p->punch_asked;
   st->punch_dialed += p->punch_dialed;

@@ -215,6 +215,7 @@ typedef struct sim_result {
   int finished;
   uint64_t verify_failures, bad_writes, apply_errors, bans;
   uint64_t chunks_needed, chunks_stored, chunks_twice;
+  uint64_t manifests_sent; /* copies every core sent, the seed's too */
   double rss_base_mib, rss_peak_mib;
 } sim_result;
 

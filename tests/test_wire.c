@@ -896,9 +896,13 @@ static void test_decode_refusals(void) {
   msgpack_pack_uint8(pk, WIRE_PROTO);
   msgpack_pack_bin_with_body(pk, key, 31);
   dec_fails(&b, WIRE_HELLO, STITCH_EFORMAT, "field 1 (kx) is a bin of 31");
-  static const uint8_t proto1[] = {0x92, 1, 0xc0};
-  raw_fails(WIRE_HELLO, proto1, sizeof(proto1), STITCH_EVERSION,
-            "protocol 1; this build speaks 2");
+  /* The protocol before this one (a node not yet upgraded). */
+  const uint8_t proto_old[] = {0x92, WIRE_PROTO - 1, 0xc0};
+  char old_msg[64];
+  snprintf(old_msg, sizeof(old_msg), "protocol %d; this build speaks %d",
+           WIRE_PROTO - 1, WIRE_PROTO);
+  raw_fails(WIRE_HELLO, proto_old, sizeof(proto_old), STITCH_EVERSION,
+            old_msg);
   /* A later protocol may have more fields: still "upgrade". */
   static const uint8_t proto_big[] = {
       0x97, 0xcf, 0, 0, 1, 0, 0, 0, 0, 0, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0};

@@ -25,7 +25,7 @@ OBJ_KINDS = {1: "delta", 2: "anchor", 3: "cumulative"}
 
 
 def version():
-    """The loaded libstitch's version, "0.2.0 (wire protocol 2)"
+    """The loaded libstitch's version, "0.2.0 (wire protocol 3)"
     (stitch_version()); stitch._lib.lib_path says which file it is."""
     return lib.stitch_version().decode()
 

@@ -605,10 +605,15 @@ static void pump(stitch_net *n) {
     /* Control frames first: the sockets share the uplink's queue, and a
      * REQUEST written after a manifest forwarded to ten neighbours waits
      * for all of them there (docs/simulator.md, "Why they differ"). */
+    uint64_t gen = stitch_swarm_sendable_gen(n->swarm);
     for (net_peer *p = n->peers; p != NULL; p = p->next)
       peer_flush(p, NET_CTL_MAX);
     for (net_peer *p = n->peers; p != NULL; p = p->next)
       peer_flush(p, SIZE_MAX);
+    /* A flush can give another peer bytes (a manifest's next copy goes
+     * when a link that had one asks for more): pass again. */
+    if (stitch_swarm_sendable_gen(n->swarm) != gen)
+      n->again = 1;
   }
   n->pumping = 0;
   uint64_t wake = stitch_swarm_wake(n->swarm), now = now_ms(n);

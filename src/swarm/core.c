@@ -245,6 +245,7 @@ static void peer_reset(stitch_swarm *s, peer *p) {
   chan_free(&p->ch);
   dbuf_free(&p->ct);
   dbuf_free(&p->out);
+  gossip_peer_gone(s, p);
   free_list(&p->have, &p->n_have);
   free_list(&p->offered, &p->n_offered);
   free(p->told);
@@ -316,6 +317,7 @@ static void out_compact(peer *p) {
 int core_send(stitch_swarm *s, peer *p, const wire_msg *m) {
   if (p->state == PEER_CLOSING || p->state == PEER_FREE)
     return 0;
+  gossip_ensure(s, p, m);
   out_compact(p);
   int rc = wire_encode(&p->out, m);
   if (rc != 0) {
@@ -330,6 +332,7 @@ int core_send(stitch_swarm *s, peer *p, const wire_msg *m) {
 int core_send_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
   if (p->state == PEER_CLOSING || p->state == PEER_FREE || p->pay != NULL)
     return STITCH_EINVAL;
+  gossip_ensure(s, p, m);
   out_compact(p);
   int rc = wire_encode_head(&p->out, m);
   if (rc != 0) {
@@ -391,6 +394,7 @@ void core_drop(stitch_swarm *s, peer *p, int ban, const char *why) {
   }
   fetch_peer_gone(s, p);
   punch_peer_gone(s, p);
+  gossip_peer_gone(s, p);
   p->state = PEER_CLOSING;
   stitch_swarm_action a = {.kind = STITCH_SWARM_CLOSE, .peer = p->id};
   core_push_action(s, &a);
@@ -532,6 +536,7 @@ static void plain_pending(stitch_swarm *s, peer *p, int refill,
 
 /* N bytes of the plaintext are on their way (sent, or sealed). */
 static void plain_sent(stitch_swarm *s, peer *p, size_t n) {
+  p->taken += n;
   if (p->pay != NULL && p->out_off == p->pay_at) {
     p->pay_off += n <= p->pay_len - p->pay_off ? n : p->pay_len - p->pay_off;
     if (p->pay_off == p->pay_len)
@@ -554,7 +559,7 @@ static int drained(const peer *p) {
  * nothing? No bytes wait, and there is no chunk to choose for it (the
  * refill) nor one on its way out to call sent. */
 static int idle(const peer *p) {
-  return drained(p) &&
+  return drained(p) && !p->mf_on &&
          !(p->state == PEER_READY && (p->sending || p->n_serve > 0));
 }
 
@@ -577,6 +582,7 @@ void stitch_swarm_peer_pending(stitch_swarm *s, uint32_t id,
   peer *p = core_peer(s, id);
   if (p == NULL)
     return;
+  gossip_on_asked(s, p);
   pending(s, p, buf, len);
   if (*len == 0 && p->listed && idle(p))
     unlist(s, p); /* until something is queued for it again */
@@ -627,9 +633,11 @@ void stitch_swarm_peer_sent(stitch_swarm *s, uint32_t id, size_t n) {
       /* Idle links keep little. */
       dbuf_empty(&p->ct, CHAN_REC_MAX + CHAN_OVERHEAD);
       p->ct_off = 0;
+      p->wired = p->taken; /* what was sealed is sent */
     }
   } else {
     plain_sent(s, p, n);
+    p->wired = p->taken;
   }
   if (p->state == PEER_FULL && drained(p)) /* our PEERS is out */
     core_drop(s, p, 0, "full");
@@ -684,8 +692,11 @@ static int add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
   /* The same bytes as a manifest held: known, without verifying its
    * signature again (a peer resending one must not cost us a verify). */
   for (size_t i = 0; i < s->n_v; i++)
-    if (s->v[i].raw_len == len && memcmp(s->v[i].raw, buf, len) == 0)
+    if (s->v[i].raw_len == len && memcmp(s->v[i].raw, buf, len) == 0) {
+      if (from != NULL)
+        gossip_known(from, s->v[i].version);
       return 0;
+    }
   int rc = stitch_manifest_open(buf, len, &s->cfg.swarm, &m, &id, d);
   if (rc != 0) {
     s->st.verify_failures += rc != STITCH_ENOMEM;
@@ -779,17 +790,8 @@ static int add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
     s->st.latest_version = m->version;
   core_log(s, "version %" PRIu64 ": manifest verified (%s%s)", m->version,
            from ? "from peer " : "local", from ? from->listen : "");
-  /* Gossip: every neighbour but the one it came from, at once. */
-  wire_msg g;
-  memset(&g, 0, sizeof(g));
-  g.type = WIRE_MANIFEST;
-  g.data = buf;
-  g.data_len = len;
-  for (size_t k = 0; k < s->n_peers; k++)
-    if (s->peers[k].state == PEER_READY && &s->peers[k] != from) {
-      core_send(s, &s->peers[k], &g);
-      s->st.manifests_forwarded++;
-    }
+  gossip_adopt(s, v);
+  gossip_new(s, v, from);
   return 1;
 }
 
@@ -962,6 +964,7 @@ void core_ready(stitch_swarm *s, peer *p) {
     g.data = s->v[i].raw;
     g.data_len = s->v[i].raw_len;
     core_send(s, p, &g);
+    gossip_known(p, s->v[i].version);
   }
   fetch_announce_interest(s, p);
   core_send_peers(s, p);
@@ -1010,9 +1013,12 @@ static void on_cancel(stitch_swarm *s, peer *p, const wire_msg *m) {
 static void on_have(stitch_swarm *s, peer *p, const wire_msg *m, int field) {
   vstate *v = core_find_version(s, m->version);
   if (v == NULL) {
-    /* Its manifest comes before any HAVE on the same link (add_manifest
-     * passes it on at once), so a version newer than all we know does
-     * not exist; an older one we do not keep is stale. */
+    if (gossip_pend(s, p, m, field))
+      return; /* an announcement: its manifest is on its way */
+    /* Past what gossip_pend keeps (a few BITFIELDs, and the HAVEs
+     * after them) a version newer than all we know does not exist: its
+     * manifest comes first on the link otherwise. An older one we do
+     * not keep is stale. */
     uint64_t latest = s->n_v ? s->v[s->n_v - 1].ref.m->version : 0;
     core_score(s, p, m->version > latest ? SCORE_NO_VERSION : SCORE_STALE);
     return;
@@ -1079,6 +1085,12 @@ static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
     p->frames++;
   if (type != WIRE_HAVE && type != WIRE_PING) /* a HAVE: fetch_on_have_bit */
     s->sched_due = 1;
+  if ((type >= WIRE_BITFIELD && type <= WIRE_REJECT) ||
+      type == WIRE_CROSSING || type == WIRE_BID) {
+    const vstate *v = core_find_version(s, m->version);
+    if (v != NULL && v->lazy) /* it holds the version's manifest */
+      gossip_known(p, m->version);
+  }
   switch (type) {
   case WIRE_HELLO:
     hs_on_hello(s, p, m);
@@ -1317,6 +1329,8 @@ int stitch_swarm_tick(stitch_swarm *s, uint64_t now_ms) {
     }
     if (p->state == PEER_READY && now_ms - p->last_pex_ms > CORE_PEX_MS)
       core_send_peers(s, p);
+    if (p->state == PEER_READY)
+      gossip_tick(s, p);
   }
   if (now_ms >= s->next_maintain_ms) {
     hs_check_links(s);
@@ -1335,6 +1349,7 @@ int stitch_swarm_tick(stitch_swarm *s, uint64_t now_ms) {
           CORE_MAINTAIN_MS;
     }
   }
+  gossip_pump(s); /* after a link that had a copy on its way closed */
   fetch_tick(s);
   fetch_schedule(s);
   return 0;

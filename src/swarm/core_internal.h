@@ -111,6 +111,20 @@ _Static_assert(CORE_MAX_PIPELINE + 3 <= CORE_MAX_SERVE,
  * the serving slots (fetch.c serve_turn) and for a far peer asking for a
  * chunk already on its way into its region (cross.c coming_into). */
 #define CORE_SENT_KEPT 4
+/* Gossip (gossip.c): a manifest larger than CORE_MANIFEST_EAGER_MAX,
+ * whose copies to every neighbour would come to more than a
+ * CORE_MANIFEST_SHARE-th of the version's bytes, goes to the neighbours
+ * in turn, CORE_MANIFEST_COPIES at a time, skipping those that announce
+ * the version meanwhile; a peer's announcements kept for a manifest not
+ * yet here, at most, the chunks each keeps, and for how long; versions
+ * remembered as known to a peer. */
+#define CORE_MANIFEST_EAGER_MAX (2u << 10)
+#define CORE_MANIFEST_SHARE 32
+#define CORE_MANIFEST_COPIES 2
+#define CORE_PENDING_MAX 4
+#define CORE_PENDING_BITS 32
+#define CORE_PENDING_MS 10000
+#define CORE_KNOWN_KEPT 8
 
 /* One chunk of one object, as the wire names it. */
 typedef struct chunk_id {
@@ -138,6 +152,15 @@ typedef struct request {
    * has it. Not in flight, never late, and it expires unscored. */
   int early;
 } request;
+
+/* A BITFIELD of a version whose manifest has not come, and the HAVEs
+ * after it: the chunks it names, the first CORE_PENDING_BITS of them
+ * (gossip.c gossip_pend). */
+typedef struct pend_entry {
+  uint64_t version, nbits;
+  uint32_t object, n_idx;
+  uint32_t idx[CORE_PENDING_BITS];
+} pend_entry;
 
 typedef enum peer_state {
   PEER_FREE = 0,
@@ -242,6 +265,19 @@ typedef struct peer {
   uint64_t answered_ms, stall_ms, ping_ms;
   uint64_t ready_ms;
   int owes;        /* we sent it a manifest at ready: it answers */
+  /* Gossip (gossip.c): the versions it is known to hold the manifest
+   * of, plus one (a ring; 0 is none); whether a manifest of ours is on
+   * its way to it, and the byte of its stream at which that copy is
+   * out; the bytes of its stream taken (sent, or sealed) and sent; what
+   * it announced of versions we do not know yet, and since when (0:
+   * nothing). */
+  uint64_t known[CORE_KNOWN_KEPT];
+  unsigned known_next;
+  int mf_on;
+  uint64_t mf_mark, taken, wired;
+  pend_entry pend[CORE_PENDING_MAX];
+  unsigned n_pend;
+  uint64_t pending_ms;
   /* Hole punching (punch.c): the link came from a punch; the PUNCHes it
    * sent in the second since punch_win_ms (answers to ours aside); when
    * we last took an ask it relayed; when we sent it our last
@@ -276,6 +312,9 @@ typedef struct vstate {
   /* When our first request out for each chunk went (the endgame). */
   uint32_t *asked_at[STITCH_MAX_OBJECTS];
   uint64_t added_ms; /* when we learnt of it */
+  /* Its manifest is sent in turn, not to every neighbour at once
+   * (gossip.c); every ready neighbour has it or had it from us. */
+  int lazy, lazy_done;
 } vstate;
 
 struct stitch_swarm {
@@ -380,6 +419,10 @@ struct stitch_swarm {
   char refused_log[CORE_REFUSED_LOG][STITCH_SWARM_ADDR_MAX];
   size_t refused_next;
   punch_state pu; /* hole punching (punch.h) */
+  /* Copies of lazy manifests on their way out, and where the next pass
+   * over the peers starts (gossip.c). */
+  unsigned mf_out;
+  size_t mf_rr;
 };
 
 /* core.c */
@@ -512,6 +555,28 @@ int hs_policy(stitch_swarm *s, const uint8_t *buf, size_t len, peer *from,
 void hs_send_policy(stitch_swarm *s, peer *p);
 /* Drops links whose ticket expired or whose key is revoked (tick). */
 void hs_check_links(stitch_swarm *s);
+
+/* gossip.c: how manifests spread */
+void gossip_known(peer *p, uint64_t version);
+/* Has P the manifest of V, as far as we know? */
+int gossip_knows(peer *p, const vstate *v);
+/* V is new (from FROM, or NULL: the agent): to every neighbour, or in
+ * turn. */
+void gossip_new(stitch_swarm *s, vstate *v, peer *from);
+/* Sends lazy manifests' next copies, as many as may be out. */
+void gossip_pump(stitch_swarm *s);
+/* P's link asks for more bytes: a copy of ours sent before is out. */
+void gossip_on_asked(stitch_swarm *s, peer *p);
+void gossip_peer_gone(stitch_swarm *s, peer *p);
+/* Before M goes to P: its version's manifest, if P may lack it. */
+void gossip_ensure(stitch_swarm *s, peer *p, const wire_msg *m);
+/* A HAVE or BITFIELD (FIELD) of a version we do not know: 1 when kept
+ * for its manifest. */
+int gossip_pend(stitch_swarm *s, peer *p, const wire_msg *m, int field);
+/* V is new: what peers announced of it before counts now. */
+void gossip_adopt(stitch_swarm *s, vstate *v);
+/* Charges P for announcements whose manifest never came. */
+void gossip_tick(stitch_swarm *s, peer *p);
 
 /* reach.c */
 /* Tells the seed which other regions our links reach: P, a seed link

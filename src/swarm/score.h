@@ -59,8 +59,9 @@ typedef enum score_ev {
                        pusher is gone in a tenth of a second; an honest
                        push lands twice seldom (fetch.c push_near) */
   SCORE_NO_VERSION, /* -1: a HAVE or BITFIELD of a version newer than any
-                       we know: its manifest always comes first on the
-                       same link, so there is no such version */
+                       we know, beyond the CORE_PENDING_MAX kept for their
+                       manifests, or kept CORE_PENDING_MS and no manifest
+                       came (gossip.c): there is no such version */
   SCORE_STALE,      /* -0.05: a HAVE or BITFIELD of an old version we do
                        not keep (an honest peer behind sends a few) */
   SCORE_DUP_MANIFEST, /* -0.2: a manifest we hold already (each neighbour

@@ -17,9 +17,9 @@ STITCH_API_BEGIN
 #define STITCH_VERSION_STRING "0.2.0"
 /* The swarm's wire protocol (proto/wire.md): peers of other protocols
  * refuse each other at HELLO. */
-#define STITCH_WIRE_PROTOCOL 2
+#define STITCH_WIRE_PROTOCOL 3
 
-/* "0.2.0 (wire protocol 2)": static, never NULL. */
+/* "0.2.0 (wire protocol 3)": static, never NULL. */
 const char *stitch_version(void);
 
 STITCH_API_END

@@ -344,7 +344,7 @@ static void scenario_eclipse(void) {
               .kind = SN_EVIL_ECLIPSE, .n_evil = 3, .listen = 1, .open = 1,
               .victim_only = 1, .max_peers = 3, .tail_ms = 20000};
   /* Three seeds: the endgame's asks of three liars in turn held a chunk
-   * 15 s at some (fetch.c ask_key), so one seed says little. */
+   * 15 s at some (fetch.c ask_before), so one seed says little. */
   uint64_t first = test_seed;
   for (uint64_t k = 0; k < 3; k++) {
     test_seed = first + k;

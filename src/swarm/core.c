@@ -733,6 +733,7 @@ static int add_manifest(stitch_swarm *s, const uint8_t *buf, size_t len,
         else
           r++;
     }
+    s->n_lazy -= s->v[0].lazy;
     version_free(&s->v[0]);
     memmove(s->v, s->v + 1, (s->n_v - 1) * sizeof(*s->v));
     s->n_v--;
@@ -1085,8 +1086,8 @@ static void on_frame(stitch_swarm *s, peer *p, int type, const uint8_t *body,
     p->frames++;
   if (type != WIRE_HAVE && type != WIRE_PING) /* a HAVE: fetch_on_have_bit */
     s->sched_due = 1;
-  if ((type >= WIRE_BITFIELD && type <= WIRE_REJECT) ||
-      type == WIRE_CROSSING || type == WIRE_BID) {
+  if (s->n_lazy > 0 && ((type >= WIRE_BITFIELD && type <= WIRE_REJECT) ||
+                         type == WIRE_CROSSING || type == WIRE_BID)) {
     const vstate *v = core_find_version(s, m->version);
     if (v != NULL && v->lazy) /* it holds the version's manifest */
       gossip_known(p, m->version);

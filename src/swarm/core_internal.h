@@ -419,9 +419,10 @@ struct stitch_swarm {
   char refused_log[CORE_REFUSED_LOG][STITCH_SWARM_ADDR_MAX];
   size_t refused_next;
   punch_state pu; /* hole punching (punch.h) */
-  /* Copies of lazy manifests on their way out, and where the next pass
-   * over the peers starts (gossip.c). */
-  unsigned mf_out;
+  /* Versions held whose manifest goes in turn, copies of such
+   * manifests on their way out, and where the next pass over the peers
+   * starts (gossip.c). */
+  unsigned n_lazy, mf_out;
   size_t mf_rr;
 };
 

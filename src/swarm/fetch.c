@@ -497,8 +497,12 @@ void fetch_early_from(stitch_swarm *s, peer *p, vstate *v,
  * serves none was otherwise asked as often as an honest holder, and
  * three liars asked in turn held a chunk for the 15 s of a timeout
  * (ctest test_hostile eclipse). */
-static unsigned ask_key(const stitch_swarm *s, const peer *p, int endgame) {
-  return 2 * p->n_req + (endgame && score_value(&p->sc, s->now_ms) < 0);
+static int ask_before(const stitch_swarm *s, const peer *a, const peer *b,
+                      int endgame) {
+  if (a->n_req != b->n_req)
+    return a->n_req < b->n_req;
+  return endgame && score_value(&a->sc, s->now_ms) >= 0 &&
+         score_value(&b->sc, s->now_ms) < 0;
 }
 
 /* Fills the peers' request pipelines one request at a time, always to the
@@ -537,8 +541,8 @@ static void schedule(stitch_swarm *s, int full) {
     size_t best = n;
     for (size_t k = 0; k < n; k++)
       if (s->sched[k].p->n_req < s->sched[k].lim &&
-          (best == n || ask_key(s, s->sched[k].p, endgame) <
-                            ask_key(s, s->sched[best].p, endgame)))
+          (best == n ||
+           ask_before(s, s->sched[k].p, s->sched[best].p, endgame)))
         best = k;
     if (best == n)
       return;

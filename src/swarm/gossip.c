@@ -78,6 +78,8 @@ static uint64_t queued(const peer *p) {
 }
 
 void gossip_pump(stitch_swarm *s) {
+  if (s->n_lazy == 0)
+    return;
   for (size_t i = s->n_v; i-- > 0 && s->mf_out < CORE_MANIFEST_COPIES;) {
     vstate *v = &s->v[i];
     if (!v->lazy || v->lazy_done)
@@ -113,6 +115,7 @@ void gossip_new(stitch_swarm *s, vstate *v, peer *from) {
     return;
   }
   v->lazy = 1;
+  s->n_lazy++;
   gossip_pump(s);
 }
 
@@ -132,6 +135,8 @@ void gossip_peer_gone(stitch_swarm *s, peer *p) {
 }
 
 void gossip_ensure(stitch_swarm *s, peer *p, const wire_msg *m) {
+  if (s->n_lazy == 0)
+    return; /* every manifest held went to every neighbour */
   switch (m->type) {
   case WIRE_HAVE:
     if (peer_told(p, m->version, m->object) != NULL)

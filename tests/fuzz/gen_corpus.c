@@ -1225,6 +1225,20 @@ static void gen_peer(void) {
   put(&p, 4, FP_HS_GOOD | FP_F_CIPHER_NONE | FP_F_FAR, 0, 0xff, 0);
   fetch_prog(&p, 1);
   emit_peer("fetch-v1-clear-far", &p);
+  /* Version 2 announced before its manifest (a BITFIELD and a HAVE,
+   * docs/swarm.md "Gossip"), then the manifest and its chunks; with a
+   * BITFIELD of one chunk too many, which the manifest then refuses. */
+  for (int bad = 0; bad <= 1; bad++) {
+    p.n = 0;
+    put(&p, 4, FP_HS_GOOD, 0, 0xff, 0);
+    fetch_prog(&p, 1);
+    put(&p, 3, FP_OP_BITFIELD, 1, bad ? 0x81 : 0x01);
+    put(&p, 3, FP_OP_HAVE, 1, 1);
+    put(&p, 3, FP_OP_FLUSH, 255, 255);
+    put(&p, 2, FP_OP_TICK, 3);
+    fetch_prog(&p, 2);
+    emit_peer(bad ? "announce-early-bad" : "announce-early", &p);
+  }
   /* Holds half of version 1 already; we send a bad chunk. */
   p.n = 0;
   put(&p, 4, FP_HS_GOOD | FP_F_HAS_V1, 0x0f, 0xff, 0);

@@ -497,12 +497,12 @@ void fetch_early_from(stitch_swarm *s, peer *p, vstate *v,
  * serves none was otherwise asked as often as an honest holder, and
  * three liars asked in turn held a chunk for the 15 s of a timeout
  * (ctest test_hostile eclipse). */
-static int ask_before(const stitch_swarm *s, const peer *a, const peer *b,
-                      int endgame) {
+static int ask_before(const peer *a, const peer *b, int endgame) {
   if (a->n_req != b->n_req)
     return a->n_req < b->n_req;
-  return endgame && score_value(&a->sc, s->now_ms) >= 0 &&
-         score_value(&b->sc, s->now_ms) < 0;
+  /* The score decays towards 0 but keeps its sign: the value stored at
+   * its last event says. */
+  return endgame && a->sc.v >= 0 && b->sc.v < 0;
 }
 
 /* Fills the peers' request pipelines one request at a time, always to the
@@ -542,7 +542,7 @@ static void schedule(stitch_swarm *s, int full) {
     for (size_t k = 0; k < n; k++)
       if (s->sched[k].p->n_req < s->sched[k].lim &&
           (best == n ||
-           ask_before(s, s->sched[k].p, s->sched[best].p, endgame)))
+           ask_before(s->sched[k].p, s->sched[best].p, endgame)))
         best = k;
     if (best == n)
       return;

@@ -958,15 +958,8 @@ void core_ready(stitch_swarm *s, peer *p) {
     for (uint64_t o = 0; o < s->v[i].ref.m->n_objects; o++)
       if (s->v[i].ref.m->objects[o].kind == STITCH_OBJ_ANCHOR)
         from = i;
-  for (size_t i = from; i < s->n_v; i++) {
-    wire_msg g;
-    memset(&g, 0, sizeof(g));
-    g.type = WIRE_MANIFEST;
-    g.data = s->v[i].raw;
-    g.data_len = s->v[i].raw_len;
-    core_send(s, p, &g);
-    gossip_known(p, s->v[i].version);
-  }
+  for (size_t i = from; i < s->n_v; i++)
+    gossip_send(s, p, &s->v[i]);
   fetch_announce_interest(s, p);
   core_send_peers(s, p);
   if (p->is_seed)

@@ -559,6 +559,8 @@ void hs_check_links(stitch_swarm *s);
 
 /* gossip.c: how manifests spread */
 void gossip_known(peer *p, uint64_t version);
+/* Sends P the manifest of V, which P holds from then on. */
+void gossip_send(stitch_swarm *s, peer *p, const vstate *v);
 /* Has P the manifest of V, as far as we know? */
 int gossip_knows(peer *p, const vstate *v);
 /* V is new (from FROM, or NULL: the agent): to every neighbour, or in

@@ -36,10 +36,8 @@ static int lazy_manifest(const stitch_swarm *s, const vstate *v) {
   for (uint32_t o = 0; o < m->n_objects; o++)
     if (m->objects[o].bytes < least)
       least = m->objects[o].bytes;
-  size_t ready = 0;
-  for (size_t k = 0; k < s->n_peers; k++)
-    ready += s->peers[k].state == PEER_READY;
-  return (uint64_t)v->raw_len * ready > least / CORE_MANIFEST_SHARE;
+  return (uint64_t)v->raw_len * core_count_peers(s, 1) >
+         least / CORE_MANIFEST_SHARE;
 }
 
 void gossip_known(peer *p, uint64_t version) {
@@ -61,7 +59,7 @@ int gossip_knows(peer *p, const vstate *v) {
   return 0; /* what it announced before we knew V was adopted */
 }
 
-static void send_manifest(stitch_swarm *s, peer *p, const vstate *v) {
+void gossip_send(stitch_swarm *s, peer *p, const vstate *v) {
   wire_msg g;
   wire_msg_clear(&g);
   g.type = WIRE_MANIFEST;
@@ -69,6 +67,11 @@ static void send_manifest(stitch_swarm *s, peer *p, const vstate *v) {
   g.data_len = v->raw_len;
   core_send(s, p, &g);
   gossip_known(p, v->version);
+}
+
+/* A copy passed on by gossip (the stats count those alone). */
+static void send_manifest(stitch_swarm *s, peer *p, const vstate *v) {
+  gossip_send(s, p, v);
   s->st.manifests_forwarded++;
 }
 
@@ -109,9 +112,8 @@ void gossip_new(stitch_swarm *s, vstate *v, peer *from) {
     gossip_known(from, v->version);
   if (!lazy_manifest(s, v)) {
     for (size_t k = 0; k < s->n_peers; k++)
-      if (s->peers[k].state == PEER_READY && &s->peers[k] != from) {
+      if (s->peers[k].state == PEER_READY && &s->peers[k] != from)
         send_manifest(s, &s->peers[k], v);
-      }
     return;
   }
   v->lazy = 1;

@@ -268,6 +268,7 @@ struct sim {
   const sim_net *net; /* &sim_net_flows or &sim_net_queues */
   uint64_t refused, messages, events;
   int verbose; /* STITCH_SIM_LOG=1: every core's log lines on stderr */
+  int chunk_log; /* STITCH_SIM_LOG=2: and a line a chunk (swarm.h) */
   uint64_t *ramp_v1; /* STITCH_SIM_RAMP=1: version 1's chunks, a bitset
                         over the table (node_ramp); NULL: no ramp lines */
   uint64_t ramp_n;   /* bits set in ramp_v1 */

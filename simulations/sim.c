@@ -970,6 +970,7 @@ static void node_core(sim *s, node *n, uint64_t *keys) {
   snprintf(cfg.region, sizeof(cfg.region), "%s",
            s->sc.regions[n->region].name);
   cfg.seed = n->idx == 0;
+  cfg.log_chunks = s->chunk_log;
   if (s->up_told && n->idx != 0) /* stitchd --up-mbit on every node */
     cfg.up_bytes_per_s = (uint64_t)(s->sc.regions[n->region].up_mbps * 125e3);
   if (n->held > 0) { /* the weights file recovered to what it held */
@@ -1221,7 +1222,8 @@ int main(int argc, char **argv) {
   sim s;
   memset(&s, 0, sizeof(s));
   const char *lg = getenv("STITCH_SIM_LOG");
-  s.verbose = lg != NULL && *lg == '1';
+  s.verbose = lg != NULL && (*lg == '1' || *lg == '2');
+  s.chunk_log = lg != NULL && *lg == '2'; /* and every chunk (swarm.h) */
   const char *rp = getenv("STITCH_SIM_RAMP");
   const char *ps = getenv("STITCH_SIM_PROGRESS_S");
   s.progress_s = ps != NULL && *ps ? atof(ps) : 30;

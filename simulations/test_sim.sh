@@ -523,6 +523,28 @@ python3 "$dir/ramp.py" "$tmp/ramp.txt" "$bound" > "$tmp/ramp.out" ||
   { echo "sim_small: ramp.py failed"; exit 1; }
 grep -q "^us, 12 nodes: first " "$tmp/ramp.out" ||
   { echo "sim_small: ramp: $(head -c 300 "$tmp/ramp.out")"; exit 1; }
+# STITCH_SIM_LOG=2: a line for each chunk sent and taken, one taken a
+# chunk stored, the run the same to the byte; tools/hops pairs every chunk
+# taken with its sender's line.
+STITCH_SIM_LOG=2 "$sim" "$tmp/queues.json" --json > "$tmp/chunks.out" 2> "$tmp/chunks.log"
+python3 "$dir/../tools/hops" 2 "$tmp/chunks.log" > "$tmp/hops.txt" ||
+  { echo "sim_small: tools/hops failed"; exit 1; }
+python3 - "$tmp/queues.out" "$tmp/chunks.out" "$tmp/chunks.log" "$tmp/hops.txt" <<'PY'
+import json, re, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+for r in (a, b):
+    for k in ("wall_s", "rss_peak_mib", "mem_per_node_kib"):
+        r.pop(k)
+if a != b:
+    sys.exit("sim_small: STITCH_SIM_LOG=2 changed the run")
+took = sum(1 for l in open(sys.argv[3]) if ": chunk: took v" in l)
+if took != b["chunks_stored"]:
+    sys.exit("sim_small: %d chunk lines, %d chunks stored" % (took, b["chunks_stored"]))
+t = open(sys.argv[4]).read()
+m = re.search(r"version 2: (\d+) chunks taken, 0 unmatched", t)
+if not m or int(m.group(1)) != b["nodes"]:
+    sys.exit("sim_small: tools/hops: %s" % t[:300])
+PY
 # Progress on stderr, here at every controller turn (a run prints a line
 # every 30 s of wall time unless STITCH_SIM_PROGRESS_S says): simulated
 # time going up, and at the end every node holding the last version and

@@ -323,6 +323,8 @@ if [ -x "$STITCHD" ]; then
   agent 2 "up-mbit" node --swarm key.pub --listen 127.0.0.1:0 \
     --weights w.st --data agent-data --up-mbit 10x
   agent 2 "not an option of stitchd seed" seed --up-mbit 100
+  agent 2 "log-chunks: 'maybe' is not yes or no" node --swarm key.pub \
+    --listen 127.0.0.1:0 --weights w.st --data agent-data --log-chunks=maybe
   agent 2 "need --http" node --swarm key.pub --listen 127.0.0.1:0 \
     --weights w.st --data agent-data --engine http://127.0.0.1:1
   agent 1 "missing.pub" node --swarm missing.pub --listen 127.0.0.1:0 \

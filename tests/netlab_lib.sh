@@ -23,12 +23,13 @@ ip netns del "$prefix-probe"
 fail() { echo "$me: $*" >&2; exit 1; }
 left() { ip netns list | awk '{print $1}' | grep -c "^$prefix-"; }
 
-netlab_run() { # SCENARIO.json [BIN]
-  local rc
-  out="$(python3 "$root/tools/netlab" "$1" --bin "${2:-$bin}" --json --quiet \
-           --prefix "$prefix")"
+netlab_run() { # SCENARIO.json [BIN [NETLAB-ARG...]]
+  local rc sc="$1" b="${2:-$bin}"
+  shift $(($# < 2 ? $# : 2))
+  out="$(python3 "$root/tools/netlab" "$sc" --bin "$b" --json --quiet \
+           --prefix "$prefix" "$@")"
   rc=$?
   printf '%s\n' "$out"
-  [ "$(left)" -eq 0 ] || fail "$(basename "$1"): namespaces named $prefix-* remain"
-  [ $rc -eq 0 ] || fail "$(basename "$1"): netlab exited $rc"
+  [ "$(left)" -eq 0 ] || fail "$(basename "$sc"): namespaces named $prefix-* remain"
+  [ $rc -eq 0 ] || fail "$(basename "$sc"): netlab exited $rc"
 }

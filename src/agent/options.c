@@ -25,7 +25,8 @@ static const opt opt_spec[O_COUNT] = {
     {"engine", N, NULL},        {"engine-reload", N, NULL},
     {"apply", N, NULL},         {"ticket", N, NULL},
     {"open", S, NULL},          {"http-head-ms", N, NULL},
-    {"engine-prepare", N, NULL}, {"up-mbit", N, NULL}};
+    {"engine-prepare", N, NULL}, {"up-mbit", N, NULL},
+    {"log-chunks", N | S, NULL}};
 #undef N
 #undef S
 
@@ -35,6 +36,7 @@ const char opt_usage[] =
     "                    [--region R]\n"
     "                    [--status FILE] [--max-peers N] [--threads N]\n"
     "                    [--up-mbit N] [--advertise ADDR] [--config FILE]\n"
+    "                    [--log-chunks]\n"
     "                    [--http ADDR [--engine http://HOST:PORT]\n"
     "                     [--engine-reload PATH [--engine-prepare PATH]]\n"
     "                     [--apply manual|auto]\n"
@@ -42,7 +44,7 @@ const char opt_usage[] =
     "       " PROG " seed --key PREFIX.key --listen ADDR --store DIR\n"
     "                    [--peers ADDR,...] [--region R] [--status FILE]\n"
     "                    [--max-peers N] [--advertise ADDR] [--config FILE]\n"
-    "                    [--open]\n"
+    "                    [--open] [--log-chunks]\n"
     "A node shows the ticket `stitch admit` made for its key (DIR/node.pub);\n"
     "a seed started with --open admits nodes without one (docs/security.md).\n"
     "ADDR is host:port (port 0 picks one); a peer may carry its region as\n"
@@ -155,8 +157,9 @@ int opt_parse(int argc, char **argv, unsigned role, opt *o) {
     name[nl] = 0;
     if (opt_index(o, role, name, 0, "") < 0) /* before "needs a value" */
       return 1;
-    /* --open alone is a switch; --open=no turns it off. */
-    int sw = strcmp(name, "open") == 0 && eq == NULL;
+    /* --open and --log-chunks alone are switches (=no: off). */
+    int sw = (strcmp(name, "open") == 0 || strcmp(name, "log-chunks") == 0) &&
+             eq == NULL;
     const char *val = sw   ? "yes"
                       : eq ? eq + 1
                            : (i + 1 < argc ? argv[++i] : NULL);
@@ -187,4 +190,15 @@ int opt_uint(const char *s, const char *what, unsigned lo, unsigned hi,
     return fail("--%s: '%s' is not a number in [%u, %u]", what, s, lo, hi);
   *out = (unsigned)v;
   return 0;
+}
+
+int opt_bool(const char *s, const char *what, int *out) {
+  *out = 0;
+  if (s == NULL || !strcmp(s, "no") || !strcmp(s, "false") || !strcmp(s, "0"))
+    return 0;
+  if (!strcmp(s, "yes") || !strcmp(s, "true") || !strcmp(s, "1")) {
+    *out = 1;
+    return 0;
+  }
+  return fail("--%s: '%s' is not yes or no", what, s);
 }

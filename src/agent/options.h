@@ -13,7 +13,7 @@ enum {
   O_SWARM, O_KEY, O_LISTEN, O_ADVERTISE, O_PEERS, O_WEIGHTS, O_REGION,
   O_DATA, O_STORE, O_STATUS, O_MAX_PEERS, O_THREADS, O_CONFIG,
   O_HTTP, O_ENGINE, O_ENGINE_RELOAD, O_APPLY, O_TICKET, O_OPEN,
-  O_HTTP_HEAD_MS, O_ENGINE_PREPARE, O_UP_MBIT, O_COUNT
+  O_HTTP_HEAD_MS, O_ENGINE_PREPARE, O_UP_MBIT, O_LOG_CHUNKS, O_COUNT
 };
 
 typedef struct opt {
@@ -31,6 +31,9 @@ int opt_parse(int argc, char **argv, unsigned role, opt *o);
 /* A decimal in [lo, hi] for --WHAT; nonzero after printing one line. */
 int opt_uint(const char *s, const char *what, unsigned lo, unsigned hi,
              unsigned *out);
+/* yes/true/1 or no/false/0 for --WHAT (NULL, not given: 0); nonzero after
+ * printing one line. */
+int opt_bool(const char *s, const char *what, int *out);
 
 /* "stitchd: error: ..." on stderr; returns 1, the exit status. */
 int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

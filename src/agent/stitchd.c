@@ -558,13 +558,9 @@ static int node_ticket(agent *a, const char *path, stitch_swarm_config *cfg) {
 /* The seed: the store's policy, opened or closed as --open says (closed
  * by default), signed anew when that changes. */
 static int seed_policy(agent *a, const char *open, const stitch_seckey *sk) {
-  int want = 0;
-  if (open != NULL) {
-    if (!strcmp(open, "yes") || !strcmp(open, "true") || !strcmp(open, "1"))
-      want = 1;
-    else if (strcmp(open, "no") && strcmp(open, "false") && strcmp(open, "0"))
-      return fail("--open: '%s' is not yes or no", open);
-  }
+  int want;
+  if (opt_bool(open, "open", &want) != 0)
+    return 1;
   stitch_diag d = {{0}};
   int changed = 0;
   int rc = stitch_policy_update(a->dir, sk, NULL, want, &changed, &d);
@@ -756,6 +752,8 @@ static int run(agent *a, opt *o) {
     return 2;
   if (o[O_THREADS].value &&
       opt_uint(o[O_THREADS].value, "threads", 0, 1024, &a->threads) != 0)
+    return 2;
+  if (opt_bool(o[O_LOG_CHUNKS].value, "log-chunks", &cfg.log_chunks) != 0)
     return 2;
   int manual = 0;
   if (!a->seed && sidecar_flags(o, &manual) != 0)

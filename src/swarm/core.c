@@ -27,6 +27,10 @@ void core_log(stitch_swarm *s, const char *fmt, ...) {
   s->io.log(s->io.user, line);
 }
 
+const char *core_peer_name(const peer *p) {
+  return p->listen[0] ? p->listen : p->addr;
+}
+
 uint64_t core_random(stitch_swarm *s) { return s->io.random(s->io.user); }
 
 void core_push_action(stitch_swarm *s, const stitch_swarm_action *a) {
@@ -376,7 +380,7 @@ void core_drop(stitch_swarm *s, peer *p, int ban, const char *why) {
   if (p->state == PEER_CLOSING || p->state == PEER_FREE)
     return;
   core_log(s, "peer %u (%s): dropped: %s%s", p->id,
-           p->listen[0] ? p->listen : p->addr, why, ban ? "; banned" : "");
+           core_peer_name(p), why, ban ? "; banned" : "");
   /* Only what is known to be the peer's: its key once its AUTH verified,
    * and the address we dialed. Not the listen address it claims, which
    * may be another node's (the seed's), nor anything before its AUTH: a
@@ -407,7 +411,7 @@ int core_score(stitch_swarm *s, peer *p, score_ev ev) {
   char what[160];
   score_describe(&p->sc, what, sizeof(what));
   core_log(s, "peer %u (%s): score %.1f (%s)", p->id,
-           p->listen[0] ? p->listen : p->addr,
+           core_peer_name(p),
            score_value(&p->sc, s->now_ms), what);
   /* Its key, and the address we dialed: as for a ban (core_drop), never
    * the listen address it claims. */
@@ -650,7 +654,7 @@ void stitch_swarm_peer_close(stitch_swarm *s, uint32_t id, uint64_t now_ms) {
     return;
   if (p->state != PEER_CLOSING) {
     core_log(s, "peer %u (%s): closed", p->id,
-             p->listen[0] ? p->listen : p->addr);
+             core_peer_name(p));
     fetch_peer_gone(s, p);
   }
   punch_peer_gone(s, p);

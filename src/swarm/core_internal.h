@@ -432,6 +432,9 @@ peer *core_peer(stitch_swarm *s, uint32_t id);
 peer *core_ready_key(stitch_swarm *s, const stitch_pubkey *k);
 void core_log(stitch_swarm *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* How the log names P: the address it listens at, else the one it came
+ * from. */
+const char *core_peer_name(const peer *p);
 void core_push_action(stitch_swarm *s, const stitch_swarm_action *a);
 int core_send(stitch_swarm *s, peer *p, const wire_msg *m);
 /* P may have something for the driver now: bytes, or a request queued

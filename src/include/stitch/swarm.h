@@ -99,6 +99,10 @@ typedef struct stitch_swarm_config {
    * the node estimates it from what it moves, probing with more at once
    * where that looks full. */
   uint64_t up_bytes_per_s;
+  /* 1: a log line for every chunk handed to a link and every chunk taken
+   * ("chunk: ..."), to follow a version hop by hop (tools/hops): stitchd
+   * --log-chunks, stitch-sim STITCH_SIM_LOG=2. */
+  int log_chunks;
 } stitch_swarm_config;
 
 typedef struct stitch_swarm stitch_swarm;

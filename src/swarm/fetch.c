@@ -752,11 +752,14 @@ int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
     return 0; /* ours, not theirs: ask again later */
   }
   bits_set(&v->held[m->object], m->chunk);
-  if (s->cfg.log_chunks)
-    core_log(s, "chunk: took v%" PRIu64 " o%u c%" PRIu64 " from %s, %s %lld ms",
-             m->version, m->object, m->chunk, core_peer_name(p),
-             i < 0 ? "unasked" : early ? "asked early" : "asked",
-             i < 0 || early ? 0LL : (long long)(s->now_ms - asked_ms));
+  if (s->cfg.log_chunks && i >= 0 && !early)
+    core_log(s, "chunk: took v%" PRIu64 " o%u c%" PRIu64 " of %zu B from %s: "
+             "asked %" PRIu64 " ms before", m->version, m->object, m->chunk,
+             m->data_len, core_peer_name(p), s->now_ms - asked_ms);
+  else if (s->cfg.log_chunks)
+    core_log(s, "chunk: took v%" PRIu64 " o%u c%" PRIu64 " of %zu B from %s: %s",
+             m->version, m->object, m->chunk, m->data_len, core_peer_name(p),
+             i < 0 ? "unasked" : "asked early");
   core_score(s, p, SCORE_USEFUL);
   s->fetched++;
   s->st.bytes_down += m->data_len;
@@ -1089,8 +1092,8 @@ void fetch_serve_next(stitch_swarm *s, peer *p) {
       return;
     }
     if (s->cfg.log_chunks)
-      core_log(s, "chunk: sent v%" PRIu64 " o%u c%" PRIu64 " to %s",
-               c.version, c.object, c.chunk, core_peer_name(p));
+      core_log(s, "chunk: sent v%" PRIu64 " o%u c%" PRIu64 " of %zu B to %s",
+               c.version, c.object, c.chunk, len, core_peer_name(p));
     s->st.bytes_up += len;
     fill_window(s);
     s->up.bytes += len;

@@ -121,9 +121,9 @@ typedef struct pipe_ {
    * found its path gives it (bytes/s; 0 until its first sample, unpaced
    * then), set at BW_AT; when its next piece may start on the uplink;
    * when its probing started; when its last piece left the uplink; the
-   * first piece of the message it sends (its arrival, -1 before it, and
-   * its bytes). */
-  double bw, bw_at, next_ok, cycle0, busy_until, first_arrival;
+   * first piece of the message it sends (its arrival, -1 before it, when
+   * it left the uplink, and its bytes). */
+  double bw, bw_at, next_ok, cycle0, busy_until, first_arrival, first_left;
   size_t first_len;
 } pipe_;
 

@@ -17,7 +17,8 @@
  * segments do; it arrives whole.
  *
  * Messages of at most FRAME_CTL_MAX (control frames: HAVE, REQUEST, ...) do
- * not queue: they cost their route's latency and their bytes at the
+ * not queue (a piece of a larger message does, however small): they cost
+ * their route's latency and their bytes at the
  * slowest link's rate, as a small packet does beside bulk TCP flows that
  * share a link fairly. A chunk never counts as one, however small: when
  * the limit was SMALL_BYTES (16 KiB), versions cut into 16 KiB chunks
@@ -248,21 +249,26 @@ static void book(qlink *l, double now, double bytes, double *start,
     die("out of memory");
 }
 
-/* When S bytes sent from host A no sooner than T0 (at least now) reach
+/* When BYTES sent from host A no sooner than T0 (at least now) reach
  * host B; *UP, if not NULL, gets the stretch in which they leave A's
- * uplink (T0 for a small message). */
-static double transfer(sim *s, int a, int b, size_t bytes, double t0,
-                       double up[2]) {
+ * uplink (T0 for a small message). QUEUED: they wait their turn on each
+ * link, as a message over FRAME_CTL_MAX and every piece of one does,
+ * however small the piece (pieces of 2 KiB or less, on uplinks slow
+ * enough for pieces of a few KiB, once passed beside the queues as
+ * control frames, their bytes taking no time on the uplink); else they
+ * pass beside. */
+static double transfer(sim *s, int a, int b, size_t bytes, int queued,
+                       double t0, double up[2]) {
   qnet *q = s->q;
   int ra = q->region[a], rb = q->region[b];
   /* Partitions, loss and jitter (faults.c): when it can leave, its bytes
    * with loss's retransmissions, and the delay they add. */
   sim_route rt;
-  sim_path(s, a, b, bytes, bytes > FRAME_CTL_MAX, fmax(t0, s->clock), &rt);
+  sim_path(s, a, b, bytes, queued, fmax(t0, s->clock), &rt);
   double now = rt.depart, sz = (double)bytes * rt.inflate;
   if (up != NULL)
     up[0] = up[1] = now;
-  if (bytes <= FRAME_CTL_MAX) { /* beside the queues, at the slowest rate */
+  if (!queued) { /* beside the queues, at the slowest rate */
     double bps = fmin(q->up[a].bps, q->down[b].bps);
     if (ra != rb)
       bps = fmin(bps, fmin(q->out[ra].bps, q->in[rb].bps));
@@ -286,7 +292,7 @@ static double transfer(sim *s, int a, int b, size_t bytes, double t0,
 
 void queue_ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c) {
   double t =
-      from == to ? s->clock : transfer(s, from, to, CTL_BYTES, 0, NULL);
+      from == to ? s->clock : transfer(s, from, to, CTL_BYTES, 0, 0, NULL);
   if (kind == MSG_CLOSE) { /* after the data already on its way, as a FIN */
     conn *cn = s->conn[c];
     pipe_ *p = &cn->d[side_of(cn, from)];
@@ -317,8 +323,10 @@ void queue_ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c) {
  * link's rate: `ss -tin` on netlab found 1.3-2.5 Mbit/s estimates on 10
  * Mbit/s links after an anchor (docs/simulator.md "A connection's pace").
  * Here a pipe's sample is a message's delivery rate, its bytes after the
- * first piece over the time from the first piece's arrival to the last's (a
- * message of one piece, a burst at the uplink's rate, gives none); a sample
+ * first piece over the longer of the times from the first piece's arrival
+ * to the last's and from the first piece's leaving the uplink to the
+ * last's (a message of one piece, a burst at the uplink's rate, gives
+ * none); a sample
  * replaces the estimate when it is larger, or when the estimate is older
  * than 10 round trips under load: the route's round trip plus what the
  * sender's queue then holds, netlab's byte FIFO of max(256 KiB, 100 ms) at
@@ -367,12 +375,18 @@ static void pace_sent(sim *s, pipe_ *p, int a, int b, size_t len,
   p->busy_until = up[1];
   if (p->first_arrival < 0) {
     p->first_arrival = arrival;
+    p->first_left = up[1];
     p->first_len = len;
   }
   if (!last || arrival <= p->first_arrival)
     return;
-  double sample =
-      (double)(msg_len - p->first_len) / (arrival - p->first_arrival);
+  /* Over the longer of the spans the bytes took to leave and to arrive,
+   * as Linux's rate sample takes the larger of its send and ack intervals
+   * (tcp_rate.c): pieces held on the way and delivered close together
+   * made rates the sender never sent at (1 or 2 samples a run on
+   * netlab_sym.json, 20 Mbit/s from a 10 Mbit/s uplink). */
+  double span = fmax(arrival - p->first_arrival, up[1] - p->first_left);
+  double sample = (double)(msg_len - p->first_len) / span;
   double fifo = fmax(PACE_FIFO_BYTES / s->q->up[a].bps, PACE_FIFO_S);
   double window = PACE_ROUNDS * (pace_rtt(s->q, a, b) + fifo);
   if (sample >= p->bw || arrival - p->bw_at > window) {
@@ -411,7 +425,7 @@ static void send_piece(sim *s, int from, uint32_t ci, msg *m, size_t off) {
   size_t len = m->len - off < size ? m->len - off : size;
   double lead = fmin((double)size / 4, SMALL_BYTES);
   double up[2];
-  double t = transfer(s, from, to, len, p->next_ok, up);
+  double t = transfer(s, from, to, len, 1, p->next_ok, up);
   p->piece_arrival = off == 0 ? t : fmax(p->piece_arrival, t);
   off += len;
   pace_sent(s, p, from, to, len, up, p->piece_arrival, m->len, off == m->len);
@@ -450,7 +464,7 @@ void queue_send(sim *s, node *n, uint32_t ci, msg *m) {
     return;
   }
   double up[2];
-  double t = transfer(s, n->idx, to, m->len, paced ? p->next_ok : 0, up);
+  double t = transfer(s, n->idx, to, m->len, paced, paced ? p->next_ok : 0, up);
   if (paced)
     pace_sent(s, p, n->idx, to, m->len, up, t, m->len, 1);
   t = fmax(t, p->last_arrival);
@@ -468,7 +482,8 @@ void queue_send(sim *s, node *n, uint32_t ci, msg *m) {
 void queue_publish_central(sim *s, unsigned v) {
   int store = s->n_node; /* host nodes + 1 */
   for (int i = 1; i < s->n_node; i++)
-    ev_push(s->q, transfer(s, store, i, s->tr.v[v].bytes, 0, NULL), i,
+    ev_push(s->q, transfer(s, store, i, s->tr.v[v].bytes,
+                     s->tr.v[v].bytes > FRAME_CTL_MAX, 0, NULL), i,
             EV_CENTRAL,
             msg_new(s, MSG_PUBLISH, v, NULL, 0));
 }

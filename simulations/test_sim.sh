@@ -545,6 +545,49 @@ m = re.search(r"version 2: (\d+) chunks taken, 0 unmatched", t)
 if not m or int(m.group(1)) != b["nodes"]:
     sys.exit("sim_small: tools/hops: %s" % t[:300])
 PY
+# On a 1 Mbit/s uplink a chunk of 3.4 KB leaves in pieces under 2 KiB
+# (slice_of's two segments), and they queue as its chunk does: no node's
+# chunks over 2 KiB reach its peers sooner than its uplink can send them
+# (the pieces once passed beside the queues as control frames, 11 times
+# faster). The chunk log gives each chunk's bytes, sending and arrival.
+printf '%s\n' '{"seed": {"region": "us", "up_mbps": 1}, "regions": [{"name": "us", "nodes": 6, "up_mbps": 1, "down_mbps": 10, "latency_ms": 10}], "inter_region": {"mbps": 100, "latency_ms": 20}, "versions": {"count": 1, "bytes": 40000, "interval_s": 5, "chunk_bytes": 4000}, "churn": {"leave_per_min": 0, "join_per_min": 0}, "mode": "p2p", "network": "queues", "time_limit_s": 60}' > "$tmp/slow.json"
+STITCH_SIM_LOG=2 "$sim" "$tmp/slow.json" --json > "$tmp/slow.out" 2> "$tmp/slow.log"
+python3 - "$tmp/slow.log" "$tmp/slow.out" "$dir" <<'PY'
+import re, sys
+sys.path.insert(0, sys.argv[3])
+from check_sim import load, check_common
+r, fail = load(sys.argv[2], "sim_small", "slow uplinks")
+if r["completed"] is not True:
+    fail("not every node held the version")
+check_common(r, fail)
+sent, took = {}, []
+pat = re.compile(r"\[\s*([0-9.]+)\] (n\d+): chunk: (sent|took) v(\d+) o(\d+) "
+                 r"c(\d+) of (\d+) B (?:to|from) (n\d+)")
+for line in open(sys.argv[1]):
+    m = pat.match(line)
+    if not m:
+        continue
+    t, me, what, v, o, c, n, peer = m.groups()
+    if what == "sent":
+        sent[(me, peer, v, o, c)] = (float(t), int(n))
+    else:
+        took.append((float(t), peer, me, v, o, c))
+by = {}
+for t, frm, to, v, o, c in took:
+    x = sent.get((frm, to, v, o, c))
+    if x is not None and x[1] > 2048:
+        by.setdefault(frm, []).append((x[0], t, x[1]))
+if sum(len(x) for x in by.values()) < 20:
+    sys.exit("sim_small: slow uplinks: %d chunks over 2 KiB" % sum(len(x) for x in by.values()))
+for frm, xs in by.items():
+    xs.sort(key=lambda x: x[1])
+    first, total = min(x[0] for x in xs), 0
+    for t0, t, n in xs:
+        total += n
+        if total / 125000.0 > (t - first) * (1 + 1e-9):
+            sys.exit("sim_small: %s's chunks: %d B in %.4f s through a 1 Mbit/s uplink"
+                     % (frm, total, t - first))
+PY
 # Progress on stderr, here at every controller turn (a run prints a line
 # every 30 s of wall time unless STITCH_SIM_PROGRESS_S says): simulated
 # time going up, and at the end every node holding the last version and

@@ -252,8 +252,8 @@ static void book(qlink *l, double now, double bytes, double *start,
 /* When BYTES sent from host A no sooner than T0 (at least now) reach
  * host B; *UP, if not NULL, gets the stretch in which they leave A's
  * uplink (T0 for a small message). QUEUED: they wait their turn on each
- * link, as a message over FRAME_CTL_MAX and every piece of one does,
- * however small the piece (pieces of 2 KiB or less, on uplinks slow
+ * link, as a message over FRAME_CTL_MAX, a chunk's bytes and every piece
+ * of them do, however small the piece (pieces of 2 KiB or less, on uplinks slow
  * enough for pieces of a few KiB, once passed beside the queues as
  * control frames, their bytes taking no time on the uplink); else they
  * pass beside. */
@@ -454,7 +454,9 @@ void queue_send(sim *s, node *n, uint32_t ci, msg *m) {
   pipe_ *p = &c->d[side];
   p->nput++;
   p->inflight += m->len;
-  int paced = m->len > FRAME_CTL_MAX; /* control frames pass beside */
+  /* Control frames pass beside; a chunk's bytes (in the chunk table:
+   * msg.ref) never do, however few. */
+  int paced = m->len > FRAME_CTL_MAX || m->ref != NULL;
   if (paced)
     pace_start(s, p, n->idx, to);
   if (m->len > slice_of(s->q, n->idx, m->len)) {

@@ -67,13 +67,11 @@ if [ "${3:-}" = churn ]; then
     check_churn "$tmp/$net.out" "$net"
     # The same scenario gives the same run: churn is drawn from rng_seed.
     "$sim" "$tmp/$net.json" --json > "$tmp/$net.2.out"
-    python3 - "$tmp/$net.out" "$tmp/$net.2.out" <<'PY'
-import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:3])
-for r in (a, b):
-    for k in ("wall_s", "rss_peak_mib", "mem_per_node_kib"):
-        r.pop(k)
-if a != b:
+    python3 - "$tmp/$net.out" "$tmp/$net.2.out" "$dir" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[3])
+from check_sim import same_run
+if not same_run(sys.argv[1], sys.argv[2]):
     sys.exit("sim_churn: two runs of one scenario differ")
 PY
     echo "sim_churn ($net): deterministic"
@@ -529,14 +527,13 @@ grep -q "^us, 12 nodes: first " "$tmp/ramp.out" ||
 STITCH_SIM_LOG=2 "$sim" "$tmp/queues.json" --json > "$tmp/chunks.out" 2> "$tmp/chunks.log"
 python3 "$dir/../tools/hops" 2 "$tmp/chunks.log" > "$tmp/hops.txt" ||
   { echo "sim_small: tools/hops failed"; exit 1; }
-python3 - "$tmp/queues.out" "$tmp/chunks.out" "$tmp/chunks.log" "$tmp/hops.txt" <<'PY'
+python3 - "$tmp/queues.out" "$tmp/chunks.out" "$tmp/chunks.log" "$tmp/hops.txt" "$dir" <<'PY'
 import json, re, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:3])
-for r in (a, b):
-    for k in ("wall_s", "rss_peak_mib", "mem_per_node_kib"):
-        r.pop(k)
-if a != b:
+sys.path.insert(0, sys.argv[5])
+from check_sim import same_run
+if not same_run(sys.argv[1], sys.argv[2]):
     sys.exit("sim_small: STITCH_SIM_LOG=2 changed the run")
+b = json.load(open(sys.argv[2]))
 took = sum(1 for l in open(sys.argv[3]) if ": chunk: took v" in l)
 if took != b["chunks_stored"]:
     sys.exit("sim_small: %d chunk lines, %d chunks stored" % (took, b["chunks_stored"]))

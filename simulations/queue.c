@@ -18,13 +18,13 @@
  *
  * Messages of at most FRAME_CTL_MAX (control frames: HAVE, REQUEST, ...) do
  * not queue (a piece of a larger message does, however small): they cost
- * their route's latency and their bytes at the
- * slowest link's rate, as a small packet does beside bulk TCP flows that
- * share a link fairly. A chunk never counts as one, however small: when
- * the limit was SMALL_BYTES (16 KiB), versions cut into 16 KiB chunks
- * crossed every link at its full rate at once, and nodes held them in a
- * quarter of the time the links allow. Every message of a pipe still arrives after the one
- * sent before it: a pipe is a byte stream. A larger message's bytes
+ * their route's latency and their bytes at the slowest link's rate, as a
+ * small packet does beside bulk TCP flows that share a link fairly. A
+ * chunk never counts as one, however small: when the limit was
+ * SMALL_BYTES (16 KiB), versions cut into 16 KiB chunks crossed every
+ * link at its full rate at once, and nodes held them in a quarter of the
+ * time the links allow. Every message of a pipe still arrives after the
+ * one sent before it: a pipe is a byte stream. A larger message's bytes
  * count as unsent (pipe_.unsent) until no more than their low-water mark
  * of them waits to leave the sender's uplink (EV_SENT): a pipe takes more
  * only with none unsent (driver.h, PIPE_WINDOW).
@@ -253,7 +253,7 @@ static void book(qlink *l, double now, double bytes, double *start,
  * host B; *UP, if not NULL, gets the stretch in which they leave A's
  * uplink (T0 for a small message). QUEUED: they wait their turn on each
  * link, as a message over FRAME_CTL_MAX, a chunk's bytes and every piece
- * of them do, however small the piece (pieces of 2 KiB or less, on uplinks slow
+ * of them do, however small (pieces of 2 KiB or less, on uplinks slow
  * enough for pieces of a few KiB, once passed beside the queues as
  * control frames, their bytes taking no time on the uplink); else they
  * pass beside. */
@@ -466,7 +466,8 @@ void queue_send(sim *s, node *n, uint32_t ci, msg *m) {
     return;
   }
   double up[2];
-  double t = transfer(s, n->idx, to, m->len, paced, paced ? p->next_ok : 0, up);
+  double t =
+      transfer(s, n->idx, to, m->len, paced, paced ? p->next_ok : 0, up);
   if (paced)
     pace_sent(s, p, n->idx, to, m->len, up, t, m->len, 1);
   t = fmax(t, p->last_arrival);
@@ -484,10 +485,10 @@ void queue_send(sim *s, node *n, uint32_t ci, msg *m) {
 void queue_publish_central(sim *s, unsigned v) {
   int store = s->n_node; /* host nodes + 1 */
   for (int i = 1; i < s->n_node; i++)
-    ev_push(s->q, transfer(s, store, i, s->tr.v[v].bytes,
-                     s->tr.v[v].bytes > FRAME_CTL_MAX, 0, NULL), i,
-            EV_CENTRAL,
-            msg_new(s, MSG_PUBLISH, v, NULL, 0));
+    ev_push(s->q,
+            transfer(s, store, i, s->tr.v[v].bytes,
+                     s->tr.v[v].bytes > FRAME_CTL_MAX, 0, NULL),
+            i, EV_CENTRAL, msg_new(s, MSG_PUBLISH, v, NULL, 0));
 }
 
 void queue_wake(sim *s, node *n) {

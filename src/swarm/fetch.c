@@ -757,7 +757,8 @@ int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
              "asked %" PRIu64 " ms before", m->version, m->object, m->chunk,
              m->data_len, core_peer_name(p), s->now_ms - asked_ms);
   else if (s->cfg.log_chunks)
-    core_log(s, "chunk: took v%" PRIu64 " o%u c%" PRIu64 " of %zu B from %s: %s",
+    core_log(s,
+             "chunk: took v%" PRIu64 " o%u c%" PRIu64 " of %zu B from %s: %s",
              m->version, m->object, m->chunk, m->data_len, core_peer_name(p),
              i < 0 ? "unasked" : "asked early");
   core_score(s, p, SCORE_USEFUL);

@@ -527,6 +527,16 @@ grep -q "^us, 12 nodes: first " "$tmp/ramp.out" ||
 STITCH_SIM_LOG=2 "$sim" "$tmp/queues.json" --json > "$tmp/chunks.out" 2> "$tmp/chunks.log"
 python3 "$dir/../tools/hops" 2 "$tmp/chunks.log" > "$tmp/hops.txt" ||
   { echo "sim_small: tools/hops failed"; exit 1; }
+# Bad input to tools/hops: one line on stderr, exit 1, nothing on stdout.
+for args in "x $tmp/chunks.log" "2 $tmp/chunks.log $tmp/none.log" "9 $tmp/chunks.log"; do
+  # shellcheck disable=SC2086
+  if python3 "$dir/../tools/hops" $args > "$tmp/hops.bad" 2> "$tmp/hops.err"; then
+    echo "sim_small: tools/hops $args succeeded"; exit 1
+  fi
+  [ ! -s "$tmp/hops.bad" ] && [ "$(wc -l < "$tmp/hops.err")" -eq 1 ] &&
+    grep -q '^hops: error: ' "$tmp/hops.err" ||
+    { echo "sim_small: tools/hops $args: $(head -c 200 "$tmp/hops.err")"; exit 1; }
+done
 python3 - "$tmp/queues.out" "$tmp/chunks.out" "$tmp/chunks.log" "$tmp/hops.txt" "$dir" <<'PY'
 import json, re, sys
 sys.path.insert(0, sys.argv[5])

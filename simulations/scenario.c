@@ -92,6 +92,12 @@ static void rd_str(rd *r, json_t *obj, const char *path, const char *key,
     rd_fail(r, full, "expected a string of 1 to %zu characters", cap - 1);
     return;
   }
+  for (const unsigned char *c = (const unsigned char *)json_string_value(v);
+       *c; c++)
+    if (*c < 0x20 || *c == 0x7f) { /* a region name goes on the wire */
+      rd_fail(r, full, "holds the control byte 0x%02x", (unsigned)*c);
+      return;
+    }
   snprintf(out, cap, "%s", json_string_value(v));
 }
 

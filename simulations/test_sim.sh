@@ -698,6 +698,7 @@ bad type "{\"seed\": {\"region\": \"us\", \"up_mbps\": \"fast\"}, $good}" "seed.
 bad region "{\"seed\": {\"region\": \"eu\", \"up_mbps\": 100}, $good}" "seed.region"
 bad syntax "{\"seed\": " "bad.json\|syntax\|end of file"
 bad network "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"network\": \"fast\", $good}" "network"
+bad control "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $(printf '%s' "$good" | sed 's/"name": "us"/"name": "u\\ns"/')}" "regions\[0\].name: holds the control byte 0x0a"
 churn=$(printf '%s' "$good" | sed 's/"leave_per_min": 0/"leave_per_min": 5/; s/"mode": "p2p"/"mode": "central", "central": {"mbps": 100}/')
 bad central_churn "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $churn}" "churn"
 bad nat "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $(printf '%s' "$good" | sed 's/"latency_ms": 1}\]/"latency_ms": 1, "nat": 1.5}]/')}" "regions\[0\].nat: 1.5 is outside"

@@ -325,6 +325,16 @@ if [ -x "$STITCHD" ]; then
   agent 2 "not an option of stitchd seed" seed --up-mbit 100
   agent 2 "log-chunks: 'maybe' is not yes or no" node --swarm key.pub \
     --listen 127.0.0.1:0 --weights w.st --data agent-data --log-chunks=maybe
+  # A control byte in any value (a region or an address ends up in log
+  # lines, where a newline would forge one), on the command line or in a
+  # config file.
+  agent 2 "--region: holds the control byte 0x0a" node --swarm key.pub \
+    --listen 127.0.0.1:0 --weights w.st --data agent-data \
+    --region "$(printf 'us\nstitchd[node]: forged')"
+  printf 'region us\033[2J\n' >"$T/ctl.conf"
+  agent 2 "ctl.conf:1: region: holds the control byte 0x1b" node \
+    --config "$T/ctl.conf" --swarm key.pub --listen 127.0.0.1:0 \
+    --weights w.st --data agent-data
   agent 2 "need --http" node --swarm key.pub --listen 127.0.0.1:0 \
     --weights w.st --data agent-data --engine http://127.0.0.1:1
   agent 1 "missing.pub" node --swarm missing.pub --listen 127.0.0.1:0 \

@@ -917,6 +917,19 @@ static void scenario_dial_failed(void) {
   sn_start(&net, n, NULL, 0);
   stitch_diag d = {{0}};
   ASSERT_OK(stitch_swarm_add_peer_addr(n->sw, "nowhere", "eu"), d);
+  /* No control byte in an address or a region: they go to peers (whose
+   * decoders refuse them) and into log lines. */
+  ASSERT_EQ(stitch_swarm_add_peer_addr(n->sw, "a:1\nforged", "eu"),
+            STITCH_EINVAL);
+  ASSERT_EQ(stitch_swarm_add_peer_addr(n->sw, "a:1", "e\x1bu"), STITCH_EINVAL);
+  stitch_swarm_config bad = n->cfg;
+  snprintf(bad.region, sizeof(bad.region), "us\r");
+  stitch_swarm *none = NULL;
+  stitch_swarm_io io = {n, sn_io_random, sn_io_has, sn_io_read, sn_io_release,
+                        sn_io_write, sn_io_manifest, sn_io_log,
+                        sn_io_unix_time, NULL};
+  ASSERT_EQ(stitch_swarm_new(&bad, &io, &none, &d), STITCH_EINVAL);
+  ASSERT(none == NULL && strstr(d.msg, "control byte") != NULL);
   stitch_swarm_dial_failed(n->sw, "nowhere", 0);   /* not being dialed */
   stitch_swarm_dial_failed(n->sw, "elsewhere", 0); /* unknown */
   stitch_swarm_dial_failed(n->sw, NULL, 0);

@@ -885,7 +885,16 @@ static void test_decode_refusals(void) {
   dec_fails(&b, WIRE_AUTH, STITCH_EFORMAT,
             "field 4 (listen) is a str of 128 bytes, not 0..127");
   auth(&b, H_OK, "h\0:1", 4);
-  dec_fails(&b, WIRE_AUTH, STITCH_EFORMAT, "field 4 (listen) holds a NUL");
+  dec_fails(&b, WIRE_AUTH, STITCH_EFORMAT,
+            "field 4 (listen) holds the control byte 0x00");
+  /* A newline would let a peer forge a line of every log that names it. */
+  auth(&b, H_OK, "h:1\nstitchd[node]: ready", 24);
+  dec_fails(&b, WIRE_AUTH, STITCH_EFORMAT,
+            "field 4 (listen) holds the control byte 0x0a");
+  auth(&b, H_OK, "h:1\x7f", 4);
+  dec_fails(&b, WIRE_AUTH, STITCH_EFORMAT, "holds the control byte 0x7f");
+  auth(&b, H_OK, "h\xc3\xa9:1", 5); /* UTF-8 passes */
+  dec_ok(&b, WIRE_AUTH, m);
   auth(&b, H_OK, "", 0);
   msgpack_pack_nil(&b.pk); /* after the array */
   dec_fails(&b, WIRE_AUTH, STITCH_EFORMAT, "1 bytes after");
@@ -1023,7 +1032,8 @@ static void test_decode_refusals(void) {
   } pe[] = {{"", 0, "", 0, "peer 1 addr is a str of 0 bytes, not 1..127"},
             {s, 128, "", 0, "peer 1 addr is a str of 128 bytes"},
             {"a:1", 3, s, 32, "peer 1 region is a str of 32 bytes, not 0..31"},
-            {"a:1", 3, "e\0u", 3, "peer 1 region holds a NUL byte"}};
+            {"a:1", 3, "e\0u", 3, "peer 1 region holds the control byte 0x00"},
+            {"a\r:1", 4, "", 0, "peer 1 addr holds the control byte 0x0d"}};
   for (size_t i = 0; i < sizeof(pe) / sizeof(pe[0]); i++) {
     pk = start(&b);
     msgpack_pack_array(pk, 1);
@@ -1065,7 +1075,8 @@ static void test_decode_refusals(void) {
     const char *why;
   } re[] = {{"", 0, "region 1 is a str of 0 bytes, not 1..31"},
             {s, 32, "region 1 is a str of 32 bytes, not 1..31"},
-            {"e\0u", 3, "region 1 holds a NUL byte"}};
+            {"e\0u", 3, "region 1 holds the control byte 0x00"},
+            {"e\tu", 3, "region 1 holds the control byte 0x09"}};
   for (size_t i = 0; i < sizeof(re) / sizeof(re[0]); i++) {
     pk = start(&b);
     msgpack_pack_array(pk, 1);

@@ -90,6 +90,10 @@ static int set_opt(opt *o, unsigned role, const char *name, const char *value,
     return 1;
   if (from_config && (k == O_CONFIG || o[k].value != NULL))
     return 0; /* the command line wins; no nested config files */
+  for (const unsigned char *c = (const unsigned char *)value; c && *c; c++)
+    if (*c < 0x20 || *c == 0x7f) /* a region or address would forge logs */
+      return fail("%s%s%s: holds the control byte 0x%02x", where,
+                  from_config ? "" : "--", name, (unsigned)*c);
   o[k].value = value;
   return 0;
 }

@@ -208,6 +208,9 @@ int stitch_swarm_new(const stitch_swarm_config *cfg,
   RETURN_IF(memchr(cfg->listen, 0, sizeof(cfg->listen)) == NULL ||
                 memchr(cfg->region, 0, sizeof(cfg->region)) == NULL,
             d, STITCH_EINVAL, "swarm: listen or region is not terminated");
+  RETURN_IF(wire_control_byte(cfg->listen, strlen(cfg->listen)) != NULL ||
+                wire_control_byte(cfg->region, strlen(cfg->region)) != NULL,
+            d, STITCH_EINVAL, "swarm: listen or region holds a control byte");
   stitch_swarm *s = calloc(1, sizeof(*s));
   RETURN_IF(s == NULL, d, STITCH_ENOMEM, "out of memory");
   s->cfg = *cfg;

@@ -79,9 +79,13 @@ int core_learn_addr(stitch_swarm *s, const char *a, const char *region) {
 
 int stitch_swarm_add_peer_addr(stitch_swarm *s, const char *addr,
                                const char *region) {
-  if (addr == NULL || strlen(addr) >= STITCH_SWARM_ADDR_MAX || !addr[0])
+  region = region ? region : "";
+  if (addr == NULL || strlen(addr) >= STITCH_SWARM_ADDR_MAX || !addr[0] ||
+      strlen(region) >= STITCH_SWARM_REGION_MAX ||
+      wire_control_byte(addr, strlen(addr)) != NULL ||
+      wire_control_byte(region, strlen(region)) != NULL)
     return STITCH_EINVAL;
-  return core_learn_addr(s, addr, region ? region : "");
+  return core_learn_addr(s, addr, region);
 }
 
 /* Is some peer (any state) already linked to ADDR? */

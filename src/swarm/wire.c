@@ -165,6 +165,14 @@ static int get_fixed(cur *c, const char *what, size_t n, uint8_t *out) {
 
 /* A str of MIN..CAP-1 bytes without NUL, copied with a NUL into OUT (CAP
  * bytes). */
+const uint8_t *wire_control_byte(const void *s, size_t n) {
+  const uint8_t *b = s;
+  for (size_t i = 0; i < n; i++)
+    if (b[i] < 0x20 || b[i] == 0x7f)
+      return b + i;
+  return NULL;
+}
+
 static int get_str(cur *c, const char *what, size_t min, size_t cap,
                    char *out) {
   msgpack_check_hdr h;
@@ -173,8 +181,10 @@ static int get_str(cur *c, const char *what, size_t min, size_t cap,
             "wire: %s: %s is a str of %llu bytes, not %zu..%zu", c->msg, what,
             (unsigned long long)h.n, min, cap - 1);
   const uint8_t *s = c->p + c->pos;
-  RETURN_IF(h.n > 0 && memchr(s, 0, (size_t)h.n) != NULL, c->d, STITCH_EFORMAT,
-            "wire: %s: %s holds a NUL byte", c->msg, what);
+  const uint8_t *bad = wire_control_byte(s, (size_t)h.n);
+  RETURN_IF(bad != NULL, c->d, STITCH_EFORMAT,
+            "wire: %s: %s holds the control byte 0x%02x", c->msg, what,
+            (unsigned)*bad);
   if (h.n > 0)
     memcpy(out, s, (size_t)h.n);
   out[h.n] = 0;

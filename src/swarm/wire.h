@@ -103,6 +103,11 @@ static inline void wire_msg_clear(wire_msg *m) {
 #define WIRE_PUNCH_DECLINED 5 /* node declined (zero: nobody to offer) */
 #define WIRE_PUNCH_KINDS 6
 
+/* The first control byte (below 0x20, or 0x7f) in S[0..N), or NULL. A
+ * str on the wire holds none (proto/wire.md): an address or region a peer
+ * sends ends up in log lines, where a newline would forge one. */
+const uint8_t *wire_control_byte(const void *s, size_t n);
+
 /* The largest frame (type byte and body) a type may have. */
 size_t wire_type_limit(int type);
 

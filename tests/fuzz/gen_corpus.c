@@ -996,19 +996,22 @@ static void gen_wire(void) {
   } bad[] = {
       {"bad-swarm-bin31", WIRE_AUTH}, {"bad-bitfield-spare", WIRE_BITFIELD},
       {"bad-peers-65", WIRE_PEERS},   {"bad-trailing", WIRE_REQUEST},
-      {"bad-huge-array", WIRE_PEERS}, {"bad-nul-listen", WIRE_AUTH}};
+      {"bad-huge-array", WIRE_PEERS}, {"bad-nul-listen", WIRE_AUTH},
+      {"bad-newline-listen", WIRE_AUTH}};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     switch (i) {
     case 0:
     case 5:
+    case 6:
       msgpack_pack_array(&pk, 6);
       msgpack_pack_bin_with_body(&pk, blob, i == 0 ? 31 : 32);
       msgpack_pack_bin_with_body(&pk, blob, 32);
       msgpack_pack_bin_with_body(&pk, blob, 64);
       msgpack_pack_bin_with_body(&pk, blob, 0);
-      msgpack_pack_str_with_body(&pk, i == 5 ? "a\0:1" : "a:1", 4);
+      msgpack_pack_str_with_body(&pk,
+                                 i == 5 ? "a\0:1" : i == 6 ? "a:1\n" : "a:1", 4);
       msgpack_pack_str_with_body(&pk, "", 0);
       break;
     case 1:

@@ -244,7 +244,9 @@ int stitch_swarm_drain(stitch_swarm *s, const stitch_swarm_host *host,
 /* ---- The agent's side ------------------------------------------------- */
 
 /* A peer address to try (from the command line or a config file);
- * STITCH_ENOMEM when it could not be kept. */
+ * STITCH_EINVAL for an empty or over-long one, or one holding a control
+ * byte (a str on the wire holds none); STITCH_ENOMEM when it could not be
+ * kept. */
 int stitch_swarm_add_peer_addr(stitch_swarm *s, const char *addr,
                                const char *region);
 /* A signed manifest from outside the swarm: the seed's newly published

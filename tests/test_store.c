@@ -770,7 +770,7 @@ static void test_scan(void) {
 }
 
 /* With no chunk size given, the publisher cuts a small version into many
- * chunks (publish.c auto_chunk: 256 or more, 16 KiB at the least), and a
+ * chunks (publish.c auto_chunk: 256 or more, 8 KiB at the least), and a
  * small checkpoint's delta into blocks that allow it: before, each of
  * these objects was one chunk of up to 512 KiB. */
 static void test_auto_chunk(void) {
@@ -787,7 +787,7 @@ static void test_auto_chunk(void) {
       if (ob->kind != STITCH_OBJ_ANCHOR)
         ASSERT(ob->block_log2 < 21); /* the encoder's default */
       for (uint64_t c = 0; c < ob->n_chunks; c++)
-        ASSERT(ob->chunks[c].size <= (16u << 10) ||
+        ASSERT(ob->chunks[c].size <= (8u << 10) ||
                ob->chunks[c].n_blocks == 1);
       if (ob->bytes > (32u << 10)) {
         ASSERT(ob->n_chunks >= 2);

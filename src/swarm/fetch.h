@@ -60,8 +60,10 @@
  * On a slow uplink a chunk can take longer (512 KiB at a quarter of 10
  * Mbit/s takes 1.7 s); its slot then lapses early, as before the rule. */
 #define CORE_SENDING_MAX_MS 200
-/* An object of at most this many chunks is small (fetch.c push_near). */
-#define CORE_PUSH_SMALL_CHUNKS 16
+/* An object of at most this many chunks is small (fetch.c push_near):
+ * up to 256 KiB in the publisher's smallest chunks (8 KiB, publish.c
+ * auto_chunk). */
+#define CORE_PUSH_SMALL_CHUNKS 32
 /* A chunk of a small object is asked early of the neighbour that first
  * told us it comes into our region (fetch.c fetch_early_from). While
  * that request is younger than CORE_EARLY_PATIENCE_MS the chunk is asked

@@ -98,6 +98,14 @@ static int set_opt(opt *o, unsigned role, const char *name, const char *value,
   return 0;
 }
 
+/* Does some option's value point at P? */
+static int opt_holds(const opt *o, const char *p) {
+  for (int k = 0; k < O_COUNT; k++)
+    if (o[k].value == p)
+      return 1;
+  return 0;
+}
+
 /* Reads `key value` lines ('#' starts a comment). The values are kept for
  * the life of the process. */
 static int load_config(opt *o, unsigned role, const char *path) {
@@ -137,10 +145,13 @@ static int load_config(opt *o, unsigned role, const char *path) {
       break;
     }
     char *kept = strdup(val);
-    if (kept == NULL)
+    if (kept == NULL) {
       rc = fail("out of memory");
-    else
-      rc = set_opt(o, role, key, kept, 1, where);
+      break;
+    }
+    rc = set_opt(o, role, key, kept, 1, where);
+    if (!opt_holds(o, kept))
+      free(kept); /* refused, or the command line gave it */
   }
   fclose(f);
   return rc;

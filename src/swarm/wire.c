@@ -163,8 +163,6 @@ static int get_fixed(cur *c, const char *what, size_t n, uint8_t *out) {
   return 0;
 }
 
-/* A str of MIN..CAP-1 bytes without NUL, copied with a NUL into OUT (CAP
- * bytes). */
 const uint8_t *wire_control_byte(const void *s, size_t n) {
   const uint8_t *b = s;
   for (size_t i = 0; i < n; i++)
@@ -173,6 +171,8 @@ const uint8_t *wire_control_byte(const void *s, size_t n) {
   return NULL;
 }
 
+/* A str of MIN..CAP-1 bytes without a control byte (NUL among them),
+ * copied with a NUL into OUT (CAP bytes). */
 static int get_str(cur *c, const char *what, size_t min, size_t cap,
                    char *out) {
   msgpack_check_hdr h;

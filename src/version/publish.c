@@ -93,8 +93,9 @@ static uint32_t anchor_block_log2(size_t chunk_bytes) {
  * time per hop, down one path; in many, its chunks go down different
  * paths at once, each hop a small chunk's time (docs/simulator.md, issue
  * 36). On a link paced at a share of its uplink a hop is long: 8 KiB
- * chunks took 8 to 14 % off a 115 KB delta's last node against 16 KiB on
- * home links (docs/simulator.md "Small chunks for small versions"). From CHUNK_AUTO_BELOW up, STITCH_CHUNK_DEFAULT: a 120 MB anchor in
+ * chunks took 8 to 13 % off a 115 KB delta's last node against 16 KiB
+ * on home links (docs/simulator.md "Small chunks for small versions").
+ * From CHUNK_AUTO_BELOW up, STITCH_CHUNK_DEFAULT: a 120 MB anchor in
  * 256 KiB chunks sent 0.07 F back into the seed's region in ctest
  * sim_regions (at most 0.05). */
 #define CHUNK_AUTO_MIN (8u << 10)

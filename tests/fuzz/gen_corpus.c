@@ -1004,16 +1004,17 @@ static void gen_wire(void) {
     switch (i) {
     case 0:
     case 5:
-    case 6:
+    case 6: {
+      const char *listen = i == 5 ? "a\0:1" : i == 6 ? "a:1\n" : "a:1";
       msgpack_pack_array(&pk, 6);
       msgpack_pack_bin_with_body(&pk, blob, i == 0 ? 31 : 32);
       msgpack_pack_bin_with_body(&pk, blob, 32);
       msgpack_pack_bin_with_body(&pk, blob, 64);
       msgpack_pack_bin_with_body(&pk, blob, 0);
-      msgpack_pack_str_with_body(&pk,
-                                 i == 5 ? "a\0:1" : i == 6 ? "a:1\n" : "a:1", 4);
+      msgpack_pack_str_with_body(&pk, listen, 4);
       msgpack_pack_str_with_body(&pk, "", 0);
       break;
+    }
     case 1:
       msgpack_pack_array(&pk, 4);
       msgpack_pack_uint8(&pk, 1);

@@ -456,13 +456,19 @@ static sn_node *sn_add(sn_net *net, const char *region, int seed,
 
 static void sn_actions(sn_net *net, sn_node *n);
 
-/* Creates the core now; PEERS[0..npeers) are node indices it is told of. */
-static void sn_start(sn_net *net, sn_node *n, const int *peers,
-                     size_t npeers) {
+/* The io callbacks of N's core: the harness's store, log and clock. */
+static stitch_swarm_io sn_io(sn_node *n) {
   stitch_swarm_io io = {n,           sn_io_random,  sn_io_has,
                         sn_io_read,  sn_io_release, sn_io_write,
                         sn_io_manifest, sn_io_log, sn_io_unix_time,
                         NULL};
+  return io;
+}
+
+/* Creates the core now; PEERS[0..npeers) are node indices it is told of. */
+static void sn_start(sn_net *net, sn_node *n, const int *peers,
+                     size_t npeers) {
+  stitch_swarm_io io = sn_io(n);
   n->cfg.cipher_none = !net->p.sealed;
   stitch_diag d = {{0}};
   ASSERT_OK(stitch_swarm_new(&n->cfg, &io, &n->sw, &d), d);

@@ -556,10 +556,7 @@ static void load_swarm_versions(void) {
 /* sn_start, but a driver's: a core that cannot be made, or refuses an
  * address, is tried again (the failure is single-shot). */
 static void fa_start(sn_net *net, sn_node *n, int peer) {
-  stitch_swarm_io io = {n,           sn_io_random,  sn_io_has,
-                        sn_io_read,  sn_io_release, sn_io_write,
-                        sn_io_manifest, sn_io_log, sn_io_unix_time,
-                        NULL};
+  stitch_swarm_io io = sn_io(n);
   stitch_diag d = {{0}};
   /* Sealed, as stitchd's: the record layer's allocations fail too. */
   n->cfg.cipher_none = 0;

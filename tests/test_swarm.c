@@ -925,9 +925,7 @@ static void scenario_dial_failed(void) {
   stitch_swarm_config bad = n->cfg;
   snprintf(bad.region, sizeof(bad.region), "us\r");
   stitch_swarm *none = NULL;
-  stitch_swarm_io io = {n, sn_io_random, sn_io_has, sn_io_read, sn_io_release,
-                        sn_io_write, sn_io_manifest, sn_io_log,
-                        sn_io_unix_time, NULL};
+  stitch_swarm_io io = sn_io(n);
   ASSERT_EQ(stitch_swarm_new(&bad, &io, &none, &d), STITCH_EINVAL);
   ASSERT(none == NULL && strstr(d.msg, "control byte") != NULL);
   stitch_swarm_dial_failed(n->sw, "nowhere", 0);   /* not being dialed */

@@ -105,6 +105,7 @@ int sim_run_report(sim *s, double wall_s, double rss_base, int as_json,
   uint64_t *home_b = sim_calloc(nv + 1, sizeof(*home_b));
   double *bound = sim_calloc(nv + 1, sizeof(*bound));
   double *node_bound = sim_calloc(nv + 1, sizeof(*node_bound));
+  double *budget_bound = sim_calloc(nv + 1, sizeof(*budget_bound));
   sim_links *links = sim_calloc(nv + 1, sizeof(*links));
   sim_result r = {0};
   r.mode = s->sc.central ? "central" : "p2p";
@@ -145,6 +146,7 @@ int sim_run_report(sim *s, double wall_s, double rss_base, int as_json,
     home_b[v] = s->sc.central ? 0 : b->cross_home - a->cross_home;
     bound[v] = sim_bound(&s->sc, f);
     node_bound[v] = sim_node_bound(&s->sc, f);
+    budget_bound[v] = sim_budget_bound(&s->sc, f);
     links[v] = a->links;
     if (s->published[v] < 0)
       s->published[v] = INFINITY;
@@ -166,6 +168,9 @@ int sim_run_report(sim *s, double wall_s, double rss_base, int as_json,
   r.cross_home_bytes = home_b;
   r.bound = bound;
   r.node_bound = node_bound;
+  /* The budgets are the swarm's rules: a central store sends N F. */
+  r.budget_bound = s->sc.central ? NULL : budget_bound;
+  r.budget_latency_s = sim_budget_latency(&s->sc);
   r.links = links;
   r.latency_s = sim_latency(&s->sc);
   r.wall_s = wall_s;
@@ -199,6 +204,7 @@ int sim_run_report(sim *s, double wall_s, double rss_base, int as_json,
   free(home_b);
   free(bound);
   free(node_bound);
+  free(budget_bound);
   free(links);
   return rc;
 }

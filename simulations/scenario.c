@@ -489,3 +489,85 @@ double sim_latency(const sim_scenario *sc) {
   }
   return far / 1e3;
 }
+
+/* ---- The budget reference (sim.h) ------------------------------------ */
+
+double sim_budget_bound(const sim_scenario *sc, uint64_t f) {
+  double F = (double)f, seed_out = SIM_SEED_BUDGET * F, sum_u = 0;
+  double t = sim_bound(sc, f);
+  size_t with_nodes = 0;
+  for (size_t i = 0; i < sc->n_regions; i++) {
+    sum_u += sc->regions[i].nodes * bps(sc->regions[i].up_mbps);
+    with_nodes += sc->regions[i].nodes > 0;
+  }
+  if (sum_u > 0)
+    t = fmax(t, (sc->nodes * F - seed_out) / sum_u);
+  for (size_t i = 0; i < sc->n_regions; i++) {
+    const sim_region *g = &sc->regions[i];
+    double up = g->nodes * bps(g->up_mbps);
+    double outside = (with_nodes > 1 ? SIM_CROSS_BUDGET * F : 0) +
+                     (strcmp(g->name, sc->seed_region) == 0 ? seed_out : 0);
+    double need = g->nodes * F - outside;
+    if (g->nodes > 0 && need > 0)
+      t = fmax(t, up > 0 ? need / up : INFINITY);
+  }
+  return t;
+}
+
+/* One-way latency (ms) from a host of region A to one of region B (A == B:
+ * two hosts of one region), as the queues network routes it. */
+static double route_ms(const sim_scenario *sc, const sim_region *a,
+                       const sim_region *b) {
+  double l = a->latency_ms / 2 + b->latency_ms / 2;
+  return a == b ? l : l + sc->inter_latency_ms;
+}
+
+static int by_relay_desc(const void *a, const void *b) {
+  const double *x = a, *y = b; /* {relay, direct} pairs */
+  return (x[0] < y[0]) - (x[0] > y[0]);
+}
+
+double sim_budget_latency(const sim_scenario *sc) {
+  const sim_region *s = NULL;
+  for (size_t i = 0; i < sc->n_regions; i++)
+    if (strcmp(sc->regions[i].name, sc->seed_region) == 0)
+      s = &sc->regions[i];
+  double(*e)[2] = calloc(sc->n_regions + 1, sizeof(*e));
+  if (s == NULL || e == NULL) {
+    free(e);
+    return sim_latency(sc);
+  }
+  size_t n = 0, with_nodes = 0;
+  for (size_t i = 0; i < sc->n_regions; i++)
+    with_nodes += sc->regions[i].nodes > 0;
+  for (size_t i = 0; i < sc->n_regions; i++) {
+    const sim_region *r = &sc->regions[i];
+    if (r->nodes == 0)
+      continue;
+    /* Through a node of another region: the seed's route to it, then its
+     * route to R. */
+    double relay = INFINITY;
+    for (size_t k = 0; k < sc->n_regions; k++)
+      if (k != i && sc->regions[k].nodes > 0)
+        relay = fmin(relay, route_ms(sc, s, &sc->regions[k]) +
+                                route_ms(sc, &sc->regions[k], r));
+    /* Each chunk comes into R once (and from the seed at most its budget,
+     * in the seed's region): with more nodes than that feeds, the others
+     * take it from a node of R. */
+    double outside = (with_nodes > 1 ? SIM_CROSS_BUDGET : 0) +
+                     (r == s ? SIM_SEED_BUDGET : 0);
+    double inside = r->nodes > outside ? route_ms(sc, r, r) : 0;
+    e[n][0] = relay + inside;
+    e[n][1] = route_ms(sc, s, r) + inside;
+    n++;
+  }
+  /* The seed's budget feeds floor(SIM_SEED_BUDGET) regions whole, best
+   * those that would wait longest through another; every other region
+   * takes some chunk through a relay. */
+  qsort(e, n, sizeof(*e), by_relay_desc);
+  double t = 0;
+  for (size_t k = 0; k < n; k++)
+    t = fmax(t, k < (size_t)SIM_SEED_BUDGET ? e[k][1] : e[k][0]);
+  free(e);
+  return fmax(t, sim_latency(sc) * 1e3) / 1e3;
+}

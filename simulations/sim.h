@@ -113,6 +113,24 @@ double sim_node_bound(const sim_scenario *sc, uint64_t f);
  * bandwidth-bound (docs/simulator.md). */
 double sim_latency(const sim_scenario *sc);
 
+/* Issue 36's rules for a swarm: the seed sends each version at most
+ * SIM_SEED_BUDGET times, and it crosses into each region about once
+ * (SIM_CROSS_BUDGET times). sim_bound and sim_latency assume neither: the
+ * seed may send many copies, a region may take all it needs from other
+ * regions. The budget reference is what is left to a swarm that keeps
+ * both (docs/simulator.md "The budget reference"). */
+#define SIM_SEED_BUDGET 1.2
+#define SIM_CROSS_BUDGET 1.0
+/* sim_bound, and: the nodes upload all but the seed's SIM_SEED_BUDGET F;
+ * each region uploads to its own nodes all but the SIM_CROSS_BUDGET F that
+ * comes in from other regions (and the seed's budget, in the seed's). */
+double sim_budget_bound(const sim_scenario *sc, uint64_t f);
+/* sim_latency, and: a region the seed cannot feed whole from its budget
+ * takes some chunk through a node of another region (two routes), and a
+ * region whose nodes need more than comes from outside it passes each
+ * chunk once more inside (one of its own routes). Seconds. */
+double sim_budget_latency(const sim_scenario *sc);
+
 /* ---- churn.c: nodes leaving and joining ------------------------------- */
 
 /* Every node that ever runs, planned before the run: slot 0 is the seed,
@@ -209,8 +227,9 @@ typedef struct sim_result {
   const uint64_t *seed_bytes, *cross_bytes; /* [version] */
   const uint64_t *cross_home_bytes; /* [version]: into the seed's region */
   const double *bound, *node_bound; /* [version] */
+  const double *budget_bound;       /* [version]; NULL in central mode */
   const sim_links *links;           /* [version], at its publish */
-  double latency_s;
+  double latency_s, budget_latency_s;
   double wall_s, sim_s;
   int finished;
   uint64_t verify_failures, bad_writes, apply_errors, bans;
@@ -228,8 +247,9 @@ double sim_quantile(const double *t, size_t n, double q);
 void *sim_report_json(const sim_result *r, int per_node);
 void sim_report_text(const sim_result *r, FILE *f);
 /* --bounds: for versions of BYTES[0..n) bytes (version i + 1 has
- * BYTES[i]), what a run of SC would report as bound_s, node_bound_s and
- * lb_s, and latency_s, with nothing simulated: tools/netlab gives its
+ * BYTES[i]), what a run of SC would report as bound_s, node_bound_s,
+ * lb_s, budget_bound_s and budget_lb_s, and latency_s and
+ * budget_latency_s, with nothing simulated: tools/netlab gives its
  * real versions' bytes, so the bound's formula lives here alone. The
  * caller owns the result. */
 void *sim_bounds_json(const sim_scenario *sc, const uint64_t *bytes,

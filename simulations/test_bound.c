@@ -50,6 +50,39 @@ int main(int argc, char **argv) {
   sc.inter_mbps = 80;
   NEAR(sim_bound(&sc, 10000000), 20.0 / 12.0);
 
+  /* The budget reference (issue 36's rules: the seed sends 1.2 F, each
+   * region takes in 1 F), same fleet, F = 10 MB. The nodes' upload is
+   * 4 x 10 + 2 x 1 = 42 MB/s: (60 - 12) / 42 = 1.143 s. us, the seed's
+   * region, takes 12 + 10 MB from outside its nodes: (40 - 22) / 40 =
+   * 0.45 s. eu takes 10 MB in and its two nodes upload the rest at 2 MB/s:
+   * (20 - 10) / 2 = 5 s, the reference; sim_bound's 1.667 s let eu take
+   * all it needs across. */
+  NEAR(sim_budget_bound(&sc, 10000000), 5.0);
+  /* Latency, 5 ms in each region, 40 ms between them: the seed reaches an
+   * us node in 5 ms, an eu node in 2.5 + 40 + 2.5 = 45 ms (sim_latency).
+   * Its budget feeds one region whole, best us (back through eu it would
+   * take 45 + 45 ms); eu then takes some chunk through an us node, 5 + 45
+   * = 50 ms, and its second node that chunk from the first, 5 ms more:
+   * 55 ms. */
+  sc.inter_latency_ms = 40;
+  NEAR(sim_latency(&sc), 0.045);
+  NEAR(sim_budget_latency(&sc), 0.055);
+  /* A single eu node takes the chunk itself: no hop inside, 50 ms (and
+   * never less than sim_latency's 45). */
+  r[1].nodes = 1;
+  sc.nodes = 5;
+  NEAR(sim_budget_latency(&sc), 0.050);
+  r[1].nodes = 2;
+  sc.nodes = 6;
+  /* One region (4 nodes, the seed at 50 MB/s): (40 - 12) / 40 = 0.7 s,
+   * above sim_bound's 0.5; two hops of 5 ms, as the seed's 1.2 copies
+   * feed no more than two nodes. */
+  sc.n_regions = 1;
+  sc.nodes = 4;
+  NEAR(sim_bound(&sc, 10000000), 0.5);
+  NEAR(sim_budget_bound(&sc, 10000000), 0.7);
+  NEAR(sim_budget_latency(&sc), 0.010);
+
   /* The example scenarios load; broken ones fail with one line. */
   const char *dir = argc > 1 ? argv[1] : "simulations/scenarios";
   const char *good[] = {"small.json",      "nodes1000.json",

@@ -427,11 +427,19 @@ sizes=$(python3 -c 'import json, sys; print(",".join(str(v["bytes"]) for v in js
 python3 - "$tmp/queues.out" "$tmp/bounds.out" <<'PY'
 import json, sys
 run, b = (json.load(open(p)) for p in sys.argv[1:3])
-if b["latency_s"] != run["latency_s"] or len(b["versions"]) != len(run["versions"]):
+if b["latency_s"] != run["latency_s"] or len(b["versions"]) != len(run["versions"]) or \
+        b["budget_latency_s"] != run["budget_latency_s"] or \
+        not run["budget_latency_s"] >= run["latency_s"]:
     sys.exit("sim_small: --bounds: latency_s %s, %d versions; the run: %s, %d"
              % (b["latency_s"], len(b["versions"]), run["latency_s"], len(run["versions"])))
 for x, y in zip(b["versions"], run["versions"]):
-    for k in ("version", "bytes", "bound_s", "node_bound_s", "lb_s"):
+    # The budget reference (p2p): no lower than lb_s, and max_s over it.
+    if not y["budget_lb_s"] >= y["lb_s"] or \
+            abs(y["budget_lb_ratio"] - y["max_s"] / y["budget_lb_s"]) > 1e-3:
+        sys.exit("sim_small: version %d: budget_lb_s %s, lb_s %s, budget_lb_ratio %s"
+                 % (y["version"], y["budget_lb_s"], y["lb_s"], y["budget_lb_ratio"]))
+    for k in ("version", "bytes", "bound_s", "node_bound_s", "lb_s",
+              "budget_bound_s", "budget_lb_s"):
         if abs(x[k] - y[k]) > 1e-6 * abs(y[k]):  # the run prints 8 digits
             sys.exit("sim_small: --bounds: version %d: %s %s, the run %s"
                      % (y["version"], k, x[k], y[k]))
@@ -682,6 +690,9 @@ grep -q '"completed": true' "$tmp/central.out" || { echo "sim_small: central mod
 sed 's/"mode": "p2p"/"network": "queues", "mode": "central"/' "$dir/scenarios/small.json" > "$tmp/centralq.json"
 "$sim" "$tmp/centralq.json" --json > "$tmp/centralq.out"
 grep -q '"completed": true' "$tmp/centralq.out" || { echo "sim_small: central mode (queues) did not complete"; exit 1; }
+# The budgets are the swarm's: a central store has no budget reference.
+! grep -q '"budget_' "$tmp/central.out" "$tmp/centralq.out" ||
+  { echo "sim_small: central mode reported a budget reference"; exit 1; }
 
 # Bad files: one line on stderr naming the key, exit 1.
 bad() { # NAME JSON EXPECTED-SUBSTRING

@@ -9,8 +9,8 @@
 # than its apply ended; the emulator must have lost packets; and
 # afterwards no namespace with the run's prefix may remain (nor a daemon
 # in one). With stitch-sim built, the run also carries stitch-sim's
-# reference keys (bound_s, ratio, lb_s, lb_ratio, latency_s), consistent
-# with its times; without, they are left out and bounds_note says why. A
+# reference keys (bound_s, ratio, lb_s, lb_ratio, latency_s, and the
+# budget_ ones beside them), consistent with its times; without, they are left out and bounds_note says why. A
 # last run must refuse a scenario it cannot host (one line, exit 2) and
 # leave nothing.
 #
@@ -72,6 +72,11 @@ if sys.argv[1] == "yes":  # stitch-sim built: its keys, consistent (never a timi
                 abs(v["lb_ratio"] - v["max_s"] / v["lb_s"]) > 1e-3 or \
                 not 0 < v["node_bound_s"] <= v["bound_s"]:
             no("version %d: bounds %s" % (v["version"], v))
+        if abs(v["budget_lb_s"] - v["budget_bound_s"] - r["budget_latency_s"]) > 1e-9 or \
+                not v["budget_bound_s"] >= v["bound_s"] or \
+                not r["budget_latency_s"] >= r["latency_s"] or \
+                abs(v["budget_lb_ratio"] - v["max_s"] / v["budget_lb_s"]) > 1e-3:
+            no("version %d: budget reference %s" % (v["version"], v))
 elif "stitch-sim" not in r.get("bounds_note", "") or "latency_s" in r or \
         any("bound_s" in v for v in r["versions"]):
     no("without stitch-sim: %s" % r.get("bounds_note"))

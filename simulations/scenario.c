@@ -533,7 +533,7 @@ double sim_budget_latency(const sim_scenario *sc) {
     if (strcmp(sc->regions[i].name, sc->seed_region) == 0)
       s = &sc->regions[i];
   double(*e)[2] = calloc(sc->n_regions + 1, sizeof(*e));
-  if (s == NULL || e == NULL) {
+  if (s == NULL || e == NULL) { /* no seed region, or out of memory: L */
     free(e);
     return sim_latency(sc);
   }

@@ -319,15 +319,18 @@ void sim_report_text(const sim_result *r, FILE *f) {
   size_t i;
   json_t *e;
   json_array_foreach(json_object_get(o, "versions"), i, e) {
+    char budget[16] = "-"; /* central mode has no budgets */
+    if (json_object_get(e, "budget_lb_ratio") != NULL)
+      snprintf(budget, sizeof(budget), "%.2f", num(e, "budget_lb_ratio"));
     fprintf(f, "%8lld %12lld %7lld %7lld %9.3f %9.3f %9.3f %9.4f %7.2f %9.4f "
-               "%8.2f %8.2f %12lld %12lld\n",
+               "%8.2f %8s %12lld %12lld\n",
             (long long)json_integer_value(json_object_get(e, "version")),
             (long long)json_integer_value(json_object_get(e, "bytes")),
             (long long)json_integer_value(json_object_get(e, "counted")),
             (long long)json_integer_value(json_object_get(e, "held")),
             num(e, "p50_s"), num(e, "p99_s"), num(e, "max_s"),
             num(e, "bound_s"), num(e, "ratio"), num(e, "lb_s"),
-            num(e, "lb_ratio"), num(e, "budget_lb_ratio"),
+            num(e, "lb_ratio"), budget,
             (long long)json_integer_value(json_object_get(e, "seed_bytes")),
             (long long)json_integer_value(
                 json_object_get(e, "cross_region_bytes")));

@@ -3,6 +3,7 @@
 #include "sim.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,9 +102,19 @@ int main(int argc, char **argv) {
     if (sim_scenario_load(path, &s2, err, sizeof(err)) != 0) {
       fprintf(stderr, "%s\n", err);
       failures++;
-    } else {
-      sim_scenario_free(&s2);
+      continue;
     }
+    /* The budgets only take away: the budget reference is never below
+     * the plain one, whatever the size. */
+    for (uint64_t f = 1000; f <= 1000000000; f *= 100)
+      if (!(sim_budget_bound(&s2, f) >= sim_bound(&s2, f)) ||
+          !(sim_budget_latency(&s2) >= sim_latency(&s2))) {
+        fprintf(stderr, "%s: F = %llu: budget %g s + %g s below %g s + %g s\n",
+                good[i], (unsigned long long)f, sim_budget_bound(&s2, f),
+                sim_budget_latency(&s2), sim_bound(&s2, f), sim_latency(&s2));
+        failures++;
+      }
+    sim_scenario_free(&s2);
   }
   /* tools/netlab's NAT and fault files load (stitch-sim --bounds gives
    * their bounds). Neither names a network, and each has what only the

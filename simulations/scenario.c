@@ -473,53 +473,59 @@ double sim_node_bound(const sim_scenario *sc, uint64_t f) {
   return dmax > 0 ? fmax(t, (double)f / dmax) : t;
 }
 
-double sim_latency(const sim_scenario *sc) {
-  double seed_lat = 0, far = 0;
+/* The seed's region: one of SC's (sim_scenario_load checks), or NULL. */
+static const sim_region *seed_region_of(const sim_scenario *sc) {
   for (size_t i = 0; i < sc->n_regions; i++)
     if (strcmp(sc->regions[i].name, sc->seed_region) == 0)
-      seed_lat = sc->regions[i].latency_ms;
-  for (size_t i = 0; i < sc->n_regions; i++) {
-    const sim_region *g = &sc->regions[i];
-    if (g->nodes == 0)
-      continue;
-    double l = strcmp(g->name, sc->seed_region) == 0
-                   ? g->latency_ms
-                   : seed_lat / 2 + sc->inter_latency_ms + g->latency_ms / 2;
-    far = fmax(far, l);
-  }
-  return far / 1e3;
-}
-
-/* ---- The budget reference (sim.h) ------------------------------------ */
-
-double sim_budget_bound(const sim_scenario *sc, uint64_t f) {
-  double F = (double)f, seed_out = SIM_SEED_BUDGET * F, sum_u = 0;
-  double t = sim_bound(sc, f);
-  size_t with_nodes = 0;
-  for (size_t i = 0; i < sc->n_regions; i++) {
-    sum_u += sc->regions[i].nodes * bps(sc->regions[i].up_mbps);
-    with_nodes += sc->regions[i].nodes > 0;
-  }
-  if (sum_u > 0)
-    t = fmax(t, (sc->nodes * F - seed_out) / sum_u);
-  for (size_t i = 0; i < sc->n_regions; i++) {
-    const sim_region *g = &sc->regions[i];
-    double up = g->nodes * bps(g->up_mbps);
-    double outside = (with_nodes > 1 ? SIM_CROSS_BUDGET * F : 0) +
-                     (strcmp(g->name, sc->seed_region) == 0 ? seed_out : 0);
-    double need = g->nodes * F - outside;
-    if (g->nodes > 0 && need > 0)
-      t = fmax(t, up > 0 ? need / up : INFINITY);
-  }
-  return t;
+      return &sc->regions[i];
+  return NULL;
 }
 
 /* One-way latency (ms) from a host of region A to one of region B (A == B:
  * two hosts of one region), as the queues network routes it. */
 static double route_ms(const sim_scenario *sc, const sim_region *a,
                        const sim_region *b) {
-  double l = a->latency_ms / 2 + b->latency_ms / 2;
-  return a == b ? l : l + sc->inter_latency_ms;
+  return a == b ? a->latency_ms / 2 + b->latency_ms / 2
+                : a->latency_ms / 2 + sc->inter_latency_ms + b->latency_ms / 2;
+}
+
+double sim_latency(const sim_scenario *sc) {
+  const sim_region *s = seed_region_of(sc);
+  double far = 0;
+  for (size_t i = 0; i < sc->n_regions && s != NULL; i++)
+    if (sc->regions[i].nodes > 0)
+      far = fmax(far, route_ms(sc, s, &sc->regions[i]));
+  return far / 1e3;
+}
+
+/* ---- The budget reference (sim.h) ------------------------------------ */
+
+/* Copies of a version that region G may take from outside its nodes: one
+ * across (with two regions or more that have nodes), and the seed's
+ * budget in the seed's region. */
+static double outside_copies(const sim_scenario *sc, const sim_region *g) {
+  size_t with_nodes = 0;
+  for (size_t i = 0; i < sc->n_regions; i++)
+    with_nodes += sc->regions[i].nodes > 0;
+  return (with_nodes > 1 ? SIM_CROSS_BUDGET : 0) +
+         (g == seed_region_of(sc) ? SIM_SEED_BUDGET : 0);
+}
+
+double sim_budget_bound(const sim_scenario *sc, uint64_t f) {
+  double F = (double)f, sum_u = 0;
+  double t = sim_bound(sc, f);
+  for (size_t i = 0; i < sc->n_regions; i++)
+    sum_u += sc->regions[i].nodes * bps(sc->regions[i].up_mbps);
+  if (sum_u > 0)
+    t = fmax(t, (sc->nodes * F - SIM_SEED_BUDGET * F) / sum_u);
+  for (size_t i = 0; i < sc->n_regions; i++) {
+    const sim_region *g = &sc->regions[i];
+    double up = g->nodes * bps(g->up_mbps);
+    double need = g->nodes * F - outside_copies(sc, g) * F;
+    if (g->nodes > 0 && need > 0)
+      t = fmax(t, up > 0 ? need / up : INFINITY);
+  }
+  return t;
 }
 
 static int by_relay_desc(const void *a, const void *b) {
@@ -528,18 +534,13 @@ static int by_relay_desc(const void *a, const void *b) {
 }
 
 double sim_budget_latency(const sim_scenario *sc) {
-  const sim_region *s = NULL;
-  for (size_t i = 0; i < sc->n_regions; i++)
-    if (strcmp(sc->regions[i].name, sc->seed_region) == 0)
-      s = &sc->regions[i];
-  double(*e)[2] = calloc(sc->n_regions + 1, sizeof(*e));
+  const sim_region *s = seed_region_of(sc);
+  double(*e)[2] = calloc(sc->n_regions, sizeof(*e));
   if (s == NULL || e == NULL) { /* no seed region, or out of memory: L */
     free(e);
     return sim_latency(sc);
   }
-  size_t n = 0, with_nodes = 0;
-  for (size_t i = 0; i < sc->n_regions; i++)
-    with_nodes += sc->regions[i].nodes > 0;
+  size_t n = 0;
   for (size_t i = 0; i < sc->n_regions; i++) {
     const sim_region *r = &sc->regions[i];
     if (r->nodes == 0)
@@ -554,9 +555,7 @@ double sim_budget_latency(const sim_scenario *sc) {
     /* Each chunk comes into R once (and from the seed at most its budget,
      * in the seed's region): with more nodes than that feeds, the others
      * take it from a node of R. */
-    double outside = (with_nodes > 1 ? SIM_CROSS_BUDGET : 0) +
-                     (r == s ? SIM_SEED_BUDGET : 0);
-    double inside = r->nodes > outside ? route_ms(sc, r, r) : 0;
+    double inside = r->nodes > outside_copies(sc, r) ? route_ms(sc, r, r) : 0;
     e[n][0] = relay + inside;
     e[n][1] = route_ms(sc, s, r) + inside;
     n++;

@@ -36,6 +36,8 @@ def no(why):
     sys.exit("netlab.sh: %s" % why)
 if r["completed"] is not True:
     no("not completed")
+if r.get("queue") != "fair":  # the default: a class per peer (docs/netlab.md)
+    no("queue %s, not fair" % r.get("queue"))
 if r["all_bit_exact"] is not True or r["bit_exact_nodes"] != 8:
     no("not every node is bit-exact")
 if [v["version"] for v in r["versions"]] != [1, 2, 3]:

@@ -193,6 +193,11 @@ typedef struct node {
   sg_mailbox_t ctl; /* flows: control messages */
   sg_comm_t ctl_get;
   msg *ctl_msg;
+  /* flows: messages whose bytes have come and whose route's latency has
+   * not yet passed (flows.c hold), a heap by due time */
+  struct late *late;
+  size_t n_late, cap_late;
+  uint64_t late_seq;
   double wake_at; /* queues: the earliest wake-up queued for it */
   uint64_t stored, needed_n, bad_writes, apply_errors, tick_errors;
   uint64_t wire_up; /* bytes this node put on the wire */

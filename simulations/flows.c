@@ -11,7 +11,16 @@
  * SimGrid 3.32 keeps every comm an actor started in that actor's activity
  * list until the actor waits on it (sg_comm_test on a finished comm leaves
  * it there, and the list is scanned at every completion), so the sends in
- * flight are always part of the wait, never tested. */
+ * flight are always part of the wait, never tested.
+ *
+ * The links have no latency (platform.cpp): SimGrid's max-min weighs each
+ * flow by its route's latency, so a flow across regions got a tenth of a
+ * shared uplink beside flows inside one, as TCP Reno would, where the
+ * hosts' BBR and fair queueing give each connection its share whatever
+ * its round trip. Here a message's bytes move at their max-min share,
+ * unweighted, and the receiver holds what came until the route's latency
+ * has passed (hold, deliver), in order of arrival: the same latency and
+ * bytes as before, shared the way netlab's hosts share them. */
 #include "driver.h"
 
 #include <simgrid/actor.h>
@@ -77,6 +86,76 @@ void flows_publish_central(sim *s, unsigned v) {
   }
 }
 
+/* ---- Latency: what came waits out its route's latency ------------------ */
+
+typedef struct late {
+  double due;   /* when it is delivered */
+  uint64_t seq; /* the order it came in, among those due at once */
+  msg *m;
+  uint32_t conn; /* a data message's link; UINT32_MAX: a control one */
+} late;
+
+/* The one-way latency from node A's host to node B's (platform.cpp's
+ * links' latencies, which SimGrid is not given). */
+static double one_way(const sim *s, int a, int b) {
+  const sim_scenario *sc = &s->sc;
+  int ra = s->node[a].region, rb = s->node[b].region;
+  double l = (sc->regions[ra].latency_ms + sc->regions[rb].latency_ms) / 2e3;
+  return ra == rb ? l : l + sc->inter_latency_ms / 1e3;
+}
+
+static int late_before(const late *a, const late *b) {
+  return a->due < b->due || (a->due == b->due && a->seq < b->seq);
+}
+
+/* N holds M (on link CI, or a control message) until DUE. */
+static void hold(node *n, msg *m, uint32_t ci, double due) {
+  if (n->n_late == n->cap_late) {
+    n->cap_late = n->cap_late ? n->cap_late * 2 : 16;
+    n->late = realloc(n->late, n->cap_late * sizeof(*n->late));
+    if (n->late == NULL)
+      die("out of memory");
+  }
+  late h = {due, n->late_seq++, m, ci};
+  size_t i = n->n_late++;
+  for (; i > 0 && late_before(&h, &n->late[(i - 1) / 2]); i = (i - 1) / 2)
+    n->late[i] = n->late[(i - 1) / 2];
+  n->late[i] = h;
+}
+
+static late unhold(node *n) {
+  late top = n->late[0], last = n->late[--n->n_late];
+  size_t i = 0;
+  for (;;) {
+    size_t k = 2 * i + 1;
+    if (k >= n->n_late)
+      break;
+    if (k + 1 < n->n_late && late_before(&n->late[k + 1], &n->late[k]))
+      k++;
+    if (!late_before(&n->late[k], &last))
+      break;
+    n->late[i] = n->late[k];
+    i = k;
+  }
+  if (n->n_late > 0)
+    n->late[i] = last;
+  return top;
+}
+
+/* Hands N's core what is due, one message at a time, each followed by
+ * the core's step, as when each came by itself. */
+static void deliver(sim *s, node *n) {
+  while (n->n_late > 0 && n->late[0].due <= now_s(s)) {
+    late h = unhold(n);
+    if (h.conn == UINT32_MAX)
+      on_ctl(s, n, h.m);
+    else
+      on_data(s, n, h.conn, h.m);
+    free(h.m);
+    node_step(s, n);
+  }
+}
+
 /* ---- A node's actor --------------------------------------------------- */
 
 typedef struct waiter {
@@ -127,8 +206,12 @@ static void on_comm(sim *s, node *n, const waiter *w, long pos, int failed) {
   if (what < 0) {
     msg *m = n->ctl_msg;
     n->ctl_get = sg_mailbox_get_async(n->ctl, (void **)&n->ctl_msg);
-    on_ctl(s, n, m);
-    free(m);
+    double lat = 0; /* a publish: from the seed's own store */
+    if (m->kind != MSG_PUBLISH) {
+      const conn *c = s->conn[m->conn];
+      lat = one_way(s, c->node[1 - side_of(c, n->idx)], n->idx);
+    }
+    hold(n, m, UINT32_MAX, now_s(s) + lat);
     return;
   }
   conn *c = s->conn[w->conn[pos]];
@@ -137,8 +220,7 @@ static void on_comm(sim *s, node *n, const waiter *w, long pos, int failed) {
     pipe_ *p = &c->d[1 - side];
     msg *m = p->got;
     p->get = sg_mailbox_get_async(p->mb, (void **)&p->got);
-    on_data(s, n, w->conn[pos], m);
-    free(m);
+    hold(n, m, w->conn[pos], now_s(s) + one_way(s, c->node[1 - side], n->idx));
   } else { /* a send ended: the window has room again */
     pipe_ *p = &c->d[side];
     p->inflight -= p->put_len[what - 1];
@@ -176,6 +258,8 @@ static void node_main(int argc, char **argv) {
     double due = wake == UINT64_MAX ? INFINITY : (double)wake / 1e3;
     if (n->state == NODE_LIVE)
       due = fmin(due, leave);
+    if (n->n_late > 0)
+      due = fmin(due, n->late[0].due);
     double timeout = isfinite(due) ? fmax(due - now_s(s) + 1e-7, 0) : -1.0;
     int failed;
     long pos = sim_wait_any_for(w.comm, w.n, timeout, &failed);
@@ -183,6 +267,7 @@ static void node_main(int argc, char **argv) {
       die("a communication failed");
     if (pos >= 0)
       on_comm(s, n, &w, pos, failed);
+    deliver(s, n);
     if (n->state == NODE_LIVE && now_s(s) >= leave)
       node_leave(s, n);
     node_step(s, n);
@@ -199,7 +284,7 @@ static void central_main(int argc, char **argv) {
   for (;;) {
     msg *m = sg_mailbox_get(n->ctl);
     if (m->conn <= n->sim->tr.count && n->done[m->conn] < 0)
-      n->done[m->conn] = now_s(n->sim);
+      n->done[m->conn] = now_s(n->sim) + one_way(n->sim, 0, n->idx);
     free(m);
   }
 }

@@ -214,6 +214,20 @@ sleep 0.3
 curl -sf -o "$work/apply.json" -X POST "$url/v1/apply" || fail "POST /v1/apply"
 [ "$(json applied_version <"$work/apply.json")" = 2 ] ||
   fail "apply: $(cat "$work/apply.json")"
+# The weights were applied on a pool thread at nice 10 (stitchd.c
+# APPLY_NICE), which it keeps; the event loop's thread, the process's
+# own, stays at 0, so serving chunks goes first on busy CPUs.
+python3 - "$node" <<'PY' || fail "the apply's thread priority"
+import os, sys
+pid = int(sys.argv[1])
+nice = {}
+for t in os.listdir("/proc/%d/task" % pid):
+    with open("/proc/%d/task/%s/stat" % (pid, t)) as f:
+        nice[int(t)] = int(f.read().rsplit(")", 1)[1].split()[16])  # field 19
+if nice.get(pid) != 0 or 10 not in nice.values():
+    sys.exit("sidecar.sh: threads' nice values %s: want the loop's (%d) 0, "
+             "an apply's 10" % (nice, pid))
+PY
 python3 -c 'import json, sys; j = json.load(open(sys.argv[1]))
 assert j["pause_ms"] >= 100 and j["prepare_ms"] == 0' \
   "$work/apply.json" ||

@@ -34,7 +34,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -222,10 +224,31 @@ static int announce(agent *a, uint64_t version, const stitch_digest *id) {
 
 /* ---- Applying (node) ------------------------------------------------------ */
 
+/* The nice value of a thread that applies, and of the threads its apply
+ * starts (they inherit it): the event loop, which serves the version's
+ * chunks to the peers still fetching it, runs first when the CPUs are
+ * busy, and the apply takes the rest. On netlab's 2 cores (12 nodes
+ * applying beside the ones still fetching) a delta was at the median
+ * node 17 % sooner and applied about as soon (docs/stitchd.md,
+ * "Applying"). */
+#define APPLY_NICE 10
+
+/* Lowers the calling pool thread's priority, once: a thread may not
+ * raise it again without CAP_SYS_NICE, and the pool runs little else
+ * (address lookups). A failure changes nothing but the order. */
+static void apply_lower_priority(void) {
+  static _Thread_local int done;
+  if (!done) {
+    done = 1;
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), APPLY_NICE);
+  }
+}
+
 /* On the thread pool: everything here is the job's own. */
 static void apply_work(uv_work_t *w) {
   apply_job *j = w->data;
   agent *a = j->a;
+  apply_lower_priority();
   uint64_t t0 = unix_ms();
   uint8_t *buf = NULL;
   size_t len = 0;

@@ -95,13 +95,12 @@ typedef struct late {
   uint32_t conn; /* a data message's link; UINT32_MAX: a control one */
 } late;
 
-/* The one-way latency from node A's host to node B's (platform.cpp's
- * links' latencies, which SimGrid is not given). */
+/* The one-way latency (s) from node A's host to node B's: platform.cpp's
+ * links' latencies, which SimGrid is not given. */
 static double one_way(const sim *s, int a, int b) {
-  const sim_scenario *sc = &s->sc;
-  int ra = s->node[a].region, rb = s->node[b].region;
-  double l = (sc->regions[ra].latency_ms + sc->regions[rb].latency_ms) / 2e3;
-  return ra == rb ? l : l + sc->inter_latency_ms / 1e3;
+  const sim_region *r = s->sc.regions;
+  return sim_route_ms(&s->sc, &r[s->node[a].region], &r[s->node[b].region]) /
+         1e3;
 }
 
 static int late_before(const late *a, const late *b) {

@@ -481,10 +481,8 @@ static const sim_region *seed_region_of(const sim_scenario *sc) {
   return NULL;
 }
 
-/* One-way latency (ms) from a host of region A to one of region B (A == B:
- * two hosts of one region), as the queues network routes it. */
-static double route_ms(const sim_scenario *sc, const sim_region *a,
-                       const sim_region *b) {
+double sim_route_ms(const sim_scenario *sc, const sim_region *a,
+                    const sim_region *b) {
   return a == b ? a->latency_ms / 2 + b->latency_ms / 2
                 : a->latency_ms / 2 + sc->inter_latency_ms + b->latency_ms / 2;
 }
@@ -494,7 +492,7 @@ double sim_latency(const sim_scenario *sc) {
   double far = 0;
   for (size_t i = 0; i < sc->n_regions && s != NULL; i++)
     if (sc->regions[i].nodes > 0)
-      far = fmax(far, route_ms(sc, s, &sc->regions[i]));
+      far = fmax(far, sim_route_ms(sc, s, &sc->regions[i]));
   return far / 1e3;
 }
 
@@ -550,14 +548,15 @@ double sim_budget_latency(const sim_scenario *sc) {
     double relay = INFINITY;
     for (size_t k = 0; k < sc->n_regions; k++)
       if (k != i && sc->regions[k].nodes > 0)
-        relay = fmin(relay, route_ms(sc, s, &sc->regions[k]) +
-                                route_ms(sc, &sc->regions[k], r));
+        relay = fmin(relay, sim_route_ms(sc, s, &sc->regions[k]) +
+                                sim_route_ms(sc, &sc->regions[k], r));
     /* Each chunk comes into R once (and from the seed at most its budget,
      * in the seed's region): with more nodes than that feeds, the others
      * take it from a node of R. */
-    double inside = r->nodes > outside_copies(sc, r) ? route_ms(sc, r, r) : 0;
+    double inside =
+        r->nodes > outside_copies(sc, r) ? sim_route_ms(sc, r, r) : 0;
     e[n][0] = relay + inside;
-    e[n][1] = route_ms(sc, s, r) + inside;
+    e[n][1] = sim_route_ms(sc, s, r) + inside;
     n++;
   }
   /* The seed's budget feeds floor(SIM_SEED_BUDGET) regions whole, best

@@ -108,6 +108,12 @@ int sim_scenario_lossy(const sim_scenario *sc);
 double sim_bound(const sim_scenario *sc, uint64_t f);
 /* What no single node can beat: max(F/u_s, F/d_max). */
 double sim_node_bound(const sim_scenario *sc, uint64_t f);
+/* One-way latency (ms) from a host of region A to one of region B (A == B:
+ * two hosts of one region): half of each region's latency_ms, and
+ * inter_region.latency_ms between regions, as both networks route it. */
+double sim_route_ms(const sim_scenario *sc, const sim_region *a,
+                    const sim_region *b);
+
 /* The one-way latency (seconds) from the seed to the farthest node: the
  * bound leaves it out, so tiny versions are latency-bound, not
  * bandwidth-bound (docs/simulator.md). */

@@ -125,4 +125,11 @@ err="$(python3 "$root/tools/netlab" "$big" --bin "$bin" --prefix "$prefix" 2>&1 
 rc=$?
 [ $rc -eq 2 ] || fail "versions.tensors: exit $rc, expected 2"
 case "$err" in *"versions.tensors"*"not supported"*) ;; *) fail "versions.tensors: '$err'" ;; esac
+# A queue discipline it does not know: a usage error, nothing made.
+err="$(python3 "$root/tools/netlab" "$root/simulations/scenarios/netlab_ci.json" \
+  --bin "$bin" --prefix "$prefix" --queue sfq 2>&1 >/dev/null)"
+rc=$?
+[ $rc -eq 2 ] || fail "--queue sfq: exit $rc, expected 2"
+case "$err" in *"--queue"*"invalid choice"*) ;; *) fail "--queue sfq: '$err'" ;; esac
+[ "$(left)" -eq 0 ] || fail "namespaces remain after --queue sfq"
 echo "netlab.sh: ok"

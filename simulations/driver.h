@@ -27,6 +27,8 @@
 
 #include <simgrid/forward.h>
 
+#include <math.h>
+
 /* A pipe takes another message while fewer bytes than this are in flight
  * on it, as a TCP window of about two chunks; each message carries what
  * the core has pending, up to this much, whole (cutting a chunk to the
@@ -74,6 +76,11 @@
 #define QUEUE_TSO_S 1e-3
 #define QUEUE_MSS 1448.0
 #define QUEUE_PIECES 8
+/* What LEN bytes of a connection take on a link: each TCP segment of at
+ * most QUEUE_MSS carries WIRE_HDR bytes of headers (Ethernet, IPv4, TCP
+ * with timestamps), as htb and an interface's counters see them
+ * (docs/simulator.md "What the links carry"). */
+#define WIRE_HDR 66.0
 /* Flows: at most this many messages in flight per pipe (the put[]
  * array). The queues network has no such cap, as TCP has none: it held
  * chunks behind HAVEs on far links. */
@@ -201,6 +208,8 @@ typedef struct node {
   double wake_at; /* queues: the earliest wake-up queued for it */
   uint64_t stored, needed_n, bad_writes, apply_errors, tick_errors;
   uint64_t wire_up; /* bytes this node put on the wire */
+  uint64_t link_up; /* queues: what its uplink carried, wire_up with
+                       TCP/IP headers and acknowledgements (queue.c) */
   uint64_t ramp_held; /* of version 1's chunks (STITCH_SIM_RAMP) */
 } node;
 
@@ -294,12 +303,21 @@ struct sim {
                         most coordinated hole punching could give) */
   int up_told; /* STITCH_SIM_UP_TOLD=1: each node is told its uplink's
                   rate (swarm.h up_bytes_per_s), as stitchd --up-mbit */
+  int wire; /* what the links carry counts TCP/IP's headers, and on the
+               queues network control frames and acknowledgements
+               (sim_wire_bytes); STITCH_SIM_WIRE=0: the core's bytes
+               alone */
   uint64_t nat_accepted, nat_punched, dials_unreach;
   uint64_t punch_opened; /* connections two punch dials made */
   uint64_t loss_recoveries; /* messages that paid a loss's recovery */
   double loss_resent;       /* bytes sent again for loss */
   struct sim_busy *busy;    /* busy.c: each version's upload per region */
 };
+
+/* What a message of LEN bytes takes on a link (WIRE_HDR). */
+static inline double sim_wire_bytes(const sim *s, double len) {
+  return s->wire ? len + ceil(len / QUEUE_MSS) * WIRE_HDR : len;
+}
 
 /* sim.c */
 void die(const char *what) __attribute__((noreturn));

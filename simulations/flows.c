@@ -36,8 +36,9 @@
 
 void flows_ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c) {
   (void)from; /* the comm starts on the calling actor's host */
-  sg_comm_t cm = sg_mailbox_put_init(s->node[to].ctl,
-                                     msg_new(s, kind, c, NULL, 0), CTL_BYTES);
+  sg_comm_t cm =
+      sg_mailbox_put_init(s->node[to].ctl, msg_new(s, kind, c, NULL, 0),
+                          (long)sim_wire_bytes(s, CTL_BYTES));
   sg_comm_detach(cm, free);
 }
 
@@ -74,14 +75,15 @@ void flows_send(sim *s, node *n, uint32_t ci, msg *m) {
   }
   p->put_len[p->nput] = m->len;
   p->inflight += m->len;
-  p->put[p->nput++] = sg_mailbox_put_async(p->mb, m, (long)m->len);
+  p->put[p->nput++] =
+      sg_mailbox_put_async(p->mb, m, (long)sim_wire_bytes(s, (double)m->len));
 }
 
 void flows_publish_central(sim *s, unsigned v) {
   for (int i = 1; i < s->n_node; i++) {
     sg_comm_t cm = sg_mailbox_put_init(s->node[i].ctl,
                                        msg_new(s, MSG_PUBLISH, v, NULL, 0),
-                                       (long)s->tr.v[v].bytes);
+                                       (long)sim_wire_bytes(s, (double)s->tr.v[v].bytes));
     sg_comm_detach(cm, free);
   }
 }

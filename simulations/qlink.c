@@ -18,7 +18,7 @@ static void forget(qlink *l, double now) {
 int qlink_book(qlink *l, double now, double bytes, double *start,
                double *end) {
   forget(l, now);
-  double st = *start, took = bytes / l->bps;
+  double st = *start, took = (bytes + l->debt) / l->bps;
   size_t i = 0;
   for (; i < l->n; i++) { /* the first gap at or after st that fits */
     if (st + took <= l->b[i].from)
@@ -54,7 +54,13 @@ int qlink_book(qlink *l, double now, double bytes, double *start,
   }
   *start = st;
   *end = fmax(*end, to);
+  l->debt = 0;
   return 0;
+}
+
+void qlink_charge(qlink *l, double t, double bytes) {
+  if (l->n > 0 && l->b[l->n - 1].to > t)
+    l->debt += bytes;
 }
 
 double qlink_left(const qlink *l, double start, double end, double bytes) {

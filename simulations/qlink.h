@@ -22,6 +22,8 @@ typedef struct qlink {
   qlink_span *b; /* booked, ascending and disjoint; touching spans join */
   size_t n, cap;
   double bps; /* bytes per second */
+  double debt; /* bytes charged while it was busy (qlink_charge), which
+                  its next booking carries */
 } qlink;
 
 /* Books BYTES on L in its first free stretch from *START (when the
@@ -36,6 +38,13 @@ int qlink_book(qlink *l, double now, double bytes, double *start,
  * it, in one stretch) has only BYTES of it left to leave: their time at
  * L's rate before END, or START if the message is no larger. */
 double qlink_left(const qlink *l, double start, double end, double bytes);
+
+/* BYTES that pass beside the queues at T (a control frame, an
+ * acknowledgement) take their share of L: nothing if L is idle then (they
+ * go at once), else they are added to L's next booking, so that the bulk
+ * after them finds less room. Never a span of their own: specks of a few
+ * bytes between bookings left gaps that no piece fit. */
+void qlink_charge(qlink *l, double t, double bytes);
 
 void qlink_free(qlink *l);
 

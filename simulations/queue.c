@@ -249,6 +249,30 @@ static void book(qlink *l, double now, double bytes, double *start,
     die("out of memory");
 }
 
+/* What host A's uplink carried (node.link_up; not the store's). */
+static void count_up(sim *s, int a, double bytes) {
+  if (a < s->n_node)
+    s->node[a].link_up += (uint64_t)llround(bytes);
+}
+
+/* BYTES take their share of each link from host A to host B from T,
+ * without waiting for it: a control frame (it goes beside the queues, a
+ * small packet of its own connection, which a fair-queued link sends in
+ * its turn), or the acknowledgements of a bulk message, one a second
+ * full segment, on the receiver's uplink. The bulk booked after them
+ * finds less room. */
+static void charge(sim *s, int a, int b, double bytes, double t) {
+  qnet *q = s->q;
+  int ra = q->region[a], rb = q->region[b];
+  qlink_charge(&q->up[a], t, bytes);
+  count_up(s, a, bytes);
+  if (ra != rb) {
+    qlink_charge(&q->out[ra], t, bytes);
+    qlink_charge(&q->in[rb], t, bytes);
+  }
+  qlink_charge(&q->down[b], t, bytes);
+}
+
 /* When BYTES sent from host A no sooner than T0 (at least now) reach
  * host B; *UP, if not NULL, gets the stretch in which they leave A's
  * uplink (T0 for a small message). QUEUED: they wait their turn on each
@@ -265,17 +289,20 @@ static double transfer(sim *s, int a, int b, size_t bytes, int queued,
    * with loss's retransmissions, and the delay they add. */
   sim_route rt;
   sim_path(s, a, b, bytes, queued, fmax(t0, s->clock), &rt);
-  double now = rt.depart, sz = (double)bytes * rt.inflate;
+  double now = rt.depart, sz = sim_wire_bytes(s, (double)bytes) * rt.inflate;
   if (up != NULL)
     up[0] = up[1] = now;
   if (!queued) { /* beside the queues, at the slowest rate */
     double bps = fmin(q->up[a].bps, q->down[b].bps);
     if (ra != rb)
       bps = fmin(bps, fmin(q->out[ra].bps, q->in[rb].bps));
+    if (s->wire)
+      charge(s, a, b, sz, now);
     return now + sz / bps + route_latency(q, a, b) + rt.extra;
   }
   double start = now, end = now;
   book(&q->up[a], now, sz, &start, &end);
+  count_up(s, a, sz);
   if (up != NULL) {
     up[0] = start;
     up[1] = end;
@@ -285,7 +312,12 @@ static double transfer(sim *s, int a, int b, size_t bytes, int queued,
     book(&q->in[rb], now, sz, &start, &end);
   }
   book(&q->down[b], now, sz, &start, &end);
-  return end + route_latency(q, a, b) + rt.extra;
+  double arrival = end + route_latency(q, a, b) + rt.extra;
+  /* Its acknowledgements, one a second full segment, on B's uplink. */
+  if (s->wire)
+    charge(s, b, a, ceil((double)bytes / (2 * QUEUE_MSS)) * WIRE_HDR,
+           arrival);
+  return arrival;
 }
 
 /* ---- Sending ---------------------------------------------------------- */

@@ -264,7 +264,7 @@ void *sim_report_json(const sim_result *r, int per_node) {
                       num_or_null((r->rss_peak_mib - r->rss_base_mib) *
                                   1024 / (r->nodes + 1)));
   if (per_node) {
-    json_t *done = json_array(), *eg = json_array();
+    json_t *done = json_array(), *eg = json_array(), *lb = json_array();
     json_t *js = json_array(), *ls = json_array();
     for (unsigned i = 0; i < r->slots; i++) {
       json_t *row = json_array();
@@ -277,11 +277,18 @@ void *sim_report_json(const sim_result *r, int per_node) {
       }
       json_array_append_new(done, row);
       json_array_append_new(eg, json_integer((json_int_t)r->egress[i]));
+      if (r->link_bytes != NULL)
+        json_array_append_new(lb,
+                              json_integer((json_int_t)r->link_bytes[i]));
       json_array_append_new(js, num_or_null(r->join_s[i]));
       json_array_append_new(ls, num_or_null(r->left_s[i]));
     }
     json_object_set_new(o, "node_done_s", done);
     json_object_set_new(o, "node_egress_bytes", eg);
+    if (r->link_bytes != NULL)
+      json_object_set_new(o, "node_link_bytes", lb);
+    else
+      json_decref(lb);
     json_object_set_new(o, "node_join_s", js);
     json_object_set_new(o, "node_left_s", ls);
   }

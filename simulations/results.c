@@ -100,6 +100,7 @@ int sim_run_report(sim *s, double wall_s, double rss_base, int as_json,
   double *join_s = sim_calloc(slots, sizeof(*join_s));
   double *left_s = sim_calloc(slots, sizeof(*left_s));
   uint64_t *egress = sim_calloc(slots, sizeof(*egress));
+  uint64_t *link_b = sim_calloc(slots, sizeof(*link_b));
   uint64_t *seed_b = sim_calloc(nv + 1, sizeof(*seed_b));
   uint64_t *cross_b = sim_calloc(nv + 1, sizeof(*cross_b));
   uint64_t *home_b = sim_calloc(nv + 1, sizeof(*home_b));
@@ -116,6 +117,7 @@ int sim_run_report(sim *s, double wall_s, double rss_base, int as_json,
     join_s[i] = n->state == NODE_WAITING ? INFINITY : n->join_s;
     left_s[i] = n->left_s;
     egress[i] = n->wire_up;
+    link_b[i] = n->link_up;
     r.bad_writes += n->bad_writes;
     r.apply_errors += n->apply_errors;
     /* Over nodes alive at the end: one that left mid-fetch stored chunks
@@ -163,6 +165,7 @@ int sim_run_report(sim *s, double wall_s, double rss_base, int as_json,
   r.published = s->published;
   r.done = done;
   r.egress = egress;
+  r.link_bytes = s->sc.queues ? link_b : NULL;
   r.seed_bytes = seed_b;
   r.cross_bytes = cross_b;
   r.cross_home_bytes = home_b;
@@ -199,6 +202,7 @@ int sim_run_report(sim *s, double wall_s, double rss_base, int as_json,
   free(join_s);
   free(left_s);
   free(egress);
+  free(link_b);
   free(seed_b);
   free(cross_b);
   free(home_b);

@@ -1241,6 +1241,8 @@ int main(int argc, char **argv) {
   s.nat_punch = pn != NULL && *pn == '1';
   const char *ut = getenv("STITCH_SIM_UP_TOLD");
   s.up_told = ut != NULL && *ut == '1';
+  const char *wr = getenv("STITCH_SIM_WIRE");
+  s.wire = wr == NULL || strcmp(wr, "0") != 0;
   s.path_rng = s.sc.rng_seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
   if (s.path_rng == 0)
     s.path_rng = 1;

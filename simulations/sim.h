@@ -230,6 +230,9 @@ typedef struct sim_result {
   int churn;                        /* the scenario has churn */
   unsigned nodes_left, nodes_joined;
   const uint64_t *egress;           /* [node], bytes on the wire */
+  const uint64_t *link_bytes;       /* [node], its uplink's bytes with
+                                       headers and acknowledgements;
+                                       NULL on the flows network */
   const uint64_t *seed_bytes, *cross_bytes; /* [version] */
   const uint64_t *cross_home_bytes; /* [version]: into the seed's region */
   const double *bound, *node_bound; /* [version] */

@@ -29,7 +29,7 @@ static double book(qlink *l, double from, double bytes, double *end) {
 /* A message booked ahead leaves the time before it to a later one that
  * fits; one that does not fit goes after. */
 static void gaps(void) {
-  qlink l = {NULL, 0, 0, 1000}; /* 1000 bytes a second */
+  qlink l = {.bps = 1000}; /* 1000 bytes a second */
   double end;
   NEAR(book(&l, 5, 1000, &end), 5); /* [5, 6) */
   NEAR(end, 6);
@@ -59,7 +59,7 @@ static void gaps(void) {
 /* Random bookings never overlap, each starts at the first moment it fits,
  * and the link never carries more than its rate. */
 static void random_bookings(void) {
-  qlink l = {NULL, 0, 0, 1e6};
+  qlink l = {.bps = 1e6};
   uint64_t x = 88172645463325252ull;
   double total = 0, last_end = 0;
   struct { double from, to; } got[2000];
@@ -110,7 +110,7 @@ static void random_bookings(void) {
  * uplink (queue.c's EV_SENT): its last bytes leave at the link's rate,
  * and a mark as large as the message is the message's start. */
 static void marks(void) {
-  qlink l = {NULL, 0, 0, 1000};
+  qlink l = {.bps = 1000};
   double end, st = book(&l, 0, 800, &end); /* [0, 0.8) */
   NEAR(qlink_left(&l, st, end, 200), 0.6);
   NEAR(qlink_left(&l, st, end, 800), 0);
@@ -122,8 +122,30 @@ static void marks(void) {
   qlink_free(&l);
 }
 
+/* Bytes charged beside the queues (qlink_charge): nothing on an idle
+ * link; on a busy one, carried by the next booking, once. */
+static void charges(void) {
+  qlink l = {.bps = 1000};
+  double end;
+  qlink_charge(&l, 0, 500); /* idle: they go at once */
+  NEAR(book(&l, 0, 1000, &end), 0);
+  NEAR(end, 1); /* [0, 1) */
+  qlink_charge(&l, 0.5, 200); /* while [0, 1) is out */
+  qlink_charge(&l, 0.9, 100);
+  NEAR(book(&l, 0, 1000, &end), 1);
+  NEAR(end, 2.3); /* 1000 bytes and the 300 charged */
+  NEAR(book(&l, 0, 100, &end), 2.3);
+  NEAR(end, 2.4); /* paid once */
+  qlink_charge(&l, 2.4, 700); /* at the end of the last booking: idle */
+  NEAR(book(&l, 0, 100, &end), 2.4);
+  NEAR(end, 2.5);
+  CHECK(l.n == 1);
+  qlink_free(&l);
+}
+
 int main(void) {
   gaps();
+  charges();
   marks();
   random_bookings();
   if (failures)

@@ -291,6 +291,40 @@ print("sim_schema (pace): ok, the deltas' last nodes at %s s paced, %s s at "
       "the links' rates" % (", ".join("%.3f" % a for a, _ in late),
                             ", ".join("%.3f" % b for _, b in late)))
 PY
+  # What the links carry (docs/simulator.md): each uplink carries the
+  # core's bytes with TCP/IP headers, and its control frames and
+  # acknowledgements take their share, so the anchor comes later than
+  # with the core's bytes alone (STITCH_SIM_WIRE=0).
+  q "$dir/scenarios/netlab_sym.json" > "$tmp/sym.json"
+  "$sim" "$tmp/sym.json" --json --plot "$tmp/wire" > "$tmp/sym-wire.out" 2> /dev/null
+  STITCH_SIM_WIRE=0 "$sim" "$tmp/sym.json" --json --plot "$tmp/bare" \
+    > "$tmp/sym-bare.out" 2> /dev/null
+  python3 - "$tmp" "$dir" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from check_sim import load, check_common
+t = sys.argv[1]
+(w, fail), (b, _) = (load("%s/sym-%s.out" % (t, n), "sim_schema", "wire " + n)
+                     for n in ("wire", "bare"))
+for r in (w, b):
+    if r["completed"] is not True:
+        fail("not complete")
+    check_common(r, fail)
+pw, pb = (json.load(open("%s/%s/sim.json" % (t, n))) for n in ("wire", "bare"))
+for i, (link, core) in enumerate(zip(pw["node_link_bytes"], pw["node_egress_bytes"])):
+    if core > 0 and not link > 1.04 * core:
+        fail("node %d: its uplink carried %d bytes for the core's %d" % (i, link, core))
+if not pb["node_link_bytes"][0] <= pb["node_egress_bytes"][0]:
+    fail("STITCH_SIM_WIRE=0: the seed's uplink carried %d bytes for the core's %d"
+         % (pb["node_link_bytes"][0], pb["node_egress_bytes"][0]))
+a, z = w["versions"][0]["max_s"], b["versions"][0]["max_s"]
+if not a > 1.03 * z:
+    fail("the anchor's last node at %.3f s with the links' other bytes, "
+         "%.3f s without" % (a, z))
+print("sim_schema (wire): ok, the anchor's last node at %.3f s, %.3f s with "
+      "the core's bytes alone; the links carried %.3f times the core's bytes"
+      % (a, z, sum(pw["node_link_bytes"]) / sum(pw["node_egress_bytes"])))
+PY
   exit 0
 fi
 

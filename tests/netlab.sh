@@ -61,6 +61,13 @@ if x is None or len(x["nodes"]) != 1 or x["bit_exact"] != 1:
 if x["connections_out"] < 1 or x["inbound_probe"] != "dropped" or \
         x["inbound_dropped"] < 1:
     no("the NAT did not masquerade, or let a dial in: %s" % x)
+# Every member interface carried its chunks and more: headers,
+# acknowledgements, control frames (docs/simulator.md "What the links
+# carry").
+lb, cb = r.get("node_link_bytes"), r.get("node_chunk_bytes")
+if not lb or not cb or len(lb) != 9 or len(cb) != 9 or \
+        any(not isinstance(x, int) or x <= c for x, c in zip(lb, cb)) or cb[0] <= 0:
+    no("link bytes %s against chunk bytes %s" % (lb, cb))
 if not r["link_packets"] or r["link_packets"]["lost"] <= 0:
     no("the emulator lost nothing: %s" % r["link_packets"])
 if "late_p99_us" not in r["link_packets"]:

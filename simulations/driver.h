@@ -208,8 +208,6 @@ typedef struct node {
   double wake_at; /* queues: the earliest wake-up queued for it */
   uint64_t stored, needed_n, bad_writes, apply_errors, tick_errors;
   uint64_t wire_up; /* bytes this node put on the wire */
-  uint64_t link_up; /* queues: what its uplink carried, wire_up with
-                       TCP/IP headers and acknowledgements (queue.c) */
   uint64_t ramp_held; /* of version 1's chunks (STITCH_SIM_RAMP) */
 } node;
 
@@ -388,6 +386,10 @@ void queue_init(sim *s); /* dies when out of memory */
 void queue_free(sim *s);
 void queue_ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c);
 void queue_send(sim *s, node *n, uint32_t ci, msg *m);
+/* What host HOST's uplink carried: the core's bytes with TCP/IP headers,
+ * control frames and acknowledgements (docs/simulator.md "What the links
+ * carry"). */
+uint64_t queue_link_bytes(const sim *s, int host);
 void queue_publish_central(sim *s, unsigned v);
 /* N's core wants a tick at stitch_swarm_wake: queue the wake-up. */
 void queue_wake(sim *s, node *n);

@@ -55,11 +55,15 @@ int qlink_book(qlink *l, double now, double bytes, double *start,
   *start = st;
   *end = fmax(*end, to);
   l->debt = 0;
+  l->carried += bytes;
+  if (to > l->busy_to)
+    l->busy_to = to;
   return 0;
 }
 
 void qlink_charge(qlink *l, double t, double bytes) {
-  if (l->n > 0 && l->b[l->n - 1].to > t)
+  l->carried += bytes;
+  if (l->busy_to > t)
     l->debt += bytes;
 }
 

@@ -249,12 +249,6 @@ static void book(qlink *l, double now, double bytes, double *start,
     die("out of memory");
 }
 
-/* What host A's uplink carried (node.link_up; not the store's). */
-static void count_up(sim *s, int a, double bytes) {
-  if (a < s->n_node)
-    s->node[a].link_up += (uint64_t)llround(bytes);
-}
-
 /* BYTES take their share of each link from host A to host B from T,
  * without waiting for it: a control frame (it goes beside the queues, a
  * small packet of its own connection, which a fair-queued link sends in
@@ -265,7 +259,6 @@ static void charge(sim *s, int a, int b, double bytes, double t) {
   qnet *q = s->q;
   int ra = q->region[a], rb = q->region[b];
   qlink_charge(&q->up[a], t, bytes);
-  count_up(s, a, bytes);
   if (ra != rb) {
     qlink_charge(&q->out[ra], t, bytes);
     qlink_charge(&q->in[rb], t, bytes);
@@ -302,7 +295,6 @@ static double transfer(sim *s, int a, int b, size_t bytes, int queued,
   }
   double start = now, end = now;
   book(&q->up[a], now, sz, &start, &end);
-  count_up(s, a, sz);
   if (up != NULL) {
     up[0] = start;
     up[1] = end;
@@ -321,6 +313,10 @@ static double transfer(sim *s, int a, int b, size_t bytes, int queued,
 }
 
 /* ---- Sending ---------------------------------------------------------- */
+
+uint64_t queue_link_bytes(const sim *s, int host) {
+  return (uint64_t)llround(s->q->up[host].carried);
+}
 
 void queue_ctl_send(sim *s, int from, int to, msg_kind kind, uint32_t c) {
   double t =

@@ -117,7 +117,7 @@ int sim_run_report(sim *s, double wall_s, double rss_base, int as_json,
     join_s[i] = n->state == NODE_WAITING ? INFINITY : n->join_s;
     left_s[i] = n->left_s;
     egress[i] = n->wire_up;
-    link_b[i] = n->link_up;
+    link_b[i] = s->sc.queues ? queue_link_bytes(s, (int)i) : 0;
     r.bad_writes += n->bad_writes;
     r.apply_errors += n->apply_errors;
     /* Over nodes alive at the end: one that left mid-fetch stored chunks

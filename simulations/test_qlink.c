@@ -140,6 +140,7 @@ static void charges(void) {
   NEAR(book(&l, 0, 100, &end), 2.4);
   NEAR(end, 2.5);
   CHECK(l.n == 1);
+  NEAR(l.carried, 3700); /* all of it, booked or charged, idle or not */
   qlink_free(&l);
 }
 

@@ -81,9 +81,9 @@ void flows_send(sim *s, node *n, uint32_t ci, msg *m) {
 
 void flows_publish_central(sim *s, unsigned v) {
   for (int i = 1; i < s->n_node; i++) {
-    sg_comm_t cm = sg_mailbox_put_init(s->node[i].ctl,
-                                       msg_new(s, MSG_PUBLISH, v, NULL, 0),
-                                       (long)sim_wire_bytes(s, (double)s->tr.v[v].bytes));
+    double bytes = sim_wire_bytes(s, (double)s->tr.v[v].bytes);
+    sg_comm_t cm = sg_mailbox_put_init(
+        s->node[i].ctl, msg_new(s, MSG_PUBLISH, v, NULL, 0), (long)bytes);
     sg_comm_detach(cm, free);
   }
 }

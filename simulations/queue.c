@@ -440,9 +440,10 @@ static size_t slice_of(const qnet *q, int from, size_t len) {
  * the links, OFF bytes of it being there already (slice_of): pieces of
  * equal size, the next one booked when this one is within a quarter of a
  * piece (at most SMALL_BYTES) of leaving the uplink, by when the sender's
- * other pipes have booked theirs, so they take turns. After the last piece the message arrives whole, at
- * the latest of its pieces' arrivals; the pipe takes more once it is
- * within its mark of leaving (EV_SENT), as an unpieced message does. */
+ * other pipes have booked theirs, so they take turns. After the last
+ * piece the message arrives whole, at the latest of its pieces' arrivals;
+ * the pipe takes more once it is within its mark of leaving (EV_SENT), as
+ * an unpieced message does. */
 static void send_piece(sim *s, int from, uint32_t ci, msg *m, size_t off) {
   conn *c = s->conn[ci];
   int side = side_of(c, from), to = c->node[1 - side];

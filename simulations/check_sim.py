@@ -39,6 +39,15 @@ def check_common(r, fail, seed_spans=True, own_links=True):
                  "and median %d" % (v["version"], lo, mid))
 
 
+def load_complete(path, test, network):
+    """load, and the run completed with check_common's checks."""
+    r, fail = load(path, test, network)
+    if r["completed"] is not True:
+        fail("not complete")
+    check_common(r, fail)
+    return r, fail
+
+
 def load_one_version(path, test):
     """A queues-network report of one version that every node must hold:
     the report, that version's entry and fail, the common checks done."""

@@ -276,14 +276,10 @@ PY
   python3 - "$tmp" "$dir" <<'PY'
 import sys
 sys.path.insert(0, sys.argv[2])
-from check_sim import load, check_common
+from check_sim import load_complete
 t = sys.argv[1]
-(p, fail), (f, _) = (load("%s/asym-%s.out" % (t, n), "sim_schema", "pace " + n)
-                     for n in ("paced", "free"))
-for r in (p, f):
-    if r["completed"] is not True:
-        fail("not complete")
-    check_common(r, fail)
+(p, fail), (f, _) = (load_complete("%s/asym-%s.out" % (t, n), "sim_schema",
+                                   "pace " + n) for n in ("paced", "free"))
 late = [(a["max_s"], b["max_s"]) for a, b in zip(p["versions"][1:], f["versions"][1:])]
 if not all(a > b for a, b in late):
     fail("the deltas' last nodes paced / at the links' rates: %s" % late)
@@ -302,14 +298,10 @@ PY
   python3 - "$tmp" "$dir" <<'PY'
 import json, sys
 sys.path.insert(0, sys.argv[2])
-from check_sim import load, check_common
+from check_sim import load_complete
 t = sys.argv[1]
-(w, fail), (b, _) = (load("%s/sym-%s.out" % (t, n), "sim_schema", "wire " + n)
-                     for n in ("wire", "bare"))
-for r in (w, b):
-    if r["completed"] is not True:
-        fail("not complete")
-    check_common(r, fail)
+(w, fail), (b, _) = (load_complete("%s/sym-%s.out" % (t, n), "sim_schema",
+                                   "wire " + n) for n in ("wire", "bare"))
 pw, pb = (json.load(open("%s/%s/sim.json" % (t, n))) for n in ("wire", "bare"))
 for i, (link, core) in enumerate(zip(pw["node_link_bytes"], pw["node_egress_bytes"])):
     if core > 0 and not link > 1.04 * core:

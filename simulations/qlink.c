@@ -56,14 +56,12 @@ int qlink_book(qlink *l, double now, double bytes, double *start,
   *end = fmax(*end, to);
   l->debt = 0;
   l->carried += bytes;
-  if (to > l->busy_to)
-    l->busy_to = to;
   return 0;
 }
 
 void qlink_charge(qlink *l, double t, double bytes) {
   l->carried += bytes;
-  if (l->busy_to > t)
+  if (l->n > 0 && l->b[l->n - 1].to > t)
     l->debt += bytes;
 }
 

@@ -25,8 +25,6 @@ typedef struct qlink {
   double debt; /* bytes charged while it was busy (qlink_charge), which
                   its next booking carries */
   double carried; /* every byte booked or charged on it */
-  double busy_to;  /* the end of its last booking (qlink_charge reads it
-                      without touching b) */
 } qlink;
 
 /* Books BYTES on L in its first free stretch from *START (when the

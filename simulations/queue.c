@@ -31,8 +31,8 @@
  *
  * One SimGrid actor runs every core from one event heap (arrivals and
  * wake-ups, ordered by time, then by when they were queued, so a run is
- * deterministic) and sleeps until each event's time, so SimGrid's clock
- * is the simulation's. */
+ * deterministic). The simulation's clock is the loop's own (queue_now);
+ * SimGrid's is moved to it once, at the end (queue_main). */
 #include "driver.h"
 #include "qlink.h"
 
@@ -602,9 +602,8 @@ static void queue_main(int argc, char **argv) {
     int controller = ctl <= t; /* it goes first at equal times */
     if (controller)
       t = ctl;
-    /* The driver's clock is ours (queue_now); SimGrid's is moved once, at
-     * the end: a sleep to every event's time was a sixth of the wall
-     * time at 250 nodes. */
+    /* Nothing reads SimGrid's clock here: a sleep to every event's time
+     * was a sixth of the wall time at 250 nodes. */
     if (t > s->clock)
       s->clock = t;
     if (controller) {

@@ -603,7 +603,8 @@ static void queue_main(int argc, char **argv) {
     if (controller)
       t = ctl;
     /* Nothing reads SimGrid's clock here: a sleep to every event's time
-     * was a sixth of the wall time at 250 nodes. */
+     * cost 6 % of the instructions (docs/simulator.md "Wall time and
+     * memory"). */
     if (t > s->clock)
       s->clock = t;
     if (controller) {

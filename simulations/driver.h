@@ -85,6 +85,10 @@
  * array). The queues network has no such cap, as TCP has none: it held
  * chunks behind HAVEs on far links. */
 #define PIPE_MSGS 16
+/* At most this: a control frame (HAVE, REQUEST, ...), which passes beside
+ * the queues (queue.c) and whose loss costs its own packet only. Below the
+ * smallest chunk the publisher makes (16 KiB, or one small block). */
+#define FRAME_CTL_MAX 2048
 #define CTL_BYTES 64  /* simulated size of DIAL, ACCEPT, CLOSE */
 #define SIM_WARMUP_S 2.0 /* nodes join before version 1 */
 
@@ -105,6 +109,8 @@ typedef struct msg {
   uint32_t conn; /* or the version, for MSG_PUBLISH */
   size_t len;
   const uint8_t *ref; /* the bytes, when not in data[] */
+  double extra;       /* flows: its route's jitter and loss recovery (s),
+                         drawn when it is sent (sim_path) */
   uint8_t data[];
 } msg;
 
@@ -117,7 +123,7 @@ typedef struct pipe_ {
   int nput;                  /* messages in flight (both networks) */
   size_t inflight;           /* their bytes */
   size_t unsent; /* queues: bytes of messages not yet within their mark */
-  double last_arrival;       /* queues: keeps the pipe in order */
+  double last_arrival; /* keeps the pipe in order (flows: its receiver's) */
   /* queues: a message leaving in pieces (QUEUE_SLICE), the latest
    * arrival of its pieces so far, and a CLOSE that waits for it to be
    * whole (as a FIN after the data) */

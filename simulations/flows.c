@@ -20,7 +20,12 @@
  * its round trip. Here a message's bytes move at their max-min share,
  * unweighted, and the receiver holds what came until the route's latency
  * has passed (hold, deliver), in order of arrival: the same latency and
- * bytes as before, shared the way netlab's hosts share them. */
+ * bytes as before, shared the way netlab's hosts share them.
+ *
+ * Loss and jitter are the queues network's (faults.c sim_path), drawn
+ * when a data message is sent: the bytes lost are sent again on the
+ * links, and the delay of their recovery is added to the hold, in the
+ * pipe's order. DIAL, ACCEPT and CLOSE (the control mailbox) pay neither. */
 #include "driver.h"
 
 #include <simgrid/actor.h>
@@ -73,10 +78,16 @@ void flows_send(sim *s, node *n, uint32_t ci, msg *m) {
     snprintf(name, sizeof(name), "c%u.%d", ci, side_of(c, n->idx));
     p->mb = sg_mailbox_by_name(name);
   }
+  /* Jitter and loss (faults.c): the retransmitted bytes go on the links,
+   * the recovery's delay is held at the receiver (on_comm). */
+  sim_route rt;
+  sim_path(s, n->idx, c->node[1 - side_of(c, n->idx)], m->len,
+           m->len > FRAME_CTL_MAX || m->ref != NULL, now_s(s), &rt);
+  m->extra = rt.extra;
   p->put_len[p->nput] = m->len;
   p->inflight += m->len;
-  p->put[p->nput++] =
-      sg_mailbox_put_async(p->mb, m, (long)sim_wire_bytes(s, (double)m->len));
+  p->put[p->nput++] = sg_mailbox_put_async(
+      p->mb, m, (long)(sim_wire_bytes(s, (double)m->len) * rt.inflate));
 }
 
 void flows_publish_central(sim *s, unsigned v) {
@@ -207,12 +218,14 @@ static void on_comm(sim *s, node *n, const waiter *w, long pos, int failed) {
   if (what < 0) {
     msg *m = n->ctl_msg;
     n->ctl_get = sg_mailbox_get_async(n->ctl, (void **)&n->ctl_msg);
-    double lat = 0; /* a publish: from the seed's own store */
+    double due = now_s(s); /* a publish: from the seed's own store */
     if (m->kind != MSG_PUBLISH) {
       const conn *c = s->conn[m->conn];
-      lat = one_way(s, c->node[1 - side_of(c, n->idx)], n->idx);
+      due += one_way(s, c->node[1 - side_of(c, n->idx)], n->idx);
+      if (m->kind == MSG_CLOSE) /* after the data, as a FIN */
+        due = fmax(due, c->d[1 - side_of(c, n->idx)].last_arrival);
     }
-    hold(n, m, UINT32_MAX, now_s(s) + lat);
+    hold(n, m, UINT32_MAX, due);
     return;
   }
   conn *c = s->conn[w->conn[pos]];
@@ -221,7 +234,10 @@ static void on_comm(sim *s, node *n, const waiter *w, long pos, int failed) {
     pipe_ *p = &c->d[1 - side];
     msg *m = p->got;
     p->get = sg_mailbox_get_async(p->mb, (void **)&p->got);
-    hold(n, m, w->conn[pos], now_s(s) + one_way(s, c->node[1 - side], n->idx));
+    /* In order: a message behind one that lost a packet waits for it. */
+    double due = now_s(s) + one_way(s, c->node[1 - side], n->idx) + m->extra;
+    p->last_arrival = due = fmax(due, p->last_arrival);
+    hold(n, m, w->conn[pos], due);
   } else { /* a send ended: the window has room again */
     pipe_ *p = &c->d[side];
     p->inflight -= p->put_len[what - 1];

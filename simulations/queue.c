@@ -44,9 +44,6 @@
 
 /* As stitchd, whose writes over it are bulk and set their own mark. */
 #define SMALL_BYTES STITCH_SWARM_LOWAT_MIN
-/* At most this: a control frame, beside the queues (above). Below the
- * smallest chunk the publisher makes (16 KiB, or one small block). */
-#define FRAME_CTL_MAX 2048
 
 typedef enum ev_kind {
   EV_WAKE, EV_CTL, EV_DATA, EV_CENTRAL, EV_JOIN, EV_LEAVE, EV_SENT, EV_PIECE

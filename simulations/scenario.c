@@ -288,13 +288,6 @@ static void read_faults(rd *r, json_t *root, sim_scenario *sc) {
  * queues network, said on stderr (sim.c) with the reason, so that a user
  * never needs to know which network a fleet's size or the file's keys
  * call for (docs/simulator.md, "Two networks"). */
-int sim_scenario_lossy(const sim_scenario *sc) {
-  int lossy = sc->inter_loss_pct > 0 || sc->inter_jitter_ms > 0;
-  for (size_t g = 0; g < sc->n_regions; g++)
-    lossy |= sc->regions[g].loss_pct > 0 || sc->regions[g].jitter_ms > 0;
-  return lossy;
-}
-
 static void pick_network(sim_scenario *sc, const char *path) {
   char why[96];
   if (sc->nodes > SIM_FLOWS_MAX_NODES)
@@ -303,8 +296,6 @@ static void pick_network(sim_scenario *sc, const char *path) {
              SIM_FLOWS_MAX_NODES);
   else if (sc->n_faults > 0)
     snprintf(why, sizeof(why), "faults are simulated there only");
-  else if (sim_scenario_lossy(sc))
-    snprintf(why, sizeof(why), "loss_pct and jitter_ms are modelled there only");
   else
     return;
   sc->queues = 1;

@@ -116,6 +116,7 @@ msg *msg_new(const sim *s, msg_kind kind, uint32_t c, const uint8_t *buf,
   m->conn = c;
   m->len = len;
   m->ref = ref ? buf : NULL;
+  m->extra = 0;
   if (len && !ref)
     memcpy(m->data, buf, len);
   return m;
@@ -1246,14 +1247,6 @@ int main(int argc, char **argv) {
   s.path_rng = s.sc.rng_seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
   if (s.path_rng == 0)
     s.path_rng = 1;
-  if (!s.sc.queues) {
-    /* Loss and jitter act on the queues network (faults.c sim_path); the
-     * flows network's links are SimGrid's. Said, never silently. */
-    if (sim_scenario_lossy(&s.sc))
-      fprintf(stderr, "stitch-sim: loss_pct and jitter_ms are modelled on "
-                      "the queues network only; the flows network runs "
-                      "without them\n");
-  }
   if (sim_trajectory_make(&s.sc, steps, &s.tr, err, sizeof(err)) != 0)
     die(err);
   if (rp != NULL && *rp == '1' && !s.sc.central) {

@@ -99,8 +99,6 @@ typedef struct sim_scenario {
 int sim_scenario_load(const char *path, sim_scenario *sc, char *err,
                       size_t errlen);
 void sim_scenario_free(sim_scenario *sc);
-/* Whether SC has loss or jitter on any route (the queues network's). */
-int sim_scenario_lossy(const sim_scenario *sc);
 
 /* The lower bound (seconds) for every node to receive F bytes that only
  * the seed holds: Kumar-Ross, tightened by the region links

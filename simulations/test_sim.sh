@@ -223,7 +223,7 @@ if f["converged_version"] != 4 or f["behind_at_end"] != 8 or \
 print("sim_schema (seed_restart): ok, every node held version 4 %.2f s "
       "after the restart" % f["converged_s"])
 PY
-  # Loss and jitter (queues network): one node and the seed across a
+  # Loss and jitter, on both networks: one node and the seed across a
   # backbone, one 600 KB version: nothing else shares the route, so loss
   # (its retransmitted bytes, a round trip per message that lost a
   # packet) and jitter (its bound, as a FIFO link delays) can only make
@@ -232,37 +232,38 @@ PY
   printf '%s\n' "$base" > "$tmp/clean.json"
   printf '%s\n' "$base" | sed 's/"latency_ms": 40}/"latency_ms": 40, "loss_pct": 5}/' > "$tmp/lossy.json"
   printf '%s\n' "$base" | sed 's/"latency_ms": 40}/"latency_ms": 40, "jitter_ms": 20}/' > "$tmp/jitter.json"
-  for f in clean lossy jitter; do "$sim" "$tmp/$f.json" --json > "$tmp/$f.out"; done
-  # On flows, said in one line rather than ignored.
-  sed 's/"network": "queues"/"network": "flows"/' "$tmp/lossy.json" > "$tmp/lossyf.json"
-  "$sim" "$tmp/lossyf.json" --json > /dev/null 2> "$tmp/lossyf.err"
-  grep -q "modelled on the queues network only" "$tmp/lossyf.err" ||
-    { echo "sim_schema: loss on flows:"; cat "$tmp/lossyf.err"; exit 1; }
+  for f in clean lossy jitter; do
+    "$sim" "$tmp/$f.json" --json > "$tmp/$f-queues.out"
+    sed 's/"network": "queues"/"network": "flows"/' "$tmp/$f.json" > "$tmp/$f-f.json"
+    "$sim" "$tmp/$f-f.json" --json > "$tmp/$f-flows.out"
+  done
   python3 - "$tmp" "$dir" <<'PY'
 import sys
 sys.path.insert(0, sys.argv[2])
 from check_sim import load, check_common
 t = sys.argv[1]
-out = {}
-for name in ("clean", "lossy", "jitter"):
-    r, fail = load("%s/%s.out" % (t, name), "sim_schema", name)
-    if r["completed"] is not True:
-        fail("not complete")
-    check_common(r, fail, own_links=False)  # one node: no region to link
-    out[name] = r
-c, l, j = out["clean"], out["lossy"], out["jitter"]
-if c["loss_recoveries"] or c["loss_resent_bytes"]:
-    fail("lossless: %d recoveries" % c["loss_recoveries"])
-if not l["loss_recoveries"] > 0 or not l["loss_resent_bytes"] > 0:
-    fail("5 %% loss: %d recoveries, %d bytes resent"
-         % (l["loss_recoveries"], l["loss_resent_bytes"]))
-a, b, x = (r["versions"][0]["max_s"] for r in (c, l, j))
-if not (b > a and x > a):
-    fail("the transfer took %.4f s clean, %.4f s with loss, %.4f s with "
-         "jitter" % (a, b, x))
-print("sim_schema (loss, jitter): ok, %.3f s clean, %.3f s at 5 %% loss "
-      "(%d recoveries), %.3f s with 20 ms jitter"
-      % (a, b, l["loss_recoveries"], x))
+for net in ("queues", "flows"):
+    out = {}
+    for name in ("clean", "lossy", "jitter"):
+        r, fail = load("%s/%s-%s.out" % (t, name, net), "sim_schema",
+                       "%s on %s" % (name, net))
+        if r["completed"] is not True or r["network"] != net:
+            fail("not complete, or not on %s" % net)
+        check_common(r, fail, own_links=False)  # one node: no region to link
+        out[name] = r
+    c, l, j = out["clean"], out["lossy"], out["jitter"]
+    if c["loss_recoveries"] or c["loss_resent_bytes"]:
+        fail("lossless: %d recoveries" % c["loss_recoveries"])
+    if not l["loss_recoveries"] > 0 or not l["loss_resent_bytes"] > 0:
+        fail("5 %% loss: %d recoveries, %d bytes resent"
+             % (l["loss_recoveries"], l["loss_resent_bytes"]))
+    a, b, x = (r["versions"][0]["max_s"] for r in (c, l, j))
+    if not (b > a and x > a):
+        fail("the transfer took %.4f s clean, %.4f s with loss, %.4f s with "
+             "jitter" % (a, b, x))
+    print("sim_schema (loss, jitter, %s): ok, %.3f s clean, %.3f s at 5 %% "
+          "loss (%d recoveries), %.3f s with 20 ms jitter"
+          % (net, a, b, l["loss_recoveries"], x))
 PY
   # A connection's pace (queue.c pace_*; docs/simulator.md "A
   # connection's pace"): a connection keeps the share of the uplink it
@@ -765,7 +766,8 @@ bad fault_nodes "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"network\":
 bad fault_overlap "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"network\": \"queues\", \"faults\": [{\"at_s\": 1, \"kind\": \"kill\", \"nodes\": [0], \"restart_at_s\": 3}, {\"at_s\": 2, \"kind\": \"kill\", \"nodes\": [0, 1], \"restart_at_s\": 4}], $good}" "faults\[1\]: overlaps faults\[0\]"
 # "network" left out: stitch-sim picks the queues network for a file the
 # flows network cannot run in reasonable time (over 250 nodes) or at all
-# (faults, loss), says so in one line, and reports which one ran.
+# (faults), says so in one line, and reports which one ran. Loss and
+# jitter run on both.
 picked() { # NAME JSON NETWORK WHY
   printf '%s\n' "$2" > "$tmp/$1.json"
   "$sim" "$tmp/$1.json" --json > "$tmp/$1.out" 2> "$tmp/$1.err" ||
@@ -782,7 +784,7 @@ sys.exit(0 if r["network"] == sys.argv[2] and r["completed"] else "%s ran on %s"
 picked few "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $good}" flows ""
 picked many "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $(printf '%s' "$good" | sed 's/"nodes": 2,/"nodes": 300,/; s/"bytes": 100000/"bytes": 20000/')}" queues "300 nodes"
 picked faults_auto "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"faults\": [{\"at_s\": 0.5, \"kind\": \"seed_restart\", \"restart_at_s\": 0.6}], $good}" queues "faults"
-picked lossy_auto "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $(printf '%s' "$good" | sed 's/"latency_ms": 1}\]/"latency_ms": 1, "loss_pct": 1}]/')}" queues "loss_pct"
+picked lossy_auto "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, $(printf '%s' "$good" | sed 's/"latency_ms": 1}\]/"latency_ms": 1, "loss_pct": 1}]/')}" flows ""
 picked forced "{\"seed\": {\"region\": \"us\", \"up_mbps\": 100}, \"network\": \"queues\", $good}" queues ""
 # versions.first_interval_s: the second version that long after the first,
 # the others interval_s apart.

@@ -11,8 +11,9 @@
 # in one). With stitch-sim built, the run also carries stitch-sim's
 # reference keys (bound_s, ratio, lb_s, lb_ratio, latency_s, and the
 # budget_ ones beside them), consistent with its times; without, they are left out and bounds_note says why. A
-# last run must refuse a scenario it cannot host (one line, exit 2) and
-# leave nothing.
+# run must refuse a scenario it cannot host (one line, exit 2) and leave
+# nothing; a last one, stopped by SIGINT mid-run, must leave nothing
+# either: no namespace, no process.
 #
 # Skips (77) with one line when namespaces cannot be made (not root, or
 # `ip netns add` fails: a container without CAP_SYS_ADMIN) or nft is
@@ -139,4 +140,31 @@ rc=$?
 [ $rc -eq 2 ] || fail "--queue sfq: exit $rc, expected 2"
 case "$err" in *"--queue"*"invalid choice"*) ;; *) fail "--queue sfq: '$err'" ;; esac
 [ "$(left)" -eq 0 ] || fail "namespaces remain after --queue sfq"
+
+# Ctrl-C in the middle of a run: netlab tears everything down (its
+# daemons, the emulator, every namespace), says why in one line and exits
+# 130. The signal goes once the first node has written its status, so the
+# daemons are up; both waits are bounded.
+python3 "$root/tools/netlab" "$root/simulations/scenarios/netlab_ci.json" \
+  --bin "$bin" --prefix "$prefix" --out "$kept/int" --quiet \
+  > /dev/null 2> "$kept/int.err" &
+pid=$!
+for _ in $(seq 240); do
+  [ -s "$kept/int/node-0/status.json" ] && break
+  kill -0 $pid 2>/dev/null || break
+  sleep 0.25
+done
+[ -s "$kept/int/node-0/status.json" ] || fail "Ctrl-C: no node started within 60 s"
+[ "$(left)" -gt 0 ] || fail "Ctrl-C: no namespaces while running"
+kill -INT $pid
+for _ in $(seq 120); do kill -0 $pid 2>/dev/null || break; sleep 0.25; done
+kill -0 $pid 2>/dev/null && { kill -9 $pid; fail "Ctrl-C: still running 30 s later"; }
+wait $pid
+rc=$?
+[ $rc -eq 130 ] || fail "Ctrl-C: exit $rc, expected 130: $(cat "$kept/int.err")"
+grep -q "interrupted by signal 2" "$kept/int.err" ||
+  fail "Ctrl-C: not said: $(cat "$kept/int.err")"
+[ "$(left)" -eq 0 ] || fail "Ctrl-C: namespaces named $prefix-* remain"
+! pgrep -f "$kept/int" > /dev/null ||
+  fail "Ctrl-C: processes of the run remain: $(pgrep -af "$kept/int")"
 echo "netlab.sh: ok"

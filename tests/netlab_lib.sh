@@ -2,7 +2,8 @@
 # `me` (the script's name, for messages) and `tag` (a word for the
 # namespace prefix). Sets bin, root, prefix; skips (exit 77, one line)
 # when namespaces cannot be made here: no python3, no iproute2, not root,
-# or `ip netns add` fails (a container without CAP_SYS_ADMIN); with
+# no /dev/net/tun (the link emulator's TAP devices), or `ip netns add`
+# fails (a container without CAP_SYS_ADMIN); with
 # `need_nft=1`, also without nft. Defines fail, left (the namespaces of
 # the run that remain) and netlab_run (runs tools/netlab on a scenario,
 # leaves its JSON in $out, fails unless it exited 0 and left nothing).
@@ -16,6 +17,7 @@ command -v ip >/dev/null && command -v tc >/dev/null || skip "needs ip and tc (i
 [ "${need_nft:-0}" -eq 0 ] || command -v nft >/dev/null ||
   skip "needs nft (apt-get install nftables; tools/setup.sh does)"
 [ "$(id -u)" -eq 0 ] || skip "needs root for ip netns"
+[ -c /dev/net/tun ] || skip "needs /dev/net/tun (stitch-linkemu's TAP devices)"
 prefix="netlab-$tag-$$"
 ip netns add "$prefix-probe" 2>/dev/null || skip "ip netns add fails here"
 ip netns del "$prefix-probe"

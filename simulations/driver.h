@@ -81,9 +81,10 @@
  * with timestamps), as htb and an interface's counters see them
  * (docs/simulator.md "What the links carry"). */
 #define WIRE_HDR 66.0
-/* Flows: at most this many messages in flight per pipe (the put[]
- * array). The queues network has no such cap, as TCP has none: it held
- * chunks behind HAVEs on far links. */
+/* Flows: at most this many messages handed over per pipe (the put[]
+ * array), on the links one at a time, in order. The queues network has
+ * no such cap, as TCP has none: it held chunks behind HAVEs on far
+ * links. */
 #define PIPE_MSGS 16
 /* At most this: a control frame (HAVE, REQUEST, ...), which passes beside
  * the queues (queue.c) and whose loss costs its own packet only. Below the
@@ -118,8 +119,12 @@ typedef struct pipe_ {
   sg_mailbox_t mb; /* flows: its mailbox; the receiver is fixed */
   sg_comm_t get;   /* flows: the receiver's pending get, or NULL */
   msg *got;
-  sg_comm_t put[PIPE_MSGS];  /* flows: the sends in flight */
+  sg_comm_t put[PIPE_MSGS];  /* flows: the sends, the first in flight */
   size_t put_len[PIPE_MSGS]; /* flows: their bytes */
+  /* flows: a send behind the first waits its turn (its put[k] NULL):
+   * the message and its bytes on the links */
+  msg *wait[PIPE_MSGS];
+  long wait_bytes[PIPE_MSGS];
   int nput;                  /* messages in flight (both networks) */
   size_t inflight;           /* their bytes */
   size_t unsent; /* queues: bytes of messages not yet within their mark */

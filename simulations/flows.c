@@ -4,9 +4,16 @@
  *
  * Each node and the seed is one SimGrid actor. A pipe is a mailbox whose
  * receiver is fixed (sg_mailbox_set_receiver), so a message's transfer
- * starts when it is sent and messages are taken in the order they were
- * sent. An actor waits for the first of: a message on one of its pipes or
- * its control mailbox, the end of one of its sends, or its core's wake-up.
+ * starts when it is put and messages are taken in the order they were
+ * put. A pipe is a TCP stream: of the messages its core handed over (up
+ * to PIPE_MSGS), one is on the links at a time, and the next is put when
+ * it is in. With all of them on the links at once, side by side, the
+ * first of a round came whole only with the last: the seed's first
+ * chunks of a delta reached their nodes about when all of them did, and
+ * on netlab's home links the median node was 25 % late (docs/simulator.md
+ * "The simulator against netlab"). An actor waits for the first of: a
+ * message on one of its pipes or its control mailbox, the end of one of
+ * its sends, or its core's wake-up.
  *
  * SimGrid 3.32 keeps every comm an actor started in that actor's activity
  * list until the actor waits on it (sg_comm_test on a finished comm leaves
@@ -84,10 +91,17 @@ void flows_send(sim *s, node *n, uint32_t ci, msg *m) {
   sim_path(s, n->idx, c->node[1 - side_of(c, n->idx)], m->len,
            m->len > FRAME_CTL_MAX || m->ref != NULL, now_s(s), &rt);
   m->extra = rt.extra;
+  long bytes = (long)(sim_wire_bytes(s, (double)m->len) * rt.inflate);
   p->put_len[p->nput] = m->len;
   p->inflight += m->len;
-  p->put[p->nput++] = sg_mailbox_put_async(
-      p->mb, m, (long)(sim_wire_bytes(s, (double)m->len) * rt.inflate));
+  if (p->nput == 0) {
+    p->put[p->nput++] = sg_mailbox_put_async(p->mb, m, bytes);
+    return;
+  }
+  /* Behind the one in flight, as a TCP stream's bytes are (on_comm). */
+  p->put[p->nput] = NULL;
+  p->wait[p->nput] = m;
+  p->wait_bytes[p->nput++] = bytes;
 }
 
 void flows_publish_central(sim *s, unsigned v) {
@@ -201,7 +215,8 @@ static void wait_list(sim *s, node *n, waiter *w) {
     if (c->open[side] && c->d[1 - side].get != NULL)
       wait_add(w, c->d[1 - side].get, n->conns[i], 0);
     for (int k = 0; k < c->d[side].nput; k++)
-      wait_add(w, c->d[side].put[k], n->conns[i], 1 + k);
+      if (c->d[side].put[k] != NULL) /* not one waiting its turn */
+        wait_add(w, c->d[side].put[k], n->conns[i], 1 + k);
   }
 }
 
@@ -245,7 +260,13 @@ static void on_comm(sim *s, node *n, const waiter *w, long pos, int failed) {
             (size_t)(p->nput - what) * sizeof(p->put[0]));
     memmove(&p->put_len[what - 1], &p->put_len[what],
             (size_t)(p->nput - what) * sizeof(p->put_len[0]));
+    memmove(&p->wait[what - 1], &p->wait[what],
+            (size_t)(p->nput - what) * sizeof(p->wait[0]));
+    memmove(&p->wait_bytes[what - 1], &p->wait_bytes[what],
+            (size_t)(p->nput - what) * sizeof(p->wait_bytes[0]));
     p->nput--;
+    if (p->nput > 0 && p->put[0] == NULL) /* the next one's turn */
+      p->put[0] = sg_mailbox_put_async(p->mb, p->wait[0], p->wait_bytes[0]);
     if (p->nput == 0 && c->fin[side]) { /* conn_close waited for this */
       c->fin[side] = 0;
       flows_ctl_send(s, n->idx, c->node[1 - side], MSG_CLOSE, w->conn[pos]);

@@ -81,7 +81,7 @@
  * with timestamps), as htb and an interface's counters see them
  * (docs/simulator.md "What the links carry"). */
 #define WIRE_HDR 66.0
-/* Flows: at most this many messages handed over per pipe (the put[]
+/* Flows: at most this many messages handed over per pipe (its sent[]
  * array), on the links one at a time, in order. The queues network has
  * no such cap, as TCP has none: it held chunks behind HAVEs on far
  * links. */
@@ -115,16 +115,21 @@ typedef struct msg {
   uint8_t data[];
 } msg;
 
+/* Flows: a message a pipe took, its length and its bytes on the links. */
+typedef struct sent_msg {
+  msg *m;
+  size_t len;
+  long bytes;
+} sent_msg;
+
 typedef struct pipe_ {
   sg_mailbox_t mb; /* flows: its mailbox; the receiver is fixed */
   sg_comm_t get;   /* flows: the receiver's pending get, or NULL */
   msg *got;
-  sg_comm_t put[PIPE_MSGS];  /* flows: the sends, the first in flight */
-  size_t put_len[PIPE_MSGS]; /* flows: their bytes */
-  /* flows: a send behind the first waits its turn (its put[k] NULL):
-   * the message and its bytes on the links */
-  msg *wait[PIPE_MSGS];
-  long wait_bytes[PIPE_MSGS];
+  /* flows: the messages taken, in order; the first on the links (put),
+   * the others waiting their turn */
+  sent_msg sent[PIPE_MSGS];
+  sg_comm_t put;
   int nput;                  /* messages in flight (both networks) */
   size_t inflight;           /* their bytes */
   size_t unsent; /* queues: bytes of messages not yet within their mark */

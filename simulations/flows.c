@@ -79,29 +79,24 @@ void flows_unlisten(sim *s, node *n, uint32_t ci) {
 
 void flows_send(sim *s, node *n, uint32_t ci, msg *m) {
   conn *c = s->conn[ci];
-  pipe_ *p = &c->d[side_of(c, n->idx)];
+  int side = side_of(c, n->idx);
+  pipe_ *p = &c->d[side];
   if (p->mb == NULL) {
     char name[32];
-    snprintf(name, sizeof(name), "c%u.%d", ci, side_of(c, n->idx));
+    snprintf(name, sizeof(name), "c%u.%d", ci, side);
     p->mb = sg_mailbox_by_name(name);
   }
   /* Jitter and loss (faults.c): the retransmitted bytes go on the links,
    * the recovery's delay is held at the receiver (on_comm). */
   sim_route rt;
-  sim_path(s, n->idx, c->node[1 - side_of(c, n->idx)], m->len,
+  sim_path(s, n->idx, c->node[1 - side], m->len,
            m->len > FRAME_CTL_MAX || m->ref != NULL, now_s(s), &rt);
   m->extra = rt.extra;
   long bytes = (long)(sim_wire_bytes(s, (double)m->len) * rt.inflate);
-  p->put_len[p->nput] = m->len;
+  p->sent[p->nput++] = (sent_msg){m, m->len, bytes};
   p->inflight += m->len;
-  if (p->nput == 0) {
-    p->put[p->nput++] = sg_mailbox_put_async(p->mb, m, bytes);
-    return;
-  }
-  /* Behind the one in flight, as a TCP stream's bytes are (on_comm). */
-  p->put[p->nput] = NULL;
-  p->wait[p->nput] = m;
-  p->wait_bytes[p->nput++] = bytes;
+  if (p->nput == 1) /* else behind the one on the links (on_comm) */
+    p->put = sg_mailbox_put_async(p->mb, m, bytes);
 }
 
 void flows_publish_central(sim *s, unsigned v) {
@@ -187,7 +182,7 @@ static void deliver(sim *s, node *n) {
 typedef struct waiter {
   void **comm;
   uint32_t *conn;
-  int *what; /* -1 control, 0 get, 1 + k put k */
+  int *what; /* -1 control, 0 get, 1 the pipe's send */
   size_t n, cap;
 } waiter;
 
@@ -214,9 +209,8 @@ static void wait_list(sim *s, node *n, waiter *w) {
     int side = side_of(c, n->idx);
     if (c->open[side] && c->d[1 - side].get != NULL)
       wait_add(w, c->d[1 - side].get, n->conns[i], 0);
-    for (int k = 0; k < c->d[side].nput; k++)
-      if (c->d[side].put[k] != NULL) /* not one waiting its turn */
-        wait_add(w, c->d[side].put[k], n->conns[i], 1 + k);
+    if (c->d[side].put != NULL)
+      wait_add(w, c->d[side].put, n->conns[i], 1);
   }
 }
 
@@ -255,18 +249,13 @@ static void on_comm(sim *s, node *n, const waiter *w, long pos, int failed) {
     hold(n, m, w->conn[pos], due);
   } else { /* a send ended: the window has room again */
     pipe_ *p = &c->d[side];
-    p->inflight -= p->put_len[what - 1];
-    memmove(&p->put[what - 1], &p->put[what],
-            (size_t)(p->nput - what) * sizeof(p->put[0]));
-    memmove(&p->put_len[what - 1], &p->put_len[what],
-            (size_t)(p->nput - what) * sizeof(p->put_len[0]));
-    memmove(&p->wait[what - 1], &p->wait[what],
-            (size_t)(p->nput - what) * sizeof(p->wait[0]));
-    memmove(&p->wait_bytes[what - 1], &p->wait_bytes[what],
-            (size_t)(p->nput - what) * sizeof(p->wait_bytes[0]));
+    p->inflight -= p->sent[0].len;
+    memmove(&p->sent[0], &p->sent[1],
+            (size_t)(p->nput - 1) * sizeof(p->sent[0]));
     p->nput--;
-    if (p->nput > 0 && p->put[0] == NULL) /* the next one's turn */
-      p->put[0] = sg_mailbox_put_async(p->mb, p->wait[0], p->wait_bytes[0]);
+    p->put = NULL;
+    if (p->nput > 0) /* the next one's turn */
+      p->put = sg_mailbox_put_async(p->mb, p->sent[0].m, p->sent[0].bytes);
     if (p->nput == 0 && c->fin[side]) { /* conn_close waited for this */
       c->fin[side] = 0;
       flows_ctl_send(s, n->idx, c->node[1 - side], MSG_CLOSE, w->conn[pos]);

@@ -1145,9 +1145,8 @@ static void sim_free(sim *s) {
   free(s->node);
   for (size_t i = 0; i < s->n_conn; i++) {
     for (int side = 0; side < 2 && s->net == &sim_net_flows; side++)
-      for (int k = 0; k < s->conn[i]->d[side].nput; k++) /* never started */
-        if (s->conn[i]->d[side].put[k] == NULL)
-          free(s->conn[i]->d[side].wait[k]);
+      for (int k = 1; k < s->conn[i]->d[side].nput; k++) /* never put */
+        free(s->conn[i]->d[side].sent[k].m);
     free(s->conn[i]);
   }
   free(s->conn);

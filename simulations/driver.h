@@ -49,6 +49,18 @@
  * (docs/history/simulator.md "Chunks handed over when the uplink wants
  * them"). */
 #define PIPE_WINDOW (1u << 20)
+/* A message arrives whole, where a TCP stream's bytes come as they
+ * cross: so a message is at most what its route's narrowest link moves
+ * in MSG_SPAN_S, but at least MSG_MIN (a 64 KiB chunk goes whole) and at
+ * most PIPE_WINDOW. Whole messages of up to 1 MiB on a 5 Mbit/s uplink
+ * shared by a few requesters brought a 512 KiB chunk frame's header
+ * seconds before its bytes, and the receiving core dropped the link for
+ * "a frame that comes too slowly" (CORE_FRAME_MIN_RATE, 32 KiB/s, after
+ * 5 s): no node of netlab_sym.json in 512 KiB chunks ever held a chunk.
+ * A message of MSG_MIN comes within 2 s at that rate. Links of 84 Mbit/s
+ * and more are not touched (1 MiB in 0.1 s). */
+#define MSG_SPAN_S 0.1
+#define MSG_MIN (64u << 10)
 /* A node's pos_of entry with this bit: the link cannot take bytes until
  * pipe_flush (sim_net.flushes_on_room). */
 #define POS_HELD 0x80000000u
@@ -148,6 +160,7 @@ typedef struct pipe_ {
    * it left the uplink, and its bytes). */
   double bw, bw_at, next_ok, cycle0, busy_until, first_arrival, first_left;
   size_t first_len;
+  size_t msg_max; /* the longest message it takes (sim.c msg_max) */
 } pipe_;
 
 typedef struct conn {

@@ -222,6 +222,24 @@ static void pipe_listen(sim *s, node *n, uint32_t ci) {
     s->net->listen(s, n, ci);
 }
 
+/* The longest message from node A to node B (driver.h MSG_SPAN_S): what
+ * the narrowest of A's uplink, B's downlink and, between regions, the
+ * backbone moves in MSG_SPAN_S. */
+static size_t msg_max(const sim *s, int a, int b) {
+  const sim_scenario *sc = &s->sc;
+  const node *x = &s->node[a], *y = &s->node[b];
+  double up = a != 0 ? sc->regions[x->region].up_mbps
+              : sc->central ? sc->central_mbps : sc->seed_up_mbps;
+  double down = b != 0 ? sc->regions[y->region].down_mbps : sc->seed_down_mbps;
+  double mbps = fmin(up, down);
+  if (x->region != y->region)
+    mbps = fmin(mbps, sc->inter_mbps);
+  double bytes = mbps * 125e3 * MSG_SPAN_S;
+  if (bytes >= PIPE_WINDOW)
+    return PIPE_WINDOW;
+  return bytes <= MSG_MIN ? MSG_MIN : (size_t)bytes;
+}
+
 static void dial(sim *s, node *n, const char *addr, unsigned flags) {
   int to = -1;
   if (addr[0] == 'n')
@@ -265,6 +283,8 @@ static void dial(sim *s, node *n, const char *addr, unsigned flags) {
   s->conn[ci] = c;
   c->node[0] = n->idx;
   c->node[1] = to;
+  c->d[0].msg_max = msg_max(s, n->idx, to);
+  c->d[1].msg_max = msg_max(s, to, n->idx);
   c->life = n->life;
   c->flags = flags;
   node_add_conn(n, ci, SIM_NO_PEER);
@@ -457,7 +477,7 @@ static void pipe_put(sim *s, node *n, uint32_t ci) {
     stitch_swarm_peer_pending(n->sw, c->peer[side], &buf, &len);
     if (len == 0)
       break;
-    len = len < PIPE_WINDOW ? len : PIPE_WINDOW;
+    len = len < p->msg_max ? len : p->msg_max;
     msg *m = msg_new(s, MSG_DATA, ci, buf, len);
     n->wire_up += len;
     s->messages++;

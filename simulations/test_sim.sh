@@ -548,9 +548,7 @@ fi
 # bursts are two segments at 10 Mbit/s, so the seed's first chunks, out
 # at once, are whole about together, not one chunk's time (13 ms) apart
 # as whole 16 KiB messages were: the first three within one chunk's
-# time. (At the file's 5 Mbit/s, 512 KiB chunks never arrive: a message
-# of up to 1 MiB carries a chunk frame's first bytes and the next one its
-# last, too late for CORE_FRAME_MIN_RATE, and each node drops the seed.)
+# time.
 for kib in 512 16; do
   python3 -c 'import json, sys
 d = json.load(open(sys.argv[1])); d["network"] = "queues"
@@ -587,6 +585,30 @@ if len(t) != 12 or t[2] - t[0] > chunk_s:
 print("sim_small: queues: 16 KiB chunks: the first three whole within %.3f s"
       % (t[2] - t[0]))
 PY
+# A message arrives whole, so it is at most 0.1 s of its route's
+# narrowest link, and at least 64 KiB (driver.h MSG_SPAN_S, MSG_MIN): at
+# netlab_sym.json's own 5 Mbit/s, 512 KiB chunks arrive on both networks.
+# With messages of up to 1 MiB a chunk frame's header came seconds before
+# its bytes, the receivers dropped every link for "a frame that comes too
+# slowly", and no node held a chunk in 120 s.
+for net in queues flows; do
+  python3 -c 'import json, sys
+d = json.load(open(sys.argv[1])); d["network"] = sys.argv[2]
+d["versions"]["chunk_bytes"] = 512 * 1024
+print(json.dumps(d))' "$dir/scenarios/netlab_sym.json" $net > "$tmp/slow512.json"
+  "$sim" "$tmp/slow512.json" --json > "$tmp/slow512.out" 2> "$tmp/slow512.err" ||
+    { echo "sim_small: $net: netlab_sym.json in 512 KiB chunks: $(tail -n 1 "$tmp/slow512.err")"; exit 1; }
+  python3 - "$tmp/slow512.out" $net <<'PY' || exit 1
+import json, sys
+d = json.load(open(sys.argv[1]))
+held = [v["held"] for v in d["versions"]]
+if not d["completed"] or held != [12] * 3:
+    sys.exit("sim_small: %s: 512 KiB chunks at 5 Mbit/s: completed %s, "
+             "held %s" % (sys.argv[2], d["completed"], held))
+print("sim_small: %s: 512 KiB chunks at 5 Mbit/s arrive (version 1 at "
+      "%.1f s)" % (sys.argv[2], d["versions"][0]["max_s"]))
+PY
+done
 # STITCH_SIM_RAMP: every node's ramp lines go up, to all of version 1.
 bound=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["versions"][0]["bound_s"])' "$tmp/queues.out")
 python3 "$dir/ramp.py" "$tmp/ramp.txt" "$bound" > "$tmp/ramp.out" ||

@@ -260,9 +260,10 @@ typedef struct peer {
   unsigned regions_added; /* names its REACHes added to our table */
   /* What it is worth to us (score.h): when it last answered a request
    * of ours (a CHUNK, a REJECT, a CROSSING), when we last charged it a
-   * stall, and when its last PING came. */
+   * stall, and when its last PING came; when its last CHUNK, or REJECT
+   * of a request of ours, came (fetch.c asked_from). */
   score sc;
-  uint64_t answered_ms, stall_ms, ping_ms;
+  uint64_t answered_ms, stall_ms, ping_ms, served_ms;
   uint64_t ready_ms;
   int owes;        /* we sent it a manifest at ready: it answers */
   /* Gossip (gossip.c): the versions it is known to hold the manifest

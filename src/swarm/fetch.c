@@ -140,17 +140,19 @@ static void send_simple(stitch_swarm *s, peer *p, wire_type t,
                         const chunk_id *c);
 
 /* A neighbour of our region has chunk C of (V, O) now: a request for it
- * still out to another region is cancelled, and the chunk asked of the
- * neighbour instead. Such a request went out before the chunk was nearby
- * (its turn came before a copy passed across reached us, cross.c
- * push_across), and a far peer's queue is slow to answer. */
+ * still out to another region, or to the seed, is cancelled, and the
+ * chunk asked of the neighbour instead. Such a request went out before
+ * the chunk was nearby (its turn came before a copy passed across reached
+ * us, cross.c push_across; the seed is asked for what no neighbour has),
+ * and a far peer's queue is slow to answer, the seed's upload the
+ * scarcest (docs/swarm.md "Slow uplinks"). */
 static void cancel_far(stitch_swarm *s, uint64_t version, uint32_t object,
                        uint64_t chunk) {
   chunk_id c = {version, object, chunk};
   for (size_t i = 0; i < s->n_peers; i++) {
     peer *q = &s->peers[i];
     int k;
-    if (q->state == PEER_READY && peer_far(q) &&
+    if (q->state == PEER_READY && (peer_far(q) || q->is_seed) &&
         (k = fetch_asked(q, &c)) >= 0) {
       drop_request(s, q, (unsigned)k);
       send_simple(s, q, WIRE_CANCEL, &c);
@@ -567,6 +569,8 @@ static void drop_request(stitch_swarm *s, peer *p, unsigned i) {
 
 void fetch_on_reject(stitch_swarm *s, peer *p, const chunk_id *c) {
   int i = fetch_asked(p, c);
+  if (i >= 0)
+    p->served_ms = s->now_ms;
   if (i >= 0 && p->req[i].early)
     p->early_refused = c->version; /* it keeps no early requests */
   if (i >= 0) {
@@ -697,6 +701,8 @@ static int charge_outrun(stitch_swarm *s, peer *q) {
 int fetch_on_chunk(stitch_swarm *s, peer *p, const wire_msg *m) {
   chunk_id c = {m->version, m->object, m->chunk};
   int i = fetch_asked(p, &c);
+  p->served_ms = s->now_ms; /* asked or not: it works through its queue
+                               to us, where what it pushes goes first */
   int early = i >= 0 && p->req[i].early;
   /* An early request waited for P to get the chunk: it outruns nobody,
    * and its wait says nothing of how long a chunk takes. */
@@ -1143,9 +1149,19 @@ static void forget_holdings(stitch_swarm *s, peer *p) {
   }
 }
 
+/* When P could start on our request R: P serves a requester one chunk
+ * at a time, in the order asked (what it passes us unasked first), so a
+ * request behind others of ours waits for their answers too. Timed from
+ * its sending, a request queued behind a few 512 KiB chunks on a 5 or 10
+ * Mbit/s uplink went late and timed out, and honest neighbours were
+ * greylisted (docs/swarm.md "Slow uplinks"). */
+static uint64_t asked_from(const peer *p, const request *r) {
+  return r->sent_ms > p->served_ms ? r->sent_ms : p->served_ms;
+}
+
 /* Charges P for our requests that went late (once each) and for a stall:
- * requests out and no answer for SCORE_STALL_MS (score.h says why those
- * bounds). 1 when P was dropped. */
+ * requests out and no answer for SCORE_STALL_MS, nor a frame's bytes
+ * coming (score.h says why those bounds). 1 when P was dropped. */
 static int fetch_judge(stitch_swarm *s, peer *p) {
   double w = SCORE_LATE_FACTOR * s->wait_ms;
   uint64_t late_ms = w > SCORE_LATE_MIN_MS ? (uint64_t)w : SCORE_LATE_MIN_MS;
@@ -1155,7 +1171,7 @@ static int fetch_judge(stitch_swarm *s, peer *p) {
     if (r->early)
       continue; /* it waits for P to get the chunk: never late */
     oldest = r->sent_ms < oldest ? r->sent_ms : oldest;
-    if (!r->late && s->now_ms - r->sent_ms >= late_ms) {
+    if (!r->late && s->now_ms - asked_from(p, r) >= late_ms) {
       r->late = 1;
       if (core_score(s, p, SCORE_LATE))
         return 1;
@@ -1165,6 +1181,8 @@ static int fetch_judge(stitch_swarm *s, peer *p) {
   if (oldest == UINT64_MAX)
     return 0;
   uint64_t since = p->answered_ms > oldest ? p->answered_ms : oldest;
+  if (p->frame_on && p->last_recv_ms > since)
+    since = p->last_recv_ms; /* a chunk is coming (at CORE_FRAME_MIN_RATE) */
   if (s->now_ms - since < SCORE_STALL_MS ||
       s->now_ms - p->stall_ms < SCORE_STALL_MS)
     return 0;
@@ -1192,7 +1210,7 @@ void fetch_tick(stitch_swarm *s) {
         send_simple(s, p, WIRE_CANCEL, &c);
         continue;
       }
-      if (s->now_ms - p->req[k].sent_ms < CORE_REQUEST_MS) {
+      if (s->now_ms - asked_from(p, &p->req[k]) < CORE_REQUEST_MS) {
         k++;
         continue;
       }

@@ -224,12 +224,12 @@ static void pipe_listen(sim *s, node *n, uint32_t ci) {
 
 /* The longest message from node A to node B (driver.h MSG_SPAN_S): what
  * the narrowest of A's uplink, B's downlink and, between regions, the
- * backbone moves in MSG_SPAN_S. */
+ * backbone moves in MSG_SPAN_S. Node 0 is the seed (central mode's store
+ * sends no messages on pipes). */
 static size_t msg_max(const sim *s, int a, int b) {
   const sim_scenario *sc = &s->sc;
   const node *x = &s->node[a], *y = &s->node[b];
-  double up = a != 0 ? sc->regions[x->region].up_mbps
-              : sc->central ? sc->central_mbps : sc->seed_up_mbps;
+  double up = a != 0 ? sc->regions[x->region].up_mbps : sc->seed_up_mbps;
   double down = b != 0 ? sc->regions[y->region].down_mbps : sc->seed_down_mbps;
   double mbps = fmin(up, down);
   if (x->region != y->region)

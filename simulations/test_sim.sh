@@ -549,16 +549,21 @@ fi
 # at once, are whole about together, not one chunk's time (13 ms) apart
 # as whole 16 KiB messages were: the first three within one chunk's
 # time.
-for kib in 512 16; do
+# sym_file NETWORK KIB SCALE: netlab_sym.json on NETWORK in chunks of KIB
+# KiB, its links' rates times SCALE, on stdout.
+sym_file() {
   python3 -c 'import json, sys
-d = json.load(open(sys.argv[1])); d["network"] = "queues"
-d["versions"]["chunk_bytes"] = int(sys.argv[2]) * 1024
+d = json.load(open(sys.argv[1])); d["network"] = sys.argv[2]
+d["versions"]["chunk_bytes"] = int(sys.argv[3]) * 1024
 for m in [d["seed"]] + d["regions"]:
     for k in ("up_mbps", "down_mbps"):
         if k in m:
-            m[k] *= 2
-d["inter_region"]["mbps"] *= 2
-print(json.dumps(d))' "$dir/scenarios/netlab_sym.json" $kib > "$tmp/sym$kib.json"
+            m[k] *= int(sys.argv[4])
+d["inter_region"]["mbps"] *= int(sys.argv[4])
+print(json.dumps(d))' "$dir/scenarios/netlab_sym.json" "$1" "$2" "$3"
+}
+for kib in 512 16; do
+  sym_file queues $kib 2 > "$tmp/sym$kib.json"
   STITCH_SIM_RAMP=1 "$sim" "$tmp/sym$kib.json" --json > "$tmp/sym$kib.out" 2> "$tmp/sym$kib.ramp"
 done
 python3 - "$tmp/sym512.ramp" "$tmp/sym16.ramp" "$tmp/sym16.json" <<'PY'
@@ -592,10 +597,7 @@ PY
 # its bytes, the receivers dropped every link for "a frame that comes too
 # slowly", and no node held a chunk in 120 s.
 for net in queues flows; do
-  python3 -c 'import json, sys
-d = json.load(open(sys.argv[1])); d["network"] = sys.argv[2]
-d["versions"]["chunk_bytes"] = 512 * 1024
-print(json.dumps(d))' "$dir/scenarios/netlab_sym.json" $net > "$tmp/slow512.json"
+  sym_file $net 512 1 > "$tmp/slow512.json"
   "$sim" "$tmp/slow512.json" --json > "$tmp/slow512.out" 2> "$tmp/slow512.err" ||
     { echo "sim_small: $net: netlab_sym.json in 512 KiB chunks: $(tail -n 1 "$tmp/slow512.err")"; exit 1; }
   python3 - "$tmp/slow512.out" $net <<'PY' || exit 1
